@@ -1,0 +1,90 @@
+//! Decoding: bytes of one line (or record) into normalized [`Event`]s.
+//!
+//! `native` reads retryscope's own JSON-lines format without copying strings. Provider formats
+//! (raw SSE bodies, chunk files, envelopes) plug in through [`StreamDecoder`]. Every decoder
+//! reports bad input as a [`DecodeError`] with a bounded [`BadLineReason`], so callers can count
+//! it by reason and go on.
+
+pub mod native;
+
+use std::fmt;
+
+/// Why a line could not be used. A closed set: it becomes a metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum BadLineReason {
+    /// Not valid UTF-8.
+    InvalidUtf8,
+    /// Not valid JSON (or not a JSON object).
+    InvalidJson,
+    /// A required field is missing.
+    MissingField,
+    /// A field has the wrong type or an impossible value.
+    InvalidValue,
+    /// Longer than the configured maximum line length.
+    TooLong,
+}
+
+impl BadLineReason {
+    /// Every reason, for pre-registering metric series.
+    pub const ALL: [BadLineReason; 5] = [
+        BadLineReason::InvalidUtf8,
+        BadLineReason::InvalidJson,
+        BadLineReason::MissingField,
+        BadLineReason::InvalidValue,
+        BadLineReason::TooLong,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BadLineReason::InvalidUtf8 => "invalid_utf8",
+            BadLineReason::InvalidJson => "invalid_json",
+            BadLineReason::MissingField => "missing_field",
+            BadLineReason::InvalidValue => "invalid_value",
+            BadLineReason::TooLong => "too_long",
+        }
+    }
+}
+
+impl fmt::Display for BadLineReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A line that could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}: {message}")]
+pub struct DecodeError {
+    /// The bounded reason (metric label).
+    pub reason: BadLineReason,
+    /// A human-readable explanation (never contains the line's text).
+    pub message: String,
+}
+
+impl DecodeError {
+    /// Build an error.
+    pub fn new(reason: BadLineReason, message: impl Into<String>) -> Self {
+        DecodeError {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// Counters a decoder keeps about forward-compatible input it skipped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SkipCounts {
+    /// Events of a type this version does not know.
+    pub unknown_types: u64,
+    /// Fields this version does not know (on known event types).
+    pub unknown_fields: u64,
+}
+
+impl SkipCounts {
+    /// Add another set of counts.
+    pub fn add(&mut self, other: SkipCounts) {
+        self.unknown_types += other.unknown_types;
+        self.unknown_fields += other.unknown_fields;
+    }
+}

@@ -1,0 +1,14 @@
+//! retryscope: observability and cost tracking for LLM agent clients that stream model turns
+//! and retry them mid-stream.
+//!
+//! Data flows one way: sources (bytes and positions) → [`decode`] (formats to normalized
+//! [`event::Event`]s) → [`correlate`] (a pure state machine: events to turns, attempts,
+//! findings and usage) → sinks (metrics, traces, findings, reports).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod decode;
+pub mod effect;
+pub mod event;
+pub mod finding;
+pub mod rfc3339;
