@@ -7,8 +7,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod correlate;
+pub mod cost;
 pub mod decode;
 pub mod effect;
 pub mod event;
 pub mod finding;
+pub mod report;
 pub mod rfc3339;

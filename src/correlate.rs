@@ -1,0 +1,275 @@
+//! The correlator: a pure state machine from normalized events to turns, attempts, findings
+//! and billed usage.
+//!
+//! No I/O, no clock, no globals: the caller passes each event with the time it arrived
+//! (`now_ms`), calls [`Correlator::tick`] to let idle turns time out, and
+//! [`Correlator::close_all`] at end of input. Everything the correlator learns comes out as
+//! [`Output`]s, in order: live signals (a retry, a finding) as soon as they are known, and a
+//! [`TurnReport`] when a turn closes. Its whole state can be snapshotted and restored, which is
+//! how the live collector checkpoints open turns.
+
+mod attempt;
+mod splice;
+mod turn;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cost::PriceTable;
+use crate::event::{Event, EventKind};
+use crate::finding::Finding;
+use crate::report::{CloseReason, TurnReport};
+
+use turn::TurnState;
+
+/// Correlator settings.
+#[derive(Debug, Clone)]
+pub struct CorrelatorConfig {
+    /// More attempts than this in one turn raise `retry_cap_exceeded`.
+    pub retry_cap: u32,
+    /// Tools whose executions are reads, never effects.
+    pub read_only_tools: HashSet<String>,
+    /// Close a turn after this long without events (arrival time); `None` disables.
+    pub idle_timeout_ms: Option<i64>,
+    /// Evict the least recently active turn beyond this many open turns.
+    pub max_open_turns: usize,
+    /// Bytes of each attempt's text kept for splice checks.
+    pub text_prefix_bytes: usize,
+    /// How many closed turn ids to remember, to count (not resurrect) late events.
+    pub remember_closed_turns: usize,
+}
+
+impl Default for CorrelatorConfig {
+    fn default() -> Self {
+        CorrelatorConfig {
+            retry_cap: 4,
+            read_only_tools: HashSet::new(),
+            idle_timeout_ms: Some(300_000),
+            max_open_turns: 100_000,
+            text_prefix_bytes: 256,
+            remember_closed_turns: 10_000,
+        }
+    }
+}
+
+/// Bounded labels of a turn, for live metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnLabels {
+    /// Model, when known.
+    pub model: Option<String>,
+    /// Provider, when known.
+    pub provider: Option<String>,
+}
+
+/// What the correlator tells its sinks.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    /// A new attempt after the first began (counted when the retry is seen, not at close).
+    Retry {
+        /// The turn's model and provider as known now.
+        labels: TurnLabels,
+        /// The client's reason, when it gave one.
+        reason: Option<String>,
+    },
+    /// A finding, as soon as it is known.
+    Finding(Finding),
+    /// A turn closed.
+    TurnClosed(Box<TurnReport>),
+}
+
+/// Counters about the input itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CorrelatorStats {
+    /// Events observed.
+    pub events: u64,
+    /// Events out of order: for an attempt already replaced, or a retry to an older attempt.
+    pub late_events: u64,
+    /// Events for a turn that had already closed (counted and dropped).
+    pub after_close_events: u64,
+    /// Turns evicted to bound memory.
+    pub evicted_turns: u64,
+    /// Turns opened.
+    pub turns_opened: u64,
+    /// Turns closed.
+    pub turns_closed: u64,
+}
+
+/// The correlator's complete state, for checkpoints.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CorrelatorSnapshot {
+    turns: Vec<TurnState>,
+    closed: Vec<String>,
+    stats: CorrelatorStats,
+    seq: u64,
+}
+
+/// Events in, turns out. See the module docs.
+#[derive(Debug)]
+pub struct Correlator {
+    cfg: CorrelatorConfig,
+    prices: Arc<PriceTable>,
+    turns: HashMap<String, TurnState>,
+    closed_order: VecDeque<String>,
+    closed: HashSet<String>,
+    stats: CorrelatorStats,
+    seq: u64,
+}
+
+impl Correlator {
+    /// A correlator with no open turns.
+    pub fn new(cfg: CorrelatorConfig, prices: Arc<PriceTable>) -> Self {
+        Correlator {
+            cfg,
+            prices,
+            turns: HashMap::new(),
+            closed_order: VecDeque::new(),
+            closed: HashSet::new(),
+            stats: CorrelatorStats::default(),
+            seq: 0,
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &CorrelatorConfig {
+        &self.cfg
+    }
+
+    /// Input counters.
+    pub fn stats(&self) -> CorrelatorStats {
+        self.stats
+    }
+
+    /// Turns currently open.
+    pub fn open_turns(&self) -> usize {
+        self.turns.len()
+    }
+
+    /// Apply one event that arrived at `now_ms` (used as its time when it has none).
+    pub fn observe(&mut self, ev: &Event<'_>, now_ms: i64, out: &mut Vec<Output>) {
+        self.stats.events += 1;
+        let turn_id: &str = &ev.turn;
+        if self.closed.contains(turn_id) {
+            self.stats.after_close_events += 1;
+            return;
+        }
+        if !self.turns.contains_key(turn_id) {
+            if self.turns.len() >= self.cfg.max_open_turns.max(1) {
+                self.evict_oldest(out);
+            }
+            self.seq += 1;
+            self.stats.turns_opened += 1;
+            self.turns.insert(
+                turn_id.to_owned(),
+                TurnState::new(turn_id.to_owned(), self.seq, now_ms),
+            );
+        }
+        let Some(state) = self.turns.get_mut(turn_id) else {
+            return;
+        };
+        let ts = ev.ts_ms.unwrap_or(now_ms);
+        let closes = matches!(ev.kind, EventKind::TurnEnd { .. });
+        state.apply(ev, ts, now_ms, &self.cfg, &mut self.stats, out);
+        if closes {
+            self.close(turn_id.to_owned(), CloseReason::TurnEnd, out);
+        }
+    }
+
+    /// Close turns idle since before `now_ms - idle_timeout`.
+    pub fn tick(&mut self, now_ms: i64, out: &mut Vec<Output>) {
+        let Some(idle) = self.cfg.idle_timeout_ms else {
+            return;
+        };
+        let mut expired: Vec<(u64, String)> = self
+            .turns
+            .values()
+            .filter(|t| now_ms.saturating_sub(t.last_arrival_ms()) >= idle)
+            .map(|t| (t.opened_seq(), t.id().to_owned()))
+            .collect();
+        expired.sort();
+        for (_, id) in expired {
+            self.close(id, CloseReason::IdleTimeout, out);
+        }
+    }
+
+    /// Close every open turn (end of input), oldest first.
+    pub fn close_all(&mut self, out: &mut Vec<Output>) {
+        let mut ids: Vec<(u64, String)> = self
+            .turns
+            .values()
+            .map(|t| (t.opened_seq(), t.id().to_owned()))
+            .collect();
+        ids.sort();
+        for (_, id) in ids {
+            self.close(id, CloseReason::EndOfInput, out);
+        }
+    }
+
+    fn evict_oldest(&mut self, out: &mut Vec<Output>) {
+        // Evict about 1% at once so a full table does not scan on every new turn.
+        let batch = (self.cfg.max_open_turns / 100).max(1);
+        let mut by_age: Vec<(i64, u64, String)> = self
+            .turns
+            .values()
+            .map(|t| (t.last_arrival_ms(), t.opened_seq(), t.id().to_owned()))
+            .collect();
+        by_age.sort();
+        for (_, _, id) in by_age.into_iter().take(batch) {
+            self.stats.evicted_turns += 1;
+            self.close(id, CloseReason::Evicted, out);
+        }
+    }
+
+    fn close(&mut self, id: String, reason: CloseReason, out: &mut Vec<Output>) {
+        let Some(state) = self.turns.remove(&id) else {
+            return;
+        };
+        self.stats.turns_closed += 1;
+        let report = state.close(reason, &self.prices, out);
+        out.push(Output::TurnClosed(Box::new(report)));
+        if self.cfg.remember_closed_turns > 0 {
+            if self.closed_order.len() >= self.cfg.remember_closed_turns
+                && let Some(old) = self.closed_order.pop_front()
+            {
+                self.closed.remove(&old);
+            }
+            self.closed.insert(id.clone());
+            self.closed_order.push_back(id);
+        }
+    }
+
+    /// Everything needed to resume exactly here.
+    pub fn snapshot(&self) -> CorrelatorSnapshot {
+        let mut turns: Vec<TurnState> = self.turns.values().cloned().collect();
+        turns.sort_by_key(|t| t.opened_seq());
+        CorrelatorSnapshot {
+            turns,
+            closed: self.closed_order.iter().cloned().collect(),
+            stats: self.stats,
+            seq: self.seq,
+        }
+    }
+
+    /// Resume from a snapshot.
+    pub fn restore(
+        cfg: CorrelatorConfig,
+        prices: Arc<PriceTable>,
+        snapshot: CorrelatorSnapshot,
+    ) -> Self {
+        let mut c = Correlator::new(cfg, prices);
+        for t in snapshot.turns {
+            c.turns.insert(t.id().to_owned(), t);
+        }
+        for id in snapshot.closed {
+            c.closed.insert(id.clone());
+            c.closed_order.push_back(id);
+        }
+        c.stats = snapshot.stats;
+        c.seq = snapshot.seq;
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,174 @@
+//! One attempt's state: outcome, text statistics (length, hash, bounded prefix), calls,
+//! executions and usage. Holds no unbounded text.
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::Usage;
+use crate::report::Outcome;
+
+/// FNV-1a 64 offset basis: the hash of the empty text.
+pub const EMPTY_HASH: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// Extend an FNV-1a 64 hash with more bytes (streaming: fragments hash like their concatenation).
+pub fn fnv1a(mut hash: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// Text statistics of a stream of fragments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TextStats {
+    /// Characters.
+    pub chars: u64,
+    /// FNV-1a 64 of the UTF-8 bytes.
+    pub hash: u64,
+    /// The first bytes, cut on a character boundary.
+    pub prefix: String,
+}
+
+impl Default for TextStats {
+    fn default() -> Self {
+        TextStats {
+            chars: 0,
+            hash: EMPTY_HASH,
+            prefix: String::new(),
+        }
+    }
+}
+
+impl TextStats {
+    /// Stats of one whole text.
+    pub fn of(text: &str, prefix_cap: usize) -> Self {
+        let mut s = TextStats::default();
+        s.push(text, prefix_cap);
+        s
+    }
+
+    /// Append a fragment.
+    pub fn push(&mut self, text: &str, prefix_cap: usize) {
+        self.chars += text.chars().count() as u64;
+        self.hash = fnv1a(self.hash, text.as_bytes());
+        let room = prefix_cap.saturating_sub(self.prefix.len());
+        if room > 0 {
+            let mut cut = room.min(text.len());
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            self.prefix.push_str(&text[..cut]);
+        }
+    }
+
+    /// Same text (by length and hash).
+    pub fn same_as(&self, other: &TextStats) -> bool {
+        self.chars == other.chars && self.hash == other.hash
+    }
+}
+
+/// A complete tool call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallState {
+    pub id: String,
+    pub name: String,
+    /// Effect key without a step.
+    pub effect_key: String,
+    /// Canonical arguments, kept only when small (to derive stepped keys).
+    pub canonical_args: Option<String>,
+}
+
+/// One execution of a call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecState {
+    pub id: String,
+    pub name: String,
+    /// `None` until the call it executes is known.
+    pub effect_key: Option<String>,
+    pub step: Option<i64>,
+    pub read: bool,
+    pub status: Option<String>,
+    pub ts_ms: i64,
+    /// Already reported as `abandoned_tool_executed`.
+    pub flagged_abandoned: bool,
+}
+
+/// One attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptState {
+    pub number: u32,
+    pub outcome: Outcome,
+    pub finish_reason: Option<String>,
+    pub error: Option<String>,
+    pub retry_reason: Option<String>,
+    pub model: Option<String>,
+    pub started_ms: i64,
+    pub ended_ms: i64,
+    pub text: TextStats,
+    /// Turn-local sequence number of this attempt's last text fragment.
+    pub last_text_seq: u64,
+    pub args_chars: u64,
+    pub calls: Vec<CallState>,
+    pub execs: Vec<ExecState>,
+    pub usage: Option<Usage>,
+    pub usage_model: Option<String>,
+}
+
+impl AttemptState {
+    pub fn new(number: u32, ts: i64) -> Self {
+        AttemptState {
+            number,
+            outcome: Outcome::Open,
+            finish_reason: None,
+            error: None,
+            retry_reason: None,
+            model: None,
+            started_ms: ts,
+            ended_ms: ts,
+            text: TextStats::default(),
+            last_text_seq: 0,
+            args_chars: 0,
+            calls: Vec::new(),
+            execs: Vec::new(),
+            usage: None,
+            usage_model: None,
+        }
+    }
+
+    /// Still streaming: neither finished, failed nor abandoned.
+    pub fn is_open(&self) -> bool {
+        self.outcome == Outcome::Open
+    }
+
+    pub fn touch(&mut self, ts: i64) {
+        self.started_ms = self.started_ms.min(ts);
+        self.ended_ms = self.ended_ms.max(ts);
+    }
+
+    pub fn call(&self, id: &str) -> Option<&CallState> {
+        self.calls.iter().find(|c| c.id == id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fragment_hash_equals_whole_hash() {
+        let mut s = TextStats::default();
+        for frag in ["Checking or", "der ORD-", "7781. é", "✓"] {
+            s.push(frag, 8);
+        }
+        let whole = TextStats::of("Checking order ORD-7781. é✓", 8);
+        assert!(s.same_as(&whole));
+        assert_eq!(s.prefix, "Checking");
+        assert_eq!(s.chars, 27);
+    }
+
+    #[test]
+    fn prefix_cuts_on_char_boundary() {
+        let s = TextStats::of("ééé", 3);
+        assert_eq!(s.prefix, "é");
+    }
+}

@@ -1,0 +1,241 @@
+//! The closed-turn report: what the correlator hands to every sink when a turn closes.
+//!
+//! These types are also the per-turn objects of `retryscope check --json`, so their field
+//! names are a public contract (see `docs/event-format.md`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::Usage;
+use crate::finding::Finding;
+
+/// How an attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// It finished (a `finish` event).
+    Completed,
+    /// A retry replaced it before it finished.
+    Abandoned,
+    /// It failed in transport and was not retried.
+    Failed,
+    /// It never finished, failed or was abandoned.
+    Open,
+}
+
+impl Outcome {
+    /// Every outcome, for pre-registering metric series.
+    pub const ALL: [Outcome; 4] = [
+        Outcome::Completed,
+        Outcome::Abandoned,
+        Outcome::Failed,
+        Outcome::Open,
+    ];
+
+    /// The wire and label name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::Abandoned => "abandoned",
+            Outcome::Failed => "failed",
+            Outcome::Open => "open",
+        }
+    }
+
+    /// Whether the attempt's output was thrown away (its cost is wasted spend).
+    pub fn is_wasted(self) -> bool {
+        matches!(self, Outcome::Abandoned | Outcome::Failed)
+    }
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TurnStatus {
+    /// Its last attempt finished.
+    Completed,
+    /// No attempt finished and the last did not fail.
+    Incomplete,
+    /// Its last attempt failed.
+    Failed,
+}
+
+impl TurnStatus {
+    /// Every status, for pre-registering metric series.
+    pub const ALL: [TurnStatus; 3] = [
+        TurnStatus::Completed,
+        TurnStatus::Incomplete,
+        TurnStatus::Failed,
+    ];
+
+    /// The wire and label name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnStatus::Completed => "completed",
+            TurnStatus::Incomplete => "incomplete",
+            TurnStatus::Failed => "failed",
+        }
+    }
+}
+
+/// Why the correlator closed a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CloseReason {
+    /// A `turn_end` event.
+    TurnEnd,
+    /// No event for the idle timeout.
+    IdleTimeout,
+    /// The input ended.
+    EndOfInput,
+    /// Too many open turns: the oldest was evicted.
+    Evicted,
+}
+
+/// Where an attempt's usage figures come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UsageSource {
+    /// The provider or client reported it.
+    Reported,
+    /// Estimated: input from the turn's other attempts, output from the text length.
+    Estimated,
+    /// Nothing reported and nothing to estimate from.
+    None,
+}
+
+impl UsageSource {
+    /// Every source, for pre-registering metric series.
+    pub const ALL: [UsageSource; 3] = [
+        UsageSource::Reported,
+        UsageSource::Estimated,
+        UsageSource::None,
+    ];
+
+    /// The wire and label name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UsageSource::Reported => "reported",
+            UsageSource::Estimated => "estimated",
+            UsageSource::None => "none",
+        }
+    }
+}
+
+/// Billed usage of one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct UsageReport {
+    /// Token counts (see [`Usage`] for what includes what).
+    #[serde(flatten)]
+    pub tokens: Usage,
+    /// Where the numbers come from.
+    pub source: UsageSource,
+}
+
+/// A tool call reference in a report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallReport {
+    /// Provider call id.
+    pub id: String,
+    /// Tool name.
+    pub name: String,
+    /// Effect key (see [`crate::effect`]).
+    pub effect_key: String,
+}
+
+/// One execution of a tool call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecReport {
+    /// Provider call id.
+    pub id: String,
+    /// Tool name.
+    pub name: String,
+    /// Effect key.
+    pub effect_key: String,
+    /// True for reads (not effects).
+    pub read: bool,
+    /// Client-reported status.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// Event time of the execution.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ts_ms: Option<i64>,
+}
+
+/// One attempt of a turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptReport {
+    /// Attempt number, from 0.
+    pub attempt: u32,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Provider finish reason.
+    pub finish_reason: Option<String>,
+    /// Transport error, when it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Why the client retried into this attempt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_reason: Option<String>,
+    /// Model of this attempt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Characters of text streamed.
+    pub text_chars: u64,
+    /// Complete tool calls.
+    pub tool_calls: Vec<CallReport>,
+    /// Executions of this attempt's calls.
+    pub executed: Vec<ExecReport>,
+    /// Billed usage.
+    pub usage: UsageReport,
+    /// USD cost; `None` when the model has no price.
+    pub cost_usd: Option<f64>,
+    /// First event time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_ms: Option<i64>,
+    /// Last event time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_ms: Option<i64>,
+}
+
+/// One closed turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnReport {
+    /// Turn id.
+    pub turn: String,
+    /// Model (the turn's, else the last attempt's).
+    pub model: Option<String>,
+    /// Provider.
+    pub provider: Option<String>,
+    /// Agent name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// Client session id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// W3C traceparent the turn joins.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// How the turn ended.
+    pub status: TurnStatus,
+    /// Why it was closed.
+    pub closed_by: CloseReason,
+    /// Number of retries (attempts after the first).
+    pub retries: u32,
+    /// Total billed USD over all attempts.
+    pub cost_usd: f64,
+    /// USD of abandoned and failed attempts.
+    pub wasted_cost_usd: f64,
+    /// Characters of the `output` event, when the client logged one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_chars: Option<u64>,
+    /// First event time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_ms: Option<i64>,
+    /// Last event time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_ms: Option<i64>,
+    /// The attempts, by number.
+    pub attempts: Vec<AttemptReport>,
+    /// Every finding about this turn, in the order they became known.
+    pub findings: Vec<Finding>,
+}
