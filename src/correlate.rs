@@ -39,6 +39,8 @@ pub struct CorrelatorConfig {
     pub text_prefix_bytes: usize,
     /// How many closed turn ids to remember, to count (not resurrect) late events.
     pub remember_closed_turns: usize,
+    /// Put each attempt's text prefix in its report (content capture is opt-in).
+    pub capture_content: bool,
 }
 
 impl Default for CorrelatorConfig {
@@ -50,6 +52,7 @@ impl Default for CorrelatorConfig {
             max_open_turns: 100_000,
             text_prefix_bytes: 256,
             remember_closed_turns: 10_000,
+            capture_content: false,
         }
     }
 }
@@ -226,7 +229,7 @@ impl Correlator {
             return;
         };
         self.stats.turns_closed += 1;
-        let report = state.close(reason, &self.prices, out);
+        let report = state.close(reason, &self.prices, self.cfg.capture_content, out);
         out.push(Output::TurnClosed(Box::new(report)));
         if self.cfg.remember_closed_turns > 0 {
             if self.closed_order.len() >= self.cfg.remember_closed_turns

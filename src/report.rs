@@ -181,6 +181,9 @@ pub struct AttemptReport {
     pub model: Option<String>,
     /// Characters of text streamed.
     pub text_chars: u64,
+    /// The first bytes of the attempt's text; only when content capture is opted into.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_prefix: Option<String>,
     /// Complete tool calls.
     pub tool_calls: Vec<CallReport>,
     /// Executions of this attempt's calls.

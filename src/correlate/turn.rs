@@ -479,6 +479,7 @@ impl TurnState {
         mut self,
         closed_by: CloseReason,
         prices: &PriceTable,
+        capture_content: bool,
         out: &mut Vec<Output>,
     ) -> TurnReport {
         let end_ts = self.last_ms.unwrap_or(self.last_arrival_ms);
@@ -554,7 +555,7 @@ impl TurnState {
             TurnStatus::Incomplete
         };
         let labels = self.labels();
-        let attempts = self.attempt_reports(prices, labels.model.as_deref());
+        let attempts = self.attempt_reports(prices, labels.model.as_deref(), capture_content);
         let cost_usd = attempts.iter().filter_map(|a| a.cost_usd).sum();
         let wasted_cost_usd = attempts
             .iter()
@@ -581,7 +582,12 @@ impl TurnState {
         }
     }
 
-    fn attempt_reports(&self, prices: &PriceTable, turn_model: Option<&str>) -> Vec<AttemptReport> {
+    fn attempt_reports(
+        &self,
+        prices: &PriceTable,
+        turn_model: Option<&str>,
+        capture_content: bool,
+    ) -> Vec<AttemptReport> {
         self.attempts
             .iter()
             .enumerate()
@@ -605,6 +611,7 @@ impl TurnState {
                     retry_reason: a.retry_reason.clone(),
                     model: a.model.clone().or_else(|| a.usage_model.clone()),
                     text_chars: a.text.chars,
+                    text_prefix: capture_content.then(|| a.text.prefix.clone()),
                     tool_calls: a
                         .calls
                         .iter()
