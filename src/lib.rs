@@ -7,11 +7,14 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod check;
 pub mod correlate;
 pub mod cost;
 pub mod decode;
 pub mod effect;
 pub mod event;
 pub mod finding;
+pub mod input;
+pub mod pipeline;
 pub mod report;
 pub mod rfc3339;

@@ -1,0 +1,48 @@
+//! Command-line parsing and the subcommands' glue. Exit codes: 0 fine, 1 findings at or above
+//! `--fail-on`, 2 unusable arguments or unreadable input.
+
+mod check_cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Watch LLM agent clients that stream and retry model turns: abandoned attempts, tools run
+/// from them, duplicate effects, spliced text, and what every retry cost.
+#[derive(Debug, Parser)]
+#[command(name = "retryscope", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Correlate recorded logs offline and report turns, findings and cost.
+    Check(check_cmd::CheckArgs),
+}
+
+/// Parse arguments and run.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let result = match cli.command {
+        Command::Check(args) => check_cmd::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("retryscope: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

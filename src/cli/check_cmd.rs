@@ -1,0 +1,197 @@
+//! `retryscope check`: flags, progress, printing and the exit status.
+
+use std::io::{self, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use retryscope::check::{self, BadLine, CheckObserver, CheckOptions, InputSpec, render};
+use retryscope::correlate::{Correlator, CorrelatorConfig};
+use retryscope::cost::PriceTable;
+use retryscope::finding::Severity;
+use retryscope::report::TurnReport;
+
+/// Flags of `check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Files, directories (read recursively) or `-` for stdin.
+    #[arg(value_name = "FILE|DIR|-", required = true)]
+    inputs: Vec<String>,
+    /// Print JSON lines: one object per turn, then a `{"summary": ...}` line.
+    #[arg(long)]
+    json: bool,
+    /// Exit 1 when a finding at or above this severity exists (info, warning, high, critical).
+    #[arg(long, value_name = "SEVERITY")]
+    fail_on: Option<Severity>,
+    /// Price table in LiteLLM's model_prices_and_context_window.json format.
+    #[arg(long, value_name = "FILE")]
+    prices: Option<PathBuf>,
+    /// More attempts than this in one turn is a `retry_cap_exceeded` finding.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    retry_cap: u32,
+    /// Tools whose executions are reads, never effects (comma-separated, repeatable).
+    #[arg(long, value_name = "TOOL,...", value_delimiter = ',')]
+    read_only_tools: Vec<String>,
+    /// Close turns idle this long in event time (off by default: turns close at end of input).
+    #[arg(long, value_name = "N")]
+    idle_timeout_secs: Option<u64>,
+    /// Lines longer than this are skipped and counted.
+    #[arg(long, default_value_t = 1 << 20, value_name = "N")]
+    max_line_bytes: usize,
+    /// Show every turn in the text report, not only those with findings.
+    #[arg(long, short)]
+    verbose: bool,
+    /// Print at most this many bad lines on stderr (all are counted).
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    max_bad_lines_shown: u64,
+}
+
+struct Printer {
+    json: bool,
+    verbose: bool,
+    out: io::BufWriter<io::StdoutLock<'static>>,
+    bad_shown: u64,
+    bad_total: u64,
+    max_bad_shown: u64,
+    progress: Option<ProgressBar>,
+    write_error: Option<io::Error>,
+}
+
+impl Printer {
+    fn write(&mut self, text: &str) {
+        if self.write_error.is_some() {
+            return;
+        }
+        let result = match &self.progress {
+            Some(bar) => bar.suspend(|| self.out.write_all(text.as_bytes())),
+            None => self.out.write_all(text.as_bytes()),
+        };
+        if let Err(e) = result {
+            self.write_error = Some(e);
+        }
+    }
+
+    fn warn(&self, text: &str) {
+        match &self.progress {
+            Some(bar) => bar.suspend(|| eprintln!("{text}")),
+            None => eprintln!("{text}"),
+        }
+    }
+}
+
+impl CheckObserver for Printer {
+    fn turn(&mut self, report: &TurnReport) {
+        if self.json {
+            let mut line = render::turn_json(report);
+            line.push('\n');
+            self.write(&line);
+        } else if render::worth_showing(report, self.verbose) {
+            let mut block = render::turn_text(report);
+            block.push('\n');
+            self.write(&block);
+        }
+    }
+
+    fn bad_line(&mut self, bad: &BadLine) {
+        self.bad_total += 1;
+        if self.bad_shown < self.max_bad_shown {
+            self.bad_shown += 1;
+            self.warn(&format!(
+                "retryscope: {}:{}: skipped: {}",
+                bad.input, bad.line, bad.reason
+            ));
+        }
+    }
+
+    fn unreadable(&mut self, input: &str, error: &io::Error) {
+        self.warn(&format!("retryscope: cannot read {input}: {error}"));
+    }
+
+    fn progress(&mut self, bytes: u64) {
+        if let Some(bar) = &self.progress {
+            bar.set_position(bytes);
+        }
+    }
+}
+
+/// Progress bars only for large inputs on a terminal.
+const PROGRESS_MIN_BYTES: u64 = 32 << 20;
+
+pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let prices = match &args.prices {
+        Some(path) => PriceTable::load(path).context("loading --prices")?,
+        None => PriceTable::builtin(),
+    };
+    let cfg = CorrelatorConfig {
+        retry_cap: args.retry_cap,
+        read_only_tools: args.read_only_tools.iter().cloned().collect(),
+        idle_timeout_ms: args
+            .idle_timeout_secs
+            .map(|s| i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)),
+        max_open_turns: usize::MAX,
+        ..CorrelatorConfig::default()
+    };
+    let specs: Vec<InputSpec> = args.inputs.iter().map(|a| InputSpec::parse(a)).collect();
+    let inputs = check::expand_inputs(&specs);
+    let total = check::total_bytes(&inputs);
+    let progress = (io::stderr().is_terminal() && total >= PROGRESS_MIN_BYTES).then(|| {
+        let bar = ProgressBar::new(total);
+        if let Ok(style) = ProgressStyle::with_template(
+            "{spinner} {bytes}/{total_bytes} {wide_bar} {bytes_per_sec} eta {eta}",
+        ) {
+            bar.set_style(style);
+        }
+        bar
+    });
+    let mut printer = Printer {
+        json: args.json,
+        verbose: args.verbose,
+        out: io::BufWriter::with_capacity(1 << 16, io::stdout().lock()),
+        bad_shown: 0,
+        bad_total: 0,
+        max_bad_shown: args.max_bad_lines_shown,
+        progress,
+        write_error: None,
+    };
+    let correlator = Correlator::new(cfg, Arc::new(prices));
+    let opts = CheckOptions {
+        max_line_bytes: args.max_line_bytes,
+    };
+    let summary = check::check(&inputs, correlator, &opts, &mut printer);
+    if let Some(bar) = printer.progress.take() {
+        bar.finish_and_clear();
+    }
+    if printer.bad_total > printer.bad_shown {
+        eprintln!(
+            "retryscope: {} more bad lines not shown ({} in all; see the summary)",
+            printer.bad_total - printer.bad_shown,
+            printer.bad_total
+        );
+    }
+    let closing = if args.json {
+        format!("{}\n", render::summary_json(&summary))
+    } else {
+        render::summary_text(&summary)
+    };
+    printer.write(&closing);
+    if let Some(e) = printer.write_error.take() {
+        if e.kind() == io::ErrorKind::BrokenPipe {
+            return Ok(ExitCode::SUCCESS);
+        }
+        return Err(e).context("writing the report");
+    }
+    printer.out.flush().context("writing the report")?;
+    if !summary.unreadable_inputs.is_empty() {
+        return Ok(ExitCode::from(2));
+    }
+    if let Some(threshold) = args.fail_on
+        && summary.max_severity().is_some_and(|s| s >= threshold)
+    {
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
