@@ -1,0 +1,356 @@
+//! CLI tests of `retryscope check`: the bookstore examples, exit codes, bad input, JSON shape.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_retryscope"))
+}
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/bookstore")
+        .join(name)
+}
+
+fn check(args: &[&str]) -> Output {
+    bin()
+        .arg("check")
+        .args(args)
+        .output()
+        .expect("run retryscope")
+}
+
+fn json_lines(out: &Output) -> (Vec<Value>, Value) {
+    let text = String::from_utf8(out.stdout.clone()).expect("utf-8 stdout");
+    let mut values: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
+        .collect();
+    let summary = values.pop().expect("summary line");
+    (values, summary["summary"].clone())
+}
+
+fn finding_kinds(turn: &Value) -> Vec<String> {
+    let mut kinds: Vec<String> = turn["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap().to_string())
+        .collect();
+    kinds.sort();
+    kinds
+}
+
+#[test]
+fn bookstore_policies_json() {
+    let naive = check(&["--json", example("naive.jsonl").to_str().unwrap()]);
+    assert!(naive.status.success());
+    let (turns, summary) = json_lines(&naive);
+    assert_eq!(turns.len(), 1);
+    assert_eq!(
+        finding_kinds(&turns[0]),
+        [
+            "abandoned_tool_executed",
+            "duplicate_effect",
+            "early_execution",
+            "early_execution",
+            "spliced_text"
+        ]
+    );
+    assert_eq!(summary["turns"], 1);
+    assert_eq!(summary["attempts"], 2);
+    assert_eq!(summary["retries"], 1);
+    assert_eq!(summary["findings"]["duplicate_effect"], 1);
+    assert_eq!(summary["events"], 17);
+    assert_eq!(summary["bad_lines"], 0);
+
+    let reset = check(&["--json", example("reset.jsonl").to_str().unwrap()]);
+    let (turns, _) = json_lines(&reset);
+    assert_eq!(
+        finding_kinds(&turns[0]),
+        [
+            "abandoned_tool_executed",
+            "duplicate_effect",
+            "early_execution",
+            "early_execution"
+        ]
+    );
+
+    let late = check(&["--json", example("reset-late-exec.jsonl").to_str().unwrap()]);
+    let (turns, summary) = json_lines(&late);
+    assert!(finding_kinds(&turns[0]).is_empty());
+    let executed: Vec<(u64, String)> = turns[0]["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|a| {
+            let n = a["attempt"].as_u64().unwrap();
+            a["executed"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(move |e| (n, e["id"].as_str().unwrap().to_string()))
+        })
+        .collect();
+    assert_eq!(
+        executed,
+        vec![(1, "c7".to_string())],
+        "exactly one refund, from attempt 1"
+    );
+    assert!(summary["wasted_cost_usd"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn json_turn_object_has_the_documented_fields() {
+    let out = check(&["--json", example("naive.jsonl").to_str().unwrap()]);
+    let (turns, summary) = json_lines(&out);
+    let t = &turns[0];
+    for key in [
+        "turn",
+        "model",
+        "status",
+        "retries",
+        "cost_usd",
+        "wasted_cost_usd",
+        "attempts",
+        "findings",
+    ] {
+        assert!(t.get(key).is_some(), "turn lacks {key}");
+    }
+    let a = &t["attempts"][0];
+    for key in [
+        "attempt",
+        "outcome",
+        "finish_reason",
+        "text_chars",
+        "tool_calls",
+        "executed",
+        "usage",
+        "cost_usd",
+    ] {
+        assert!(a.get(key).is_some(), "attempt lacks {key}");
+    }
+    for key in ["id", "name", "effect_key"] {
+        assert!(a["tool_calls"][0].get(key).is_some());
+        assert!(a["executed"][0].get(key).is_some());
+    }
+    for key in [
+        "input_tokens",
+        "output_tokens",
+        "cached_input_tokens",
+        "cache_write_tokens",
+        "reasoning_tokens",
+        "source",
+    ] {
+        assert!(a["usage"].get(key).is_some(), "usage lacks {key}");
+    }
+    assert_eq!(a["usage"]["source"], "estimated");
+    let f = &t["findings"][0];
+    for key in [
+        "kind",
+        "severity",
+        "attempt",
+        "tool",
+        "call_id",
+        "effect_key",
+        "evidence",
+    ] {
+        assert!(f.get(key).is_some(), "finding lacks {key}");
+    }
+    for key in [
+        "turns",
+        "attempts",
+        "retries",
+        "findings",
+        "cost_usd",
+        "wasted_cost_usd",
+        "events",
+        "bad_lines",
+    ] {
+        assert!(summary.get(key).is_some(), "summary lacks {key}");
+    }
+}
+
+#[test]
+fn text_report_shows_findings_and_summary() {
+    let out = check(&[example("naive.jsonl").to_str().unwrap()]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("turn bookstore-1"), "{text}");
+    assert!(
+        text.contains("CRITICAL abandoned_tool_executed  attempt 0  issue_refund(c1)"),
+        "{text}"
+    );
+    assert!(text.contains("HIGH     spliced_text  attempt 0"), "{text}");
+    assert!(text.contains("summary"));
+    assert!(text.contains("retries: 1"));
+}
+
+#[test]
+fn fail_on_gates_the_exit_status() {
+    let naive = example("naive.jsonl");
+    let late = example("reset-late-exec.jsonl");
+    let code = |args: &[&str]| check(args).status.code();
+    assert_eq!(
+        code(&["--fail-on", "critical", naive.to_str().unwrap()]),
+        Some(1)
+    );
+    assert_eq!(
+        code(&["--fail-on", "high", naive.to_str().unwrap()]),
+        Some(1)
+    );
+    assert_eq!(
+        code(&[naive.to_str().unwrap()]),
+        Some(0),
+        "no --fail-on: findings do not fail"
+    );
+    assert_eq!(
+        code(&["--fail-on", "info", late.to_str().unwrap()]),
+        Some(0)
+    );
+    // The reset policy has critical findings but no high ones besides: critical >= high.
+    let reset = example("reset.jsonl");
+    assert_eq!(
+        code(&["--fail-on", "critical", reset.to_str().unwrap()]),
+        Some(1)
+    );
+}
+
+#[test]
+fn unusable_arguments_and_unreadable_inputs_exit_2() {
+    assert_eq!(check(&["--fail-on", "urgent", "x"]).status.code(), Some(2));
+    assert_eq!(check(&["--no-such-flag", "x"]).status.code(), Some(2));
+    assert_eq!(check(&[]).status.code(), Some(2));
+    let out = check(&["/nonexistent/retryscope/log.jsonl"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("cannot read /nonexistent/retryscope/log.jsonl")
+    );
+}
+
+#[test]
+fn bad_lines_are_reported_counted_and_skipped_keeping_good_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mixed.jsonl");
+    let mut f = std::fs::File::create(&path).unwrap();
+    let good = std::fs::read(example("naive.jsonl")).unwrap();
+    let mut lines = good.split(|&b| b == b'\n').filter(|l| !l.is_empty());
+    // Bad lines interleaved with the good turn.
+    f.write_all(lines.next().unwrap()).unwrap();
+    f.write_all(b"\n{not json\n").unwrap();
+    f.write_all(b"{\"turn\":\"x\",\"type\":\"text\",\"text\":\"\xff\xfe\"}\n")
+        .unwrap();
+    f.write_all(&vec![b'a'; 5000]).unwrap();
+    f.write_all(b"\n{\"turn\":\"bookstore-1\",\"type\":\"hologram\",\"attempt\":0}\n")
+        .unwrap();
+    f.write_all(b"{\"type\":\"text\",\"text\":\"no turn\"}\n")
+        .unwrap();
+    for l in lines {
+        f.write_all(l).unwrap();
+        f.write_all(b"\n").unwrap();
+    }
+    drop(f);
+    let out = check(&["--json", "--max-line-bytes", "4096", path.to_str().unwrap()]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("mixed.jsonl:2: skipped: invalid_json"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("mixed.jsonl:3: skipped: invalid_utf8"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("mixed.jsonl:4: skipped: too_long"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("mixed.jsonl:6: skipped: missing_field"),
+        "{stderr}"
+    );
+    let (turns, summary) = json_lines(&out);
+    assert_eq!(summary["bad_lines"], 4);
+    assert_eq!(summary["bad_lines_by_reason"]["too_long"], 1);
+    assert_eq!(summary["unknown_types"], 1);
+    assert_eq!(turns.len(), 1, "the good turn survives");
+    assert_eq!(turns[0]["findings"].as_array().unwrap().len(), 5);
+}
+
+#[test]
+fn bad_line_messages_are_rate_limited() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("junk.jsonl");
+    std::fs::write(&path, "junk\n".repeat(500)).unwrap();
+    let out = check(&[
+        "--json",
+        "--max-bad-lines-shown",
+        "5",
+        path.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("skipped:").count(), 5);
+    assert!(stderr.contains("495 more bad lines not shown"), "{stderr}");
+    let (_, summary) = json_lines(&out);
+    assert_eq!(summary["bad_lines"], 500);
+}
+
+#[test]
+fn directories_and_stdin() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookstore");
+    let out = check(&["--json", dir.to_str().unwrap()]);
+    let (_, summary) = json_lines(&out);
+    // The same turn id in three files is one turn: check spans inputs (rotated logs).
+    assert!(summary["inputs"].as_u64().unwrap() >= 3);
+
+    let mut child = bin()
+        .args(["check", "--json", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&std::fs::read(example("reset.jsonl")).unwrap())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (turns, _) = json_lines(&out);
+    assert_eq!(finding_kinds(&turns[0]).len(), 4);
+}
+
+#[test]
+fn prices_flag_replaces_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let prices = dir.path().join("prices.json");
+    std::fs::write(
+        &prices,
+        r#"{"claude-sonnet-4-5": {"input_cost_per_token": 0.001, "output_cost_per_token": 0.002}}"#,
+    )
+    .unwrap();
+    let out = check(&[
+        "--json",
+        "--prices",
+        prices.to_str().unwrap(),
+        example("reset-late-exec.jsonl").to_str().unwrap(),
+    ]);
+    let (turns, _) = json_lines(&out);
+    let a1 = &turns[0]["attempts"][1];
+    // 1250 input (no cache price: cached billed as input) * 0.001 + 48 * 0.002
+    let expected = 1250.0 * 0.001 + 48.0 * 0.002;
+    assert!(
+        (a1["cost_usd"].as_f64().unwrap() - expected).abs() < 1e-9,
+        "{a1}"
+    );
+    let bad = check(&[
+        "--prices",
+        "/nonexistent.json",
+        example("naive.jsonl").to_str().unwrap(),
+    ]);
+    assert_eq!(bad.status.code(), Some(2));
+}
