@@ -12,3 +12,4 @@ pub mod effect;
 pub mod event;
 pub mod finding;
 pub mod rfc3339;
+pub mod source;
