@@ -4,7 +4,7 @@
 //! them (that is [`crate::decode`]'s job) and it does not store positions itself: the caller
 //! saves them, together with its own state, through [`checkpoint_io`].
 //!
-//! - [`file`]: a polling tailer of log files (globs, rotation, truncation, restarts).
+//! - [`file`](mod@file): a polling tailer of log files (globs, rotation, truncation, restarts).
 //! - [`checkpoint_io`]: crash-safe reading and writing of a checkpoint file's bytes.
 
 pub mod checkpoint_io;

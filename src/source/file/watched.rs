@@ -244,20 +244,25 @@ impl Watched {
             if let Some(skipped) = self.skipping.take() {
                 events.line_too_long(&self.path, skipped + i as u64);
             } else {
-                let line: &[u8] = if self.pending.is_empty() {
-                    head
-                } else {
-                    self.pending.extend_from_slice(head);
-                    &self.pending
+                let cr = match head.last() {
+                    Some(&b) => b == b'\r',
+                    None => self.pending.last() == Some(&b'\r'),
                 };
-                let line = line.strip_suffix(b"\r").unwrap_or(line);
-                if line.len() > max_line_bytes {
-                    events.line_too_long(&self.path, line.len() as u64);
+                let len = self.pending.len() + head.len() - usize::from(cr);
+                // Checked before joining, so `pending` never exceeds `max_line_bytes + 1`.
+                if len > max_line_bytes {
+                    events.line_too_long(&self.path, len as u64);
                 } else {
+                    let line: &[u8] = if self.pending.is_empty() {
+                        head
+                    } else {
+                        self.pending.extend_from_slice(head);
+                        &self.pending
+                    };
                     stats.lines += 1;
                     on_line(Line {
                         path: &self.path,
-                        bytes: line,
+                        bytes: &line[..len],
                         end_offset,
                     });
                 }
@@ -299,4 +304,76 @@ pub(crate) fn last_line_start(file: &File, size: u64, max_back: u64) -> io::Resu
         end = start;
     }
     Ok(if floor == 0 { Some(0) } else { None })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::file::NoEvents;
+    use std::io::Write;
+    use std::path::Path;
+
+    fn watched(path: &std::path::Path) -> Watched {
+        let file = File::open(path).unwrap();
+        let id = FileId::of(&file.metadata().unwrap());
+        Watched::new(path.to_path_buf(), file, id, 0, State::Active)
+    }
+
+    #[test]
+    fn pending_never_exceeds_max_line_plus_one() {
+        let mut w = watched(Path::new("/dev/null"));
+        let mut stats = PollStats::default();
+        let mut lines = Vec::new();
+        let mut on_line = |l: Line<'_>| lines.push(l.bytes.to_vec());
+        // Pieces of lines of every length around the maximum (8), fed in odd-sized chunks.
+        let input: Vec<u8> = (0..20)
+            .flat_map(|n| {
+                let mut l = vec![b'a'; n];
+                l.push(b'\n');
+                l
+            })
+            .collect();
+        for piece in input.chunks(3) {
+            w.consume(piece, 8, &mut on_line, &mut NoEvents, &mut stats);
+            w.read_pos += piece.len() as u64;
+            assert!(w.pending.len() <= 9);
+        }
+        assert_eq!(lines.len(), 9);
+        assert_eq!(w.offset, input.len() as u64);
+    }
+
+    #[test]
+    fn fingerprint_grows_with_the_file_until_full_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let mut f = File::create(&path).unwrap();
+        f.write_all(&[b'x'; 100]).unwrap();
+        let mut w = watched(&path);
+        let mut stats = PollStats::default();
+        let mut chunk = vec![0u8; 64];
+        w.read(
+            &mut chunk,
+            1 << 20,
+            1024,
+            256,
+            &mut |_| {},
+            &mut NoEvents,
+            &mut stats,
+        );
+        assert_eq!(w.fingerprint_len, 100);
+        assert_eq!(w.fingerprint, fnv1a(&[b'x'; 100]));
+        f.write_all(&[b'y'; 300]).unwrap();
+        w.read(
+            &mut chunk,
+            1 << 20,
+            1024,
+            256,
+            &mut |_| {},
+            &mut NoEvents,
+            &mut stats,
+        );
+        assert_eq!(w.fingerprint_len, 256);
+        assert!(fingerprint_matches(&w.file, w.fingerprint, 256).unwrap());
+        assert!(!fingerprint_matches(&w.file, w.fingerprint, 255).unwrap());
+    }
 }
