@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod check;
+pub mod config;
 pub mod correlate;
 pub mod cost;
 pub mod decode;
@@ -18,4 +19,5 @@ pub mod input;
 pub mod pipeline;
 pub mod report;
 pub mod rfc3339;
+pub mod sink;
 pub mod source;

@@ -1,0 +1,313 @@
+//! The `retryscope run` configuration file (TOML): every field, its default and its unit.
+//!
+//! Unknown fields are rejected with the field's name, so a typo never silently falls back to a
+//! default. Every important setting is also a command-line flag; flags win over the file.
+//! `docs/configuration.md` is the reference.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Where files without a checkpoint start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReadFromSetting {
+    /// Read existing files from their first byte.
+    #[default]
+    Beginning,
+    /// Skip what existing files already hold.
+    End,
+}
+
+impl std::str::FromStr for ReadFromSetting {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "beginning" => Ok(ReadFromSetting::Beginning),
+            "end" => Ok(ReadFromSetting::End),
+            other => Err(format!("`{other}` is not beginning or end")),
+        }
+    }
+}
+
+/// Caps on distinct label values (beyond a cap, values become `other`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LabelLimits {
+    /// Distinct `model` values.
+    pub max_models: usize,
+    /// Distinct `provider` values.
+    pub max_providers: usize,
+    /// Distinct `tool` values.
+    pub max_tools: usize,
+    /// Distinct retry `reason` values.
+    pub max_reasons: usize,
+}
+
+impl Default for LabelLimits {
+    fn default() -> Self {
+        LabelLimits {
+            max_models: 50,
+            max_providers: 20,
+            max_tools: 100,
+            max_reasons: 30,
+        }
+    }
+}
+
+/// OTLP trace export (off unless `endpoint` is set here, by flag or by environment).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OtlpSettings {
+    /// Collector endpoint, e.g. `http://127.0.0.1:4317` (gRPC) or `http://127.0.0.1:4318` (HTTP).
+    pub endpoint: Option<String>,
+    /// `grpc` or `http/protobuf`.
+    pub protocol: Option<String>,
+    /// Extra request headers (e.g. authentication).
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// Export timeout in seconds.
+    pub timeout_secs: Option<u64>,
+    /// Export prompt/output text (off: only counts and lengths leave the process).
+    pub capture_content: bool,
+    /// `service.name` of the exported turn traces.
+    pub service_name: Option<String>,
+    /// Turns queued for export before new ones are dropped (and counted).
+    pub queue_turns: Option<usize>,
+}
+
+/// The built-in demo fleet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DemoSettings {
+    /// Synthetic agents.
+    pub agents: usize,
+    /// Probability an attempt breaks mid-stream and is retried.
+    pub retry_rate: f64,
+    /// Turns started per second across the fleet.
+    pub turns_per_sec: f64,
+    /// Seed of the generator (same seed, same fleet).
+    pub seed: u64,
+}
+
+impl Default for DemoSettings {
+    fn default() -> Self {
+        DemoSettings {
+            agents: 8,
+            retry_rate: 0.2,
+            turns_per_sec: 5.0,
+            seed: 7,
+        }
+    }
+}
+
+/// The whole `run` configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunConfig {
+    /// Glob patterns of log files to tail.
+    pub include: Vec<String>,
+    /// Glob patterns never to read (e.g. rotated copies under copytruncate).
+    pub exclude: Vec<String>,
+    /// Where files with no checkpoint start; files appearing later are always read whole.
+    pub read_from: ReadFromSetting,
+    /// Directory for checkpoints; without it, a restart starts over.
+    pub data_dir: Option<PathBuf>,
+    /// Address of `/metrics`, `/healthz` and `/-/ready`.
+    pub metrics_addr: String,
+    /// Close a turn after this many seconds without events (as incomplete if unfinished).
+    pub idle_timeout_secs: u64,
+    /// Open turns kept in memory; beyond it the least recently active is evicted.
+    pub max_open_turns: usize,
+    /// More attempts than this in a turn is a `retry_cap_exceeded` finding.
+    pub retry_cap: u32,
+    /// Tools whose executions are reads, never effects.
+    pub read_only_tools: Vec<String>,
+    /// Lines longer than this are skipped and counted.
+    pub max_line_bytes: usize,
+    /// How often files are polled for new lines, in milliseconds.
+    pub poll_interval_ms: u64,
+    /// How often the checkpoint is written, in seconds.
+    pub checkpoint_interval_secs: u64,
+    /// Seconds a rotated-away file must stay idle at its end before it is released.
+    pub rotate_wait_secs: u64,
+    /// Findings as JSON lines: `-` for stdout, a file path, or empty to disable.
+    pub findings_out: String,
+    /// A LiteLLM-format price table replacing the built-in one.
+    pub prices: Option<PathBuf>,
+    /// Label value caps.
+    pub labels: LabelLimits,
+    /// Trace export.
+    pub otlp: OtlpSettings,
+    /// The demo fleet (`--demo`).
+    pub demo: DemoSettings,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            include: Vec::new(),
+            exclude: Vec::new(),
+            read_from: ReadFromSetting::Beginning,
+            data_dir: None,
+            metrics_addr: "127.0.0.1:9464".to_owned(),
+            idle_timeout_secs: 300,
+            max_open_turns: 100_000,
+            retry_cap: 4,
+            read_only_tools: Vec::new(),
+            max_line_bytes: 1 << 20,
+            poll_interval_ms: 250,
+            checkpoint_interval_secs: 1,
+            rotate_wait_secs: 5,
+            findings_out: "-".to_owned(),
+            prices: None,
+            labels: LabelLimits::default(),
+            otlp: OtlpSettings::default(),
+            demo: DemoSettings::default(),
+        }
+    }
+}
+
+/// Why a configuration is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The TOML is invalid or has unknown fields.
+    #[error("invalid config {path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// What is wrong (names the field).
+        message: String,
+    },
+    /// A value is out of range.
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+impl RunConfig {
+    /// Load and validate a TOML file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: name.clone(),
+            source,
+        })?;
+        let cfg: RunConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: name,
+            message: e.to_string(),
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Check ranges and addresses.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.metrics_addr.parse::<std::net::SocketAddr>().is_err() {
+            return Err(ConfigError::Invalid(format!(
+                "metrics_addr `{}` is not an IP:port address",
+                self.metrics_addr
+            )));
+        }
+        let positive = [
+            ("idle_timeout_secs", self.idle_timeout_secs),
+            ("poll_interval_ms", self.poll_interval_ms),
+            ("checkpoint_interval_secs", self.checkpoint_interval_secs),
+            ("max_open_turns", self.max_open_turns as u64),
+            ("max_line_bytes", self.max_line_bytes as u64),
+            ("retry_cap", u64::from(self.retry_cap)),
+        ];
+        for (name, v) in positive {
+            if v == 0 {
+                return Err(ConfigError::Invalid(format!("{name} must be positive")));
+            }
+        }
+        if !(0.0..=1.0).contains(&self.demo.retry_rate) {
+            return Err(ConfigError::Invalid(
+                "demo.retry_rate must be between 0 and 1".to_owned(),
+            ));
+        }
+        if !(self.demo.turns_per_sec > 0.0 && self.demo.turns_per_sec.is_finite()) {
+            return Err(ConfigError::Invalid(
+                "demo.turns_per_sec must be positive".to_owned(),
+            ));
+        }
+        if let Some(p) = &self.otlp.protocol
+            && p != "grpc"
+            && p != "http/protobuf"
+        {
+            return Err(ConfigError::Invalid(format!(
+                "otlp.protocol `{p}` is not grpc or http/protobuf"
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_all_defaults() {
+        let cfg: RunConfig = toml::from_str("").unwrap();
+        assert_eq!(cfg, RunConfig::default());
+        assert_eq!(cfg.metrics_addr, "127.0.0.1:9464");
+        cfg.validate().unwrap();
+    }
+
+    #[test]
+    fn full_file_parses() {
+        let cfg: RunConfig = toml::from_str(
+            r#"
+include = ["/var/log/agents/*.jsonl"]
+exclude = ["*.gz"]
+read_from = "end"
+data_dir = "/var/lib/retryscope"
+metrics_addr = "127.0.0.1:19464"
+idle_timeout_secs = 60
+read_only_tools = ["lookup_order"]
+[labels]
+max_models = 10
+[otlp]
+endpoint = "http://127.0.0.1:4317"
+protocol = "grpc"
+headers = { authorization = "Bearer x" }
+[demo]
+retry_rate = 0.5
+"#,
+        )
+        .unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.read_from, ReadFromSetting::End);
+        assert_eq!(cfg.labels.max_models, 10);
+        assert_eq!(cfg.labels.max_tools, 100);
+        assert_eq!(cfg.otlp.headers["authorization"], "Bearer x");
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected_by_name() {
+        let err = toml::from_str::<RunConfig>("idle_timeout = 5").unwrap_err();
+        assert!(err.to_string().contains("idle_timeout"), "{err}");
+        let err = toml::from_str::<RunConfig>("[otlp]\nendpont = \"x\"").unwrap_err();
+        assert!(err.to_string().contains("endpont"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_are_rejected() {
+        let mut cfg = RunConfig {
+            metrics_addr: "localhost".into(),
+            ..RunConfig::default()
+        };
+        assert!(cfg.validate().is_err());
+        cfg.metrics_addr = "127.0.0.1:1".into();
+        cfg.idle_timeout_secs = 0;
+        assert!(cfg.validate().is_err());
+    }
+}
