@@ -2,6 +2,7 @@
 //! `--fail-on`, 2 unusable arguments or unreadable input.
 
 mod check_cmd;
+mod run_cmd;
 
 use std::process::ExitCode;
 
@@ -20,6 +21,20 @@ pub struct Cli {
 enum Command {
     /// Correlate recorded logs offline and report turns, findings and cost.
     Check(check_cmd::CheckArgs),
+    /// Tail agent logs (or stdin, or a demo fleet) and serve Prometheus metrics live.
+    Run(run_cmd::RunArgs),
+    /// Check a `run` configuration file without running.
+    Validate(run_cmd::ValidateArgs),
+}
+
+fn init_logging(default_level: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("{default_level},h2=warn,hyper=warn,tonic=warn,tower=warn")));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 /// Parse arguments and run.
@@ -36,7 +51,15 @@ pub fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Check(args) => check_cmd::run(args),
+        Command::Check(args) => {
+            init_logging("warn");
+            check_cmd::run(args)
+        }
+        Command::Run(args) => {
+            init_logging("info");
+            run_cmd::run(args)
+        }
+        Command::Validate(args) => run_cmd::validate(args),
     };
     match result {
         Ok(code) => code,

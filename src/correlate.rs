@@ -108,6 +108,13 @@ pub struct CorrelatorSnapshot {
     seq: u64,
 }
 
+impl CorrelatorSnapshot {
+    /// Open turns held.
+    pub fn open_turns(&self) -> usize {
+        self.turns.len()
+    }
+}
+
 /// Events in, turns out. See the module docs.
 #[derive(Debug)]
 pub struct Correlator {

@@ -21,3 +21,5 @@ pub mod report;
 pub mod rfc3339;
 pub mod sink;
 pub mod source;
+pub mod ratelimit;
+pub mod run;

@@ -1,0 +1,264 @@
+//! `retryscope run` and `retryscope validate`: flags over the config file, the tokio runtime,
+//! the metrics server, signals, and the engine thread.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+use retryscope::config::{ReadFromSetting, RunConfig};
+use retryscope::run::{Engine, Sources};
+use retryscope::sink::metrics::{Metrics, MetricsConfig};
+use retryscope::sink::traces::{Protocol, TraceExportConfig, TraceSink};
+
+/// Flags of `run`; each overrides the config file.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Files or glob patterns to tail, or `-` for stdin.
+    #[arg(value_name = "PATH_OR_GLOB")]
+    paths: Vec<String>,
+    /// TOML configuration file (see docs/configuration.md).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address for /metrics, /healthz and /-/ready [default: 127.0.0.1:9464].
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<String>,
+    /// Directory for checkpoints (file offsets and open turns survive restarts).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Where files with no checkpoint start [default: beginning].
+    #[arg(long, value_name = "beginning|end")]
+    read_from: Option<ReadFromSetting>,
+    /// Close turns idle this long (seconds) [default: 300].
+    #[arg(long, value_name = "N")]
+    idle_timeout_secs: Option<u64>,
+    /// Open turns kept in memory before the least recently active is evicted [default: 100000].
+    #[arg(long, value_name = "N")]
+    max_open_turns: Option<usize>,
+    /// More attempts than this in a turn is a finding [default: 4].
+    #[arg(long, value_name = "N")]
+    retry_cap: Option<u32>,
+    /// Tools whose executions are reads (comma-separated).
+    #[arg(long, value_name = "TOOL,...", value_delimiter = ',')]
+    read_only_tools: Vec<String>,
+    /// Findings as JSON lines: `-` (stdout), a file, or `` to disable [default: -].
+    #[arg(long, value_name = "TARGET")]
+    findings_out: Option<String>,
+    /// Price table (LiteLLM JSON) replacing the built-in one.
+    #[arg(long, value_name = "FILE")]
+    prices: Option<PathBuf>,
+    /// Run the built-in demo fleet of synthetic agents.
+    #[arg(long)]
+    demo: bool,
+    /// Demo: probability an attempt breaks and is retried [default: 0.2].
+    #[arg(long, value_name = "P")]
+    demo_retry_rate: Option<f64>,
+    /// Demo: turns per second [default: 5].
+    #[arg(long, value_name = "N")]
+    demo_turns_per_sec: Option<f64>,
+    /// Export turns as OTLP traces to this endpoint.
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
+    /// OTLP protocol: grpc or http/protobuf.
+    #[arg(long, value_name = "PROTOCOL")]
+    otlp_protocol: Option<String>,
+    /// Export prompt/output text in traces (off by default).
+    #[arg(long)]
+    capture_content: bool,
+    /// With stdin as the only source, exit when it ends instead of serving metrics on.
+    #[arg(long)]
+    exit_on_eof: bool,
+}
+
+/// Flags of `validate`.
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// The configuration file to check.
+    config: PathBuf,
+}
+
+pub fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
+    let cfg = RunConfig::load(&args.config)?;
+    println!(
+        "{}: ok ({} include patterns, metrics on {})",
+        args.config.display(),
+        cfg.include.len(),
+        cfg.metrics_addr
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn merge(args: &RunArgs) -> anyhow::Result<(RunConfig, Sources)> {
+    let mut cfg = match &args.config {
+        Some(path) => RunConfig::load(path)?,
+        None => RunConfig::default(),
+    };
+    let mut stdin = false;
+    for p in &args.paths {
+        if p == "-" {
+            stdin = true;
+        } else {
+            cfg.include.push(p.clone());
+        }
+    }
+    if let Some(v) = &args.metrics_addr {
+        cfg.metrics_addr = v.clone();
+    }
+    if let Some(v) = &args.data_dir {
+        cfg.data_dir = Some(v.clone());
+    }
+    if let Some(v) = args.read_from {
+        cfg.read_from = v;
+    }
+    if let Some(v) = args.idle_timeout_secs {
+        cfg.idle_timeout_secs = v;
+    }
+    if let Some(v) = args.max_open_turns {
+        cfg.max_open_turns = v;
+    }
+    if let Some(v) = args.retry_cap {
+        cfg.retry_cap = v;
+    }
+    cfg.read_only_tools.extend(args.read_only_tools.iter().cloned());
+    if let Some(v) = &args.findings_out {
+        cfg.findings_out = v.clone();
+    }
+    if let Some(v) = &args.prices {
+        cfg.prices = Some(v.clone());
+    }
+    if let Some(v) = args.demo_retry_rate {
+        cfg.demo.retry_rate = v;
+    }
+    if let Some(v) = args.demo_turns_per_sec {
+        cfg.demo.turns_per_sec = v;
+    }
+    if let Some(v) = &args.otlp_endpoint {
+        cfg.otlp.endpoint = Some(v.clone());
+    }
+    if let Some(v) = &args.otlp_protocol {
+        cfg.otlp.protocol = Some(v.clone());
+    }
+    cfg.otlp.capture_content |= args.capture_content;
+    cfg.validate()?;
+    let sources = Sources {
+        files: !cfg.include.is_empty(),
+        stdin,
+        demo: args.demo,
+    };
+    Ok((cfg, sources))
+}
+
+fn trace_config(cfg: &RunConfig) -> anyhow::Result<Option<TraceExportConfig>> {
+    let mut t = TraceExportConfig::from_env();
+    if let Some(e) = &cfg.otlp.endpoint {
+        t.endpoint = Some(e.clone());
+    }
+    if let Some(p) = &cfg.otlp.protocol {
+        t.protocol = match p.as_str() {
+            "grpc" => Protocol::Grpc,
+            _ => Protocol::HttpProtobuf,
+        };
+    }
+    for (k, v) in &cfg.otlp.headers {
+        t.headers.push((k.clone(), v.clone()));
+    }
+    if let Some(secs) = cfg.otlp.timeout_secs {
+        t.timeout = Duration::from_secs(secs);
+    }
+    if let Some(name) = &cfg.otlp.service_name {
+        t.service_name = name.clone();
+    }
+    if let Some(q) = cfg.otlp.queue_turns {
+        t.queue_capacity = q;
+    }
+    t.capture_content = cfg.otlp.capture_content;
+    Ok(t.endpoint.is_some().then_some(t))
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let (cfg, sources) = merge(&args)?;
+    let exit_on_eof = args.exit_on_eof;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(async move {
+        let metrics = Arc::new(
+            Metrics::new(MetricsConfig::from_limits(&cfg.labels)).context("registering metrics")?,
+        );
+        let listener = tokio::net::TcpListener::bind(&cfg.metrics_addr)
+            .await
+            .with_context(|| format!("binding the metrics address {}", cfg.metrics_addr))?;
+        tracing::info!(addr = %cfg.metrics_addr, "serving /metrics");
+        let ready = Arc::new(AtomicBool::new(false));
+        let shutdown = Arc::new(AtomicBool::new(false));
+        let (stop_server_tx, stop_server_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(retryscope::server::serve(
+            listener,
+            metrics.clone(),
+            ready.clone(),
+            async move {
+                let _ = stop_server_rx.await;
+            },
+        ));
+        let traces = match trace_config(&cfg)? {
+            Some(t) => {
+                tracing::info!(endpoint = ?t.endpoint, "exporting turn traces over OTLP");
+                Some(TraceSink::start(t).context("starting the OTLP exporter")?)
+            }
+            None => None,
+        };
+        let signal_flag = shutdown.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("shutting down: stopping reads, flushing sinks, writing the checkpoint");
+            signal_flag.store(true, Ordering::SeqCst);
+        });
+        let engine = Engine::new(cfg, sources, metrics.clone(), traces);
+        let engine_shutdown = shutdown.clone();
+        let (summary, traces) = tokio::task::spawn_blocking(move || {
+            engine.run(engine_shutdown, ready, exit_on_eof)
+        })
+        .await
+        .context("the engine thread panicked")??;
+        if let Some(t) = traces {
+            t.shutdown(Duration::from_secs(10)).await;
+        }
+        let _ = stop_server_tx.send(());
+        let _ = server.await;
+        tracing::info!(
+            lines = summary.lines,
+            checkpoints = summary.checkpoints,
+            open_turns_checkpointed = summary.open_turns_checkpointed,
+            "stopped"
+        );
+        Ok::<_, anyhow::Error>(ExitCode::SUCCESS)
+    })
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

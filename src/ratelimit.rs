@@ -1,0 +1,58 @@
+//! Rate-limited logging of repeated errors: at most one message per key per interval, with the
+//! number suppressed since the last one.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// Per-key rate limiter for log lines.
+#[derive(Debug)]
+pub struct RateLimitedLog {
+    every: Duration,
+    keys: HashMap<&'static str, (Option<Instant>, u64)>,
+}
+
+impl RateLimitedLog {
+    /// At most one message per key per `every`.
+    pub fn new(every: Duration) -> Self {
+        RateLimitedLog {
+            every,
+            keys: HashMap::new(),
+        }
+    }
+
+    /// `Some(suppressed)` when a message for `key` may be logged now.
+    pub fn allow(&mut self, key: &'static str) -> Option<u64> {
+        self.allow_at(key, Instant::now())
+    }
+
+    fn allow_at(&mut self, key: &'static str, now: Instant) -> Option<u64> {
+        let entry = self.keys.entry(key).or_insert((None, 0));
+        match entry.0 {
+            Some(last) if now.duration_since(last) < self.every => {
+                entry.1 += 1;
+                None
+            }
+            _ => {
+                let suppressed = entry.1;
+                *entry = (Some(now), 0);
+                Some(suppressed)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suppresses_within_the_interval_and_reports_the_count() {
+        let mut log = RateLimitedLog::new(Duration::from_secs(10));
+        let t0 = Instant::now();
+        assert_eq!(log.allow_at("a", t0), Some(0));
+        assert_eq!(log.allow_at("a", t0 + Duration::from_secs(1)), None);
+        assert_eq!(log.allow_at("a", t0 + Duration::from_secs(2)), None);
+        assert_eq!(log.allow_at("b", t0 + Duration::from_secs(2)), Some(0));
+        assert_eq!(log.allow_at("a", t0 + Duration::from_secs(11)), Some(2));
+    }
+}

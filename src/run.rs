@@ -1,0 +1,433 @@
+//! `retryscope run`: the live collector's engine loop.
+//!
+//! One blocking thread owns the pipeline (decoders and correlator), the file tailer and the
+//! findings sink, so a checkpoint taken between two polls is consistent: file offsets,
+//! open-turn state, metric values and the findings file offset all describe the same instant.
+//! stdin and the demo fleet feed lines through a bounded channel; the HTTP server and the trace
+//! exporter live on the tokio runtime and never block this loop.
+
+mod checkpoint;
+mod feeds;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::config::{ReadFromSetting, RunConfig};
+use crate::correlate::{Correlator, CorrelatorConfig, Output};
+use crate::cost::PriceTable;
+use crate::pipeline::Pipeline;
+use crate::sink::findings::FindingsSink;
+use crate::sink::metrics::{Metrics, SourceKind};
+use crate::source::file::{FileTailer, FileTailerConfig, ReadFrom, TailerEvents};
+
+pub use checkpoint::{CHECKPOINT_FILE, Checkpoint};
+pub use feeds::{Feed, FeedItem};
+
+/// Where lines come from.
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    /// Tail files matching the configuration's globs.
+    pub files: bool,
+    /// Read standard input.
+    pub stdin: bool,
+    /// Run the built-in demo fleet.
+    pub demo: bool,
+}
+
+/// Why the collector could not start or went down.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The price table.
+    #[error(transparent)]
+    Prices(#[from] crate::cost::PriceError),
+    /// The findings output.
+    #[error("cannot open findings output `{target}`: {source}")]
+    Findings {
+        /// Where.
+        target: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The checkpoint exists but cannot be used.
+    #[error(transparent)]
+    Checkpoint(#[from] checkpoint::CheckpointError),
+    /// Nothing to read.
+    #[error("no source: give files or globs, `-` for stdin, or --demo")]
+    NoSource,
+}
+
+/// What happened during a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunSummary {
+    /// Lines read.
+    pub lines: u64,
+    /// Checkpoints written.
+    pub checkpoints: u64,
+    /// Open turns left in the checkpoint at shutdown.
+    pub open_turns_checkpointed: usize,
+}
+
+/// Wall-clock milliseconds: arrival time of lines (the correlator itself never reads a clock).
+fn wall_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Tailer events to metrics and logs.
+struct TailerReport<'a> {
+    metrics: &'a Metrics,
+    log: &'a mut crate::ratelimit::RateLimitedLog,
+}
+
+impl TailerEvents for TailerReport<'_> {
+    fn file_added(&mut self, path: &std::path::Path, from_offset: u64) {
+        tracing::info!(path = %path.display(), from_offset, "watching file");
+    }
+    fn file_resumed(&mut self, path: &std::path::Path, offset: u64) {
+        tracing::info!(path = %path.display(), offset, "resumed file from checkpoint");
+    }
+    fn file_rotated(&mut self, old_path: &std::path::Path, new_path: Option<&std::path::Path>) {
+        self.metrics.file_rotated();
+        tracing::info!(old = %old_path.display(), new = ?new_path, "file rotated; draining the old handle");
+    }
+    fn file_truncated(&mut self, path: &std::path::Path, old_offset: u64, new_size: u64) {
+        self.metrics.file_truncated();
+        tracing::warn!(path = %path.display(), old_offset, new_size, "file truncated; reading again from the start");
+    }
+    fn file_drained_and_released(&mut self, path: &std::path::Path) {
+        tracing::info!(path = %path.display(), "rotated file drained and released");
+    }
+    fn line_too_long(&mut self, path: &std::path::Path, skipped_bytes: u64) {
+        self.metrics.bad_line(SourceKind::File, crate::decode::BadLineReason::TooLong);
+        if let Some(suppressed) = self.log.allow("line_too_long") {
+            tracing::warn!(path = %path.display(), skipped_bytes, suppressed, "over-long line skipped");
+        }
+    }
+    fn read_error(&mut self, path: &std::path::Path, error: &std::io::Error) {
+        if let Some(suppressed) = self.log.allow("read_error") {
+            tracing::warn!(path = %path.display(), %error, suppressed, "cannot read file");
+        }
+    }
+    fn checkpoint_mismatch(&mut self, path: &std::path::Path) {
+        tracing::warn!(path = %path.display(), "checkpointed inode now holds another file; reading it from the start");
+    }
+}
+
+/// Everything the engine loop needs.
+pub struct Engine {
+    cfg: RunConfig,
+    sources: Sources,
+    metrics: Arc<Metrics>,
+    traces: Option<crate::sink::traces::TraceSink>,
+}
+
+impl Engine {
+    /// An engine for `cfg` reporting into `metrics` and, when configured, exporting traces.
+    pub fn new(
+        cfg: RunConfig,
+        sources: Sources,
+        metrics: Arc<Metrics>,
+        traces: Option<crate::sink::traces::TraceSink>,
+    ) -> Self {
+        Engine {
+            cfg,
+            sources,
+            metrics,
+            traces,
+        }
+    }
+
+    /// Run until `shutdown` is set (or stdin ends when it is the only source and `exit_on_eof`).
+    /// Returns the trace sink so the caller can flush it on the runtime.
+    pub fn run(
+        mut self,
+        shutdown: Arc<AtomicBool>,
+        ready: Arc<AtomicBool>,
+        exit_on_eof: bool,
+    ) -> Result<(RunSummary, Option<crate::sink::traces::TraceSink>), RunError> {
+        if !self.sources.files && !self.sources.stdin && !self.sources.demo {
+            return Err(RunError::NoSource);
+        }
+        let prices = Arc::new(match &self.cfg.prices {
+            Some(p) => PriceTable::load(p)?,
+            None => PriceTable::builtin(),
+        });
+        let ccfg = CorrelatorConfig {
+            retry_cap: self.cfg.retry_cap,
+            read_only_tools: self.cfg.read_only_tools.iter().cloned().collect(),
+            idle_timeout_ms: Some(
+                i64::try_from(self.cfg.idle_timeout_secs.saturating_mul(1000)).unwrap_or(i64::MAX),
+            ),
+            max_open_turns: self.cfg.max_open_turns,
+            capture_content: self.cfg.otlp.capture_content,
+            ..CorrelatorConfig::default()
+        };
+        let checkpoint_path: Option<PathBuf> =
+            self.cfg.data_dir.as_ref().map(|d| d.join(CHECKPOINT_FILE));
+        let restored = match &checkpoint_path {
+            Some(path) => Checkpoint::load(path)?,
+            None => None,
+        };
+        let (mut pipeline, file_checkpoints, findings_offset) = match restored {
+            Some(cp) => {
+                tracing::info!(
+                    open_turns = cp.open_turns(),
+                    files = cp.files.len(),
+                    "resuming from checkpoint"
+                );
+                self.metrics.restore(&cp.metrics);
+                let mut p = Pipeline::new(Correlator::restore(ccfg, prices, cp.correlator));
+                p.restore_counters(cp.counters, cp.clock_ms);
+                (p, cp.files, cp.findings_offset)
+            }
+            None => (Pipeline::new(Correlator::new(ccfg, prices)), Vec::new(), None),
+        };
+        let mut findings = FindingsSink::open(&self.cfg.findings_out, findings_offset).map_err(
+            |source| RunError::Findings {
+                target: self.cfg.findings_out.clone(),
+                source,
+            },
+        )?;
+        let mut tailer = self.sources.files.then(|| {
+            FileTailer::new(
+                FileTailerConfig {
+                    include: self.cfg.include.clone(),
+                    exclude: self.cfg.exclude.clone(),
+                    read_from: match self.cfg.read_from {
+                        ReadFromSetting::Beginning => ReadFrom::Beginning,
+                        ReadFromSetting::End => ReadFrom::End,
+                    },
+                    max_line_bytes: self.cfg.max_line_bytes,
+                    rotate_wait: Duration::from_secs(self.cfg.rotate_wait_secs),
+                    ..FileTailerConfig::default()
+                },
+                file_checkpoints,
+            )
+        });
+        let feed: Option<Receiver<FeedItem>> = if self.sources.stdin || self.sources.demo {
+            Some(feeds::start(
+                self.sources.stdin,
+                self.sources.demo.then(|| self.cfg.demo.clone()),
+                self.cfg.max_line_bytes,
+                shutdown.clone(),
+            ))
+        } else {
+            None
+        };
+        let mut log = crate::ratelimit::RateLimitedLog::new(Duration::from_secs(10));
+        let mut out: Vec<Output> = Vec::new();
+        let mut summary = RunSummary::default();
+        let poll_every = Duration::from_millis(self.cfg.poll_interval_ms);
+        let checkpoint_every = Duration::from_secs(self.cfg.checkpoint_interval_secs);
+        let mut last_tick = Instant::now();
+        let mut last_checkpoint = Instant::now();
+        let mut stdin_done = false;
+        ready.store(true, Ordering::SeqCst);
+        while !shutdown.load(Ordering::SeqCst) {
+            let now = wall_ms();
+            let mut busy = false;
+            if let Some(t) = tailer.as_mut() {
+                let metrics = &self.metrics;
+                let pipeline_ref = &mut pipeline;
+                let out_ref = &mut out;
+                let log_ref = &mut log;
+                let mut bad: Vec<(String, String)> = Vec::new();
+                let stats = t.poll(
+                    &mut |line| {
+                        metrics.event_read(SourceKind::File);
+                        match pipeline_ref.native_line(line.bytes, Some(now), out_ref) {
+                            Ok(()) => metrics.event_decoded(SourceKind::File),
+                            Err(e) => {
+                                metrics.bad_line(SourceKind::File, e.reason);
+                                bad.push((line.path.display().to_string(), e.to_string()));
+                            }
+                        }
+                    },
+                    &mut TailerReport {
+                        metrics,
+                        log: log_ref,
+                    },
+                );
+                for (path, err) in bad {
+                    if let Some(suppressed) = log.allow("bad_line") {
+                        tracing::warn!(path, error = %err, suppressed, "skipped a bad line");
+                    }
+                }
+                summary.lines += stats.lines;
+                busy |= stats.throttled;
+                self.metrics.set_files(t.files_watched(), t.lag_bytes());
+            }
+            if let Some(rx) = &feed {
+                let mut taken = 0;
+                while taken < 10_000 {
+                    match rx.try_recv() {
+                        Ok(item) => {
+                            taken += 1;
+                            summary.lines += 1;
+                            self.feed_item(item, now, &mut pipeline, &mut out, &mut log, &mut stdin_done);
+                        }
+                        Err(TryRecvError::Empty) => break,
+                        Err(TryRecvError::Disconnected) => {
+                            stdin_done = self.sources.stdin;
+                            break;
+                        }
+                    }
+                }
+                busy |= taken == 10_000;
+            }
+            if stdin_done && !self.sources.files && !self.sources.demo {
+                // stdin was the only source: its end is the end of input.
+                pipeline.close_all(&mut out);
+                self.deliver(&mut out, &mut findings, &mut log);
+                if exit_on_eof {
+                    break;
+                }
+                stdin_done = false;
+                self.sources.stdin = false;
+            }
+            if last_tick.elapsed() >= Duration::from_secs(1) {
+                last_tick = Instant::now();
+                pipeline.tick(now, &mut out);
+            }
+            self.deliver(&mut out, &mut findings, &mut log);
+            self.metrics
+                .set_correlator_stats(&pipeline.correlator().stats(), pipeline.correlator().open_turns());
+            if let Some(ts) = &self.traces {
+                let s = ts.stats();
+                self.metrics.set_otlp(s.0, s.1, s.2);
+            }
+            if let Some(path) = &checkpoint_path
+                && last_checkpoint.elapsed() >= checkpoint_every
+            {
+                last_checkpoint = Instant::now();
+                self.write_checkpoint(path, &pipeline, tailer.as_ref(), &mut findings, &mut summary);
+            }
+            if !busy {
+                std::thread::sleep(poll_every.min(Duration::from_millis(100)));
+            }
+        }
+        // Shutdown: with a data dir, open turns stay open in the checkpoint for the next run;
+        // without one, they are closed now so nothing is lost from the outputs.
+        if let Some(path) = &checkpoint_path {
+            self.deliver(&mut out, &mut findings, &mut log);
+            summary.open_turns_checkpointed = pipeline.correlator().open_turns();
+            self.write_checkpoint(path, &pipeline, tailer.as_ref(), &mut findings, &mut summary);
+        } else {
+            pipeline.close_all(&mut out);
+            self.deliver(&mut out, &mut findings, &mut log);
+        }
+        self.metrics
+            .set_correlator_stats(&pipeline.correlator().stats(), pipeline.correlator().open_turns());
+        if let Err(e) = findings.flush() {
+            tracing::warn!(error = %e, "cannot flush findings");
+        }
+        Ok((summary, self.traces.take()))
+    }
+
+    fn feed_item(
+        &self,
+        item: FeedItem,
+        now: i64,
+        pipeline: &mut Pipeline,
+        out: &mut Vec<Output>,
+        log: &mut crate::ratelimit::RateLimitedLog,
+        stdin_done: &mut bool,
+    ) {
+        match item {
+            FeedItem::Line { feed, bytes } => {
+                let kind = feed.kind();
+                self.metrics.event_read(kind);
+                match pipeline.native_line(&bytes, Some(now), out) {
+                    Ok(()) => self.metrics.event_decoded(kind),
+                    Err(e) => {
+                        self.metrics.bad_line(kind, e.reason);
+                        if let Some(suppressed) = log.allow("bad_line") {
+                            tracing::warn!(source = kind.as_str(), error = %e, suppressed, "skipped a bad line");
+                        }
+                    }
+                }
+            }
+            FeedItem::TooLong { feed, len } => {
+                pipeline.too_long();
+                self.metrics
+                    .bad_line(feed.kind(), crate::decode::BadLineReason::TooLong);
+                if let Some(suppressed) = log.allow("line_too_long") {
+                    tracing::warn!(source = feed.kind().as_str(), len, suppressed, "over-long line skipped");
+                }
+            }
+            FeedItem::End { feed } => {
+                if feed == Feed::Stdin {
+                    *stdin_done = true;
+                }
+            }
+        }
+    }
+
+    fn deliver(
+        &self,
+        out: &mut Vec<Output>,
+        findings: &mut FindingsSink,
+        log: &mut crate::ratelimit::RateLimitedLog,
+    ) {
+        for o in out.drain(..) {
+            self.metrics.observe(&o);
+            match &o {
+                Output::Finding(f) => {
+                    if let Err(e) = findings.write(f)
+                        && let Some(suppressed) = log.allow("findings_write")
+                    {
+                        tracing::warn!(error = %e, suppressed, "cannot write a finding");
+                    }
+                }
+                Output::TurnClosed(report) => {
+                    if let Some(t) = &self.traces {
+                        t.submit(report);
+                    }
+                }
+                Output::Retry { .. } => {}
+            }
+        }
+    }
+
+    fn write_checkpoint(
+        &self,
+        path: &std::path::Path,
+        pipeline: &Pipeline,
+        tailer: Option<&FileTailer>,
+        findings: &mut FindingsSink,
+        summary: &mut RunSummary,
+    ) {
+        let findings_offset = match findings.checkpoint_offset() {
+            Ok(o) => o,
+            Err(e) => {
+                self.metrics.checkpoint_failed();
+                tracing::warn!(error = %e, "cannot sync findings; checkpoint skipped");
+                return;
+            }
+        };
+        let cp = Checkpoint {
+            version: checkpoint::VERSION,
+            files: tailer.map(|t| t.checkpoints()).unwrap_or_default(),
+            correlator: pipeline.correlator().snapshot(),
+            counters: pipeline.counters().clone(),
+            clock_ms: pipeline.clock_ms(),
+            metrics: self.metrics.snapshot(),
+            findings_offset,
+        };
+        match cp.write(path) {
+            Ok(()) => {
+                summary.checkpoints += 1;
+                self.metrics.checkpoint_written();
+            }
+            Err(e) => {
+                self.metrics.checkpoint_failed();
+                tracing::warn!(path = %path.display(), error = %e, "checkpoint write failed");
+            }
+        }
+    }
+}

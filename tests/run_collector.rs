@@ -1,0 +1,370 @@
+//! End-to-end tests of `retryscope run` as a real process: files on disk, real HTTP scrapes
+//! of /metrics, kill -9 and restart, rotation while a writer appends, bad lines, stdin, SIGTERM.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+struct Collector {
+    child: Child,
+    port: u16,
+}
+
+impl Collector {
+    fn start(args: &[&str]) -> Collector {
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_retryscope"))
+            .arg("run")
+            .args(args)
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start retryscope run");
+        let c = Collector { child, port };
+        c.wait_until(|m| m.contains_key("retryscope_build_info"), "first scrape");
+        c
+    }
+
+    fn scrape(&self) -> Option<BTreeMap<String, f64>> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).ok()?;
+        let (head, text) = body.split_once("\r\n\r\n")?;
+        if !head.starts_with("HTTP/1.1 200") {
+            return None;
+        }
+        Some(parse_metrics(text))
+    }
+
+    fn wait_until(&self, pred: impl Fn(&BTreeMap<String, f64>) -> bool, what: &str) -> BTreeMap<String, f64> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(m) = self.scrape()
+                && pred(&m)
+            {
+                return m;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "collector did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `name{labels}` → value.
+fn parse_metrics(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+fn get(m: &BTreeMap<String, f64>, key: &str) -> f64 {
+    *m.get(key).unwrap_or_else(|| panic!("no series {key}"))
+}
+
+fn sum(m: &BTreeMap<String, f64>, prefix: &str) -> f64 {
+    m.iter()
+        .filter(|(k, _)| k.starts_with(prefix))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookstore").join(name)
+}
+
+/// `n` bookstore turns, cycling the three policies, each with its own turn id.
+fn bookstore_turns(n: usize) -> Vec<String> {
+    let policies: Vec<String> = ["naive.jsonl", "reset.jsonl", "reset-late-exec.jsonl"]
+        .iter()
+        .map(|f| std::fs::read_to_string(example(f)).unwrap())
+        .collect();
+    let mut lines = Vec::new();
+    for i in 0..n {
+        for l in policies[i % 3].lines() {
+            lines.push(l.replace("\"bookstore-1\"", &format!("\"bookstore-{i}\"")));
+        }
+    }
+    lines
+}
+
+fn append(path: &Path, lines: &[String]) {
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
+    for l in lines {
+        f.write_all(l.as_bytes()).unwrap();
+        f.write_all(b"\n").unwrap();
+    }
+    f.flush().unwrap();
+}
+
+/// The turn-level series, which must not depend on how the run was interrupted.
+fn turn_level(m: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    m.iter()
+        .filter(|(k, _)| {
+            [
+                "retryscope_turns_total",
+                "retryscope_attempts_total",
+                "retryscope_retries_total",
+                "retryscope_findings_total",
+                "retryscope_billed_tokens_total",
+                "retryscope_billed_cost_usd_total",
+                "retryscope_tool_executions_total",
+                "retryscope_attempts_per_turn",
+                "retryscope_turn_duration_seconds",
+                "retryscope_attempt_duration_seconds",
+                "retryscope_events_read_total",
+                "retryscope_events_decoded_total",
+                "retryscope_bad_lines_total",
+            ]
+            .iter()
+            .any(|p| k.starts_with(p))
+        })
+        .map(|(k, v)| (k.clone(), *v))
+        .collect()
+}
+
+#[test]
+fn bookstore_examples_show_up_in_a_real_scrape() {
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["naive.jsonl", "reset.jsonl", "reset-late-exec.jsonl"] {
+        let text = std::fs::read_to_string(example(f)).unwrap();
+        let renamed = text.replace("\"bookstore-1\"", &format!("\"{f}\""));
+        std::fs::write(dir.path().join(f), renamed).unwrap();
+    }
+    let glob = format!("{}/*.jsonl", dir.path().display());
+    let c = Collector::start(&[&glob, "--findings-out", ""]);
+    let m = c.wait_until(
+        |m| sum(m, "retryscope_turns_total{") >= 3.0,
+        "three turns",
+    );
+    let labels = "model=\"claude-sonnet-4-5\",provider=\"anthropic\"";
+    assert_eq!(get(&m, &format!("retryscope_turns_total{{{labels},status=\"completed\"}}")), 3.0);
+    assert_eq!(get(&m, &format!("retryscope_retries_total{{{labels},reason=\"connection_reset\"}}")), 3.0);
+    assert_eq!(get(&m, &format!("retryscope_attempts_total{{{labels},outcome=\"abandoned\"}}")), 3.0);
+    assert_eq!(
+        get(&m, "retryscope_findings_total{kind=\"abandoned_tool_executed\",severity=\"critical\",tool=\"issue_refund\"}"),
+        2.0,
+        "naive and reset ran the abandoned refund"
+    );
+    assert_eq!(
+        get(&m, "retryscope_findings_total{kind=\"duplicate_effect\",severity=\"critical\",tool=\"issue_refund\"}"),
+        2.0
+    );
+    assert_eq!(get(&m, "retryscope_findings_total{kind=\"spliced_text\",severity=\"high\",tool=\"\"}"), 1.0);
+    assert_eq!(
+        get(&m, "retryscope_tool_executions_total{attempt_outcome=\"completed\",tool=\"issue_refund\"}"),
+        3.0
+    );
+    assert_eq!(
+        get(&m, "retryscope_tool_executions_total{attempt_outcome=\"abandoned\",tool=\"issue_refund\"}"),
+        2.0
+    );
+    assert!(sum(&m, "retryscope_billed_cost_usd_total{attempt_outcome=\"abandoned\"") > 0.0);
+    assert_eq!(get(&m, "retryscope_events_read_total{source=\"file\"}"), 52.0);
+    assert_eq!(get(&m, "retryscope_files_watched"), 3.0);
+    let status = c.terminate();
+    assert!(status.success(), "SIGTERM exits 0: {status:?}");
+}
+
+#[test]
+fn kill_9_and_restart_gives_the_same_metrics_and_findings() {
+    let lines = bookstore_turns(60);
+    // Uninterrupted reference run.
+    let ref_dir = tempfile::tempdir().unwrap();
+    let ref_log = ref_dir.path().join("agent.jsonl");
+    append(&ref_log, &lines);
+    let ref_findings = ref_dir.path().join("findings.jsonl");
+    let c = Collector::start(&[
+        ref_log.to_str().unwrap(),
+        "--findings-out",
+        ref_findings.to_str().unwrap(),
+        "--idle-timeout-secs",
+        "3600",
+    ]);
+    let reference = c.wait_until(|m| sum(m, "retryscope_turns_total{") >= 60.0, "reference run");
+    assert!(c.terminate().success());
+
+    // Interrupted run: write half, kill -9 after a checkpoint, write the rest, restart.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("agent.jsonl");
+    let data = dir.path().join("data");
+    let findings = dir.path().join("findings.jsonl");
+    let args = [
+        log.to_str().unwrap().to_string(),
+        "--data-dir".into(),
+        data.to_str().unwrap().into(),
+        "--findings-out".into(),
+        findings.to_str().unwrap().into(),
+        "--idle-timeout-secs".into(),
+        "3600".into(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let half = lines.len() / 2 + 7; // mid-turn
+    append(&log, &lines[..half]);
+    let c = Collector::start(&args);
+    c.wait_until(
+        |m| get(m, "retryscope_events_read_total{source=\"file\"}") >= half as f64
+            && get(m, "retryscope_checkpoint_writes_total") >= 2.0,
+        "half read and checkpointed",
+    );
+    c.kill9();
+    append(&log, &lines[half..]);
+    let c = Collector::start(&args);
+    let resumed = c.wait_until(|m| sum(m, "retryscope_turns_total{") >= 60.0, "resumed run");
+    std::thread::sleep(Duration::from_millis(500));
+    let resumed_final = c.scrape().unwrap();
+    assert!(c.terminate().success());
+    assert_eq!(turn_level(&resumed), turn_level(&reference));
+    assert_eq!(turn_level(&resumed_final), turn_level(&reference), "nothing counted twice later");
+    let ref_text = std::fs::read_to_string(&ref_findings).unwrap();
+    let text = std::fs::read_to_string(&findings).unwrap();
+    assert_eq!(text.lines().count(), ref_text.lines().count());
+    let mut a: Vec<&str> = text.lines().collect();
+    let mut b: Vec<&str> = ref_text.lines().collect();
+    a.sort();
+    b.sort();
+    assert_eq!(a, b, "same findings, each exactly once");
+}
+
+#[test]
+fn rename_rotation_and_truncation_while_writing_lose_and_duplicate_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("agent.log");
+    let lines = bookstore_turns(90);
+    let c = Collector::start(&[
+        &format!("{}/agent.log*", dir.path().display()),
+        "--findings-out",
+        "",
+        "--idle-timeout-secs",
+        "3600",
+    ]);
+    let chunk = lines.len() / 3;
+    append(&log, &lines[..chunk]);
+    c.wait_until(|m| get(m, "retryscope_events_read_total{source=\"file\"}") >= chunk as f64, "first third");
+    // Rename rotation: the writer goes on in a new file.
+    std::fs::rename(&log, dir.path().join("agent.log.1")).unwrap();
+    append(&log, &lines[chunk..2 * chunk]);
+    c.wait_until(|m| get(m, "retryscope_events_read_total{source=\"file\"}") >= (2 * chunk) as f64, "second third");
+    // copytruncate: copy aside (not matched by the glob) and truncate in place.
+    std::fs::copy(&log, dir.path().join("copy.old")).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&log).unwrap().set_len(0).unwrap();
+    append(&log, &lines[2 * chunk..]);
+    let m = c.wait_until(|m| sum(m, "retryscope_turns_total{") >= 90.0, "all turns");
+    assert_eq!(get(&m, "retryscope_events_read_total{source=\"file\"}"), lines.len() as f64);
+    assert_eq!(sum(&m, "retryscope_turns_total{"), 90.0);
+    assert_eq!(get(&m, "retryscope_file_rotations_total"), 1.0);
+    assert_eq!(get(&m, "retryscope_file_truncations_total"), 1.0);
+    assert_eq!(
+        get(&m, "retryscope_findings_total{kind=\"duplicate_effect\",severity=\"critical\",tool=\"issue_refund\"}"),
+        60.0
+    );
+    assert!(c.terminate().success());
+}
+
+#[test]
+fn malformed_huge_and_non_utf8_lines_are_counted_and_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("agent.jsonl");
+    let good = bookstore_turns(3);
+    let mut f = std::fs::File::create(&log).unwrap();
+    f.write_all(b"{broken json\n").unwrap();
+    f.write_all(b"{\"turn\":\"x\",\"type\":\"text\",\"text\":\"\xc3\x28\"}\n").unwrap();
+    f.write_all(&vec![b'x'; 3 << 20]).unwrap();
+    f.write_all(b"\n{\"turn\":\"x\",\"type\":\"quantum_event\"}\n").unwrap();
+    for l in &good {
+        f.write_all(l.as_bytes()).unwrap();
+        f.write_all(b"\n").unwrap();
+    }
+    drop(f);
+    let c = Collector::start(&[log.to_str().unwrap(), "--findings-out", ""]);
+    let m = c.wait_until(|m| sum(m, "retryscope_turns_total{") >= 3.0, "good turns");
+    assert_eq!(get(&m, "retryscope_bad_lines_total{reason=\"invalid_json\",source=\"file\"}"), 1.0);
+    assert_eq!(get(&m, "retryscope_bad_lines_total{reason=\"invalid_utf8\",source=\"file\"}"), 1.0);
+    assert_eq!(get(&m, "retryscope_bad_lines_total{reason=\"too_long\",source=\"file\"}"), 1.0);
+    assert_eq!(get(&m, "retryscope_unknown_events_total{source=\"file\"}"), 1.0);
+    assert!(c.terminate().success());
+}
+
+#[test]
+fn stdin_source_closes_turns_at_end_of_input() {
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_retryscope"))
+        .args(["run", "-", "--exit-on-eof", "--metrics-addr", &format!("127.0.0.1:{port}")])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let input = std::fs::read(example("naive.jsonl")).unwrap();
+    child.stdin.take().unwrap().write_all(&input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let findings: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("findings are JSON lines"))
+        .collect();
+    let mut kinds: Vec<&str> = findings.iter().map(|f| f["kind"].as_str().unwrap()).collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        ["abandoned_tool_executed", "duplicate_effect", "early_execution", "early_execution", "spliced_text"]
+    );
+}
+
+#[test]
+fn demo_produces_metrics_within_seconds() {
+    let c = Collector::start(&["--demo", "--findings-out", "", "--demo-turns-per-sec", "50", "--idle-timeout-secs", "1"]);
+    let m = c.wait_until(
+        |m| sum(m, "retryscope_turns_total{") >= 10.0 && sum(m, "retryscope_retries_total{") >= 1.0,
+        "demo turns and retries",
+    );
+    assert!(get(&m, "retryscope_events_read_total{source=\"demo\"}") > 0.0);
+    assert_eq!(sum(&m, "retryscope_bad_lines_total{"), 0.0);
+    assert!(c.terminate().success());
+}
