@@ -18,3 +18,4 @@ pub mod input;
 pub mod pipeline;
 pub mod report;
 pub mod rfc3339;
+pub mod sink;
