@@ -18,4 +18,5 @@ pub mod input;
 pub mod pipeline;
 pub mod report;
 pub mod rfc3339;
+pub mod server;
 pub mod sink;
