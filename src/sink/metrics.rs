@@ -1,0 +1,644 @@
+//! The Prometheus metrics sink: turn-level series moved by correlator [`Output`]s, collector
+//! health series moved by the `run` command, rendered in the text exposition format 0.0.4.
+//!
+//! Design:
+//! * **One source of truth.** All values live in plain maps behind one mutex (see `state`);
+//!   a custom [`prometheus::core::Collector`] hands them to a [`Registry`] at scrape time, and
+//!   [`Metrics::snapshot`] / [`Metrics::restore`] copy them out and back. A restored sink
+//!   renders byte-identical text, which is what lets a checkpoint carry the metrics across a
+//!   `kill -9`.
+//! * **Bounded labels.** Model, provider, tool and retry reason come from logs; each passes a
+//!   [`LabelGuard`] with a cap on distinct values (beyond it: `other`, counted in
+//!   `retryscope_label_overflow_total{label}`). Turn, attempt, call and file ids are never
+//!   labels.
+//! * **Every family from the first scrape.** Zero series are pre-registered for every label
+//!   value known up front (see [`Metrics::new`]).
+//! * **Model of an attempt.** Attempt-scoped series (`attempts_total`, `billed_*`,
+//!   `attempt_duration_seconds`) use the attempt's own model (a fallback may differ), else the
+//!   turn's; turn-scoped series use the turn's model.
+
+mod family;
+mod guard;
+mod snapshot;
+mod state;
+#[cfg(test)]
+mod tests;
+
+use std::sync::{Arc, Mutex};
+
+use prometheus::{Encoder, Registry, TextEncoder};
+
+use crate::correlate::{CorrelatorStats, Output};
+use crate::decode::BadLineReason;
+use crate::finding::{Finding, FindingKind};
+use crate::pipeline::InputCounters;
+use crate::report::{Outcome, TurnReport, TurnStatus, UsageSource};
+
+pub use family::{ATTEMPTS_BUCKETS, DURATION_BUCKETS, FAMILIES, Family, Kind};
+pub use guard::{Admitted, LabelGuard, MAX_LABEL_CHARS, OTHER, UNKNOWN, sanitize};
+pub use snapshot::{Float, HistogramSnapshot, MetricsSnapshot, SNAPSHOT_VERSION, ValueSnapshot};
+
+use family::F;
+use state::{Baselines, Hist, Series, StateCollector, Table, delta, lock};
+
+/// The retry reason label when the client gave none.
+pub const UNSPECIFIED: &str = "unspecified";
+
+/// The `token_type` label values of `retryscope_billed_tokens_total`.
+pub const TOKEN_TYPES: [&str; 5] = [
+    "input",
+    "cached_input",
+    "cache_write",
+    "output",
+    "reasoning",
+];
+
+/// Where input comes from (the `source` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Source {
+    /// Tailed files.
+    File,
+    /// Standard input.
+    Stdin,
+    /// The built-in demo generator.
+    Demo,
+}
+
+impl Source {
+    /// Every source, for pre-registering series.
+    pub const ALL: [Source; 3] = [Source::File, Source::Stdin, Source::Demo];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::File => "file",
+            Source::Stdin => "stdin",
+            Source::Demo => "demo",
+        }
+    }
+}
+
+/// Label caps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// Distinct `model` values before `other`.
+    pub max_models: usize,
+    /// Distinct `provider` values before `other`.
+    pub max_providers: usize,
+    /// Distinct `tool` values before `other`.
+    pub max_tools: usize,
+    /// Distinct retry `reason` values before `other`.
+    pub max_reasons: usize,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            max_models: 50,
+            max_providers: 20,
+            max_tools: 100,
+            max_reasons: 30,
+        }
+    }
+}
+
+/// Errors of the metrics sink.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// The prometheus registry refused a family (a bug in the family table).
+    #[error("prometheus registry: {0}")]
+    Prometheus(#[from] prometheus::Error),
+    /// A snapshot does not fit this version's families.
+    #[error("metrics snapshot: {0}")]
+    Snapshot(String),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum G {
+    Model,
+    Provider,
+    Tool,
+    Reason,
+}
+
+#[derive(Debug)]
+struct Inner {
+    table: Table,
+    guards: [LabelGuard; 4],
+    base: Baselines,
+}
+
+impl Inner {
+    fn new(cfg: &MetricsConfig) -> Self {
+        let mut inner = Inner {
+            table: Table::new(),
+            guards: [
+                LabelGuard::new("model", cfg.max_models, UNKNOWN),
+                LabelGuard::new("provider", cfg.max_providers, UNKNOWN),
+                LabelGuard::new("tool", cfg.max_tools, UNKNOWN),
+                LabelGuard::new("reason", cfg.max_reasons, UNSPECIFIED),
+            ],
+            base: Baselines::default(),
+        };
+        inner.preregister();
+        inner
+    }
+
+    /// Zero series for every label value known up front.
+    fn preregister(&mut self) {
+        let t = &mut self.table;
+        let (m, p) = (UNKNOWN, UNKNOWN);
+        for s in TurnStatus::ALL {
+            t.touch(F::Turns as usize, &[m, p, s.as_str()]);
+        }
+        t.touch(F::Retries as usize, &[m, p, UNSPECIFIED]);
+        t.touch(F::AttemptsPerTurn as usize, &[m, p]);
+        t.touch(F::TurnDuration as usize, &[m, p]);
+        for o in Outcome::ALL {
+            let o = o.as_str();
+            t.touch(F::Attempts as usize, &[m, p, o]);
+            t.touch(F::AttemptDuration as usize, &[m, p, o]);
+            t.touch(F::BilledCost as usize, &[m, p, o]);
+            t.touch(F::ToolExecutions as usize, &[UNKNOWN, o]);
+            for tt in TOKEN_TYPES {
+                for us in UsageSource::ALL {
+                    t.touch(F::BilledTokens as usize, &[m, p, tt, o, us.as_str()]);
+                }
+            }
+        }
+        for k in FindingKind::ALL {
+            t.touch(
+                F::Findings as usize,
+                &[k.as_str(), k.severity().as_str(), ""],
+            );
+        }
+        for s in Source::ALL {
+            let s = s.as_str();
+            t.touch(F::EventsRead as usize, &[s]);
+            t.touch(F::EventsDecoded as usize, &[s]);
+            t.touch(F::UnknownEvents as usize, &[s]);
+            t.touch(F::SourceLag as usize, &[s]);
+            for r in BadLineReason::ALL {
+                t.touch(F::BadLines as usize, &[s, r.as_str()]);
+            }
+        }
+        for f in [
+            F::OpenTurns,
+            F::EvictedTurns,
+            F::LateEvents,
+            F::FilesWatched,
+            F::FileRotations,
+            F::FileTruncations,
+            F::CheckpointWrites,
+            F::CheckpointFailures,
+            F::OtlpExported,
+            F::OtlpDropped,
+            F::OtlpFailures,
+        ] {
+            t.touch(f as usize, &[]);
+        }
+        for g in &self.guards {
+            t.touch(F::LabelOverflow as usize, &[g.name()]);
+        }
+        t.set(F::BuildInfo as usize, &[env!("CARGO_PKG_VERSION")], 1.0);
+    }
+
+    /// The bounded label value for `raw`, counting an overflow.
+    fn label(&mut self, g: G, raw: Option<&str>) -> String {
+        let guard = &mut self.guards[g as usize];
+        match guard.admit(raw) {
+            Admitted::Value(v) => v,
+            Admitted::Overflow => {
+                let name = guard.name();
+                self.table.add(F::LabelOverflow as usize, &[name], 1.0);
+                OTHER.to_owned()
+            }
+        }
+    }
+
+    /// Zero series for a model/provider pair's status and outcome breakdowns of turns,
+    /// attempts and cost, so that a `rate()` over one status (say, wasted spend of failed
+    /// attempts) exists before the first turn with that status.
+    fn touch_pair(&mut self, m: &str, p: &str) {
+        for s in TurnStatus::ALL {
+            self.table.touch(F::Turns as usize, &[m, p, s.as_str()]);
+        }
+        for o in Outcome::ALL {
+            self.table.touch(F::Attempts as usize, &[m, p, o.as_str()]);
+            self.table
+                .touch(F::BilledCost as usize, &[m, p, o.as_str()]);
+        }
+    }
+
+    fn add(&mut self, f: F, labels: &[&str], v: f64) {
+        self.table.add(f as usize, labels, v);
+    }
+
+    fn retry(&mut self, model: Option<&str>, provider: Option<&str>, reason: Option<&str>) {
+        let m = self.label(G::Model, model);
+        let p = self.label(G::Provider, provider);
+        let r = self.label(G::Reason, reason);
+        self.touch_pair(&m, &p);
+        self.add(F::Retries, &[&m, &p, &r], 1.0);
+    }
+
+    fn finding(&mut self, f: &Finding) {
+        let tool = match f.tool.as_deref() {
+            None => String::new(),
+            Some(t) => self.label(G::Tool, Some(t)),
+        };
+        self.add(
+            F::Findings,
+            &[f.kind.as_str(), f.kind.severity().as_str(), &tool],
+            1.0,
+        );
+    }
+
+    fn turn_closed(&mut self, r: &TurnReport) {
+        let m = self.label(G::Model, r.model.as_deref());
+        let p = self.label(G::Provider, r.provider.as_deref());
+        self.touch_pair(&m, &p);
+        self.add(F::Turns, &[&m, &p, r.status.as_str()], 1.0);
+        self.table.observe(
+            F::AttemptsPerTurn as usize,
+            &[&m, &p],
+            r.attempts.len() as f64,
+        );
+        if let Some(secs) = seconds(r.started_ms, r.ended_ms) {
+            self.table
+                .observe(F::TurnDuration as usize, &[&m, &p], secs);
+        }
+        for a in &r.attempts {
+            let am = match a.model.as_deref() {
+                Some(own) if own.trim() != r.model.as_deref().unwrap_or("").trim() => {
+                    self.label(G::Model, Some(own))
+                }
+                _ => m.clone(),
+            };
+            if am != m {
+                self.touch_pair(&am, &p);
+            }
+            let o = a.outcome.as_str();
+            self.add(F::Attempts, &[&am, &p, o], 1.0);
+            let u = &a.usage.tokens;
+            let input = u
+                .input_tokens
+                .saturating_sub(u.cached_input_tokens)
+                .saturating_sub(u.cache_write_tokens);
+            let counts = [
+                input,
+                u.cached_input_tokens,
+                u.cache_write_tokens,
+                u.output_tokens,
+                u.reasoning_tokens,
+            ];
+            let us = a.usage.source.as_str();
+            for (tt, n) in TOKEN_TYPES.iter().zip(counts) {
+                self.add(F::BilledTokens, &[&am, &p, tt, o, us], n as f64);
+            }
+            if let Some(cost) = a.cost_usd
+                && cost.is_finite()
+                && cost >= 0.0
+            {
+                self.add(F::BilledCost, &[&am, &p, o], cost);
+            }
+            if let Some(secs) = seconds(a.started_ms, a.ended_ms) {
+                self.table
+                    .observe(F::AttemptDuration as usize, &[&am, &p, o], secs);
+            }
+            for e in &a.executed {
+                let tool = self.label(G::Tool, Some(&e.name));
+                self.add(F::ToolExecutions, &[&tool, o], 1.0);
+            }
+        }
+    }
+}
+
+/// Seconds between two event times; `None` when either is missing or time went backwards.
+fn seconds(start_ms: Option<i64>, end_ms: Option<i64>) -> Option<f64> {
+    let d = end_ms?.checked_sub(start_ms?)?;
+    (d >= 0).then(|| d as f64 / 1000.0)
+}
+
+/// The metrics sink. Cheap to share: wrap it in an `Arc`; every method takes `&self`.
+#[derive(Debug)]
+pub struct Metrics {
+    cfg: MetricsConfig,
+    registry: Registry,
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl Metrics {
+    /// A sink with every family registered and zero series pre-registered for: model and
+    /// provider `unknown` with every status, outcome, token type, usage source and reason
+    /// `unspecified`; tool `unknown` with every attempt outcome; every finding kind with its
+    /// fixed severity and `tool=""`; every source (and bad-line reason per source); every
+    /// guarded label's overflow counter; the unlabelled health series; and `build_info`.
+    pub fn new(cfg: MetricsConfig) -> Result<Self, MetricsError> {
+        let inner = Arc::new(Mutex::new(Inner::new(&cfg)));
+        let registry = Registry::new();
+        registry.register(Box::new(StateCollector::new(
+            inner.clone(),
+            |i: &Inner| &i.table,
+        )?))?;
+        Ok(Metrics {
+            cfg,
+            registry,
+            inner,
+        })
+    }
+
+    /// The registry the families are registered in (to add more collectors, e.g. process
+    /// metrics).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Move the turn-level series for one correlator output: a retry and a finding move their
+    /// counters at once; a closed turn moves turns, attempts, tokens, cost, tool executions
+    /// and the histograms.
+    pub fn observe(&self, out: &Output) {
+        let mut inner = lock(&self.inner);
+        match out {
+            Output::Retry { labels, reason } => inner.retry(
+                labels.model.as_deref(),
+                labels.provider.as_deref(),
+                reason.as_deref(),
+            ),
+            Output::Finding(f) => inner.finding(f),
+            Output::TurnClosed(r) => inner.turn_closed(r),
+        }
+    }
+
+    /// Add to `retryscope_events_read_total{source}`.
+    pub fn add_events_read(&self, source: Source, n: u64) {
+        lock(&self.inner).add(F::EventsRead, &[source.as_str()], n as f64);
+    }
+
+    /// Add to `retryscope_events_decoded_total{source}`.
+    pub fn add_events_decoded(&self, source: Source, n: u64) {
+        lock(&self.inner).add(F::EventsDecoded, &[source.as_str()], n as f64);
+    }
+
+    /// Add to `retryscope_bad_lines_total{source,reason}`.
+    pub fn add_bad_lines(&self, source: Source, reason: BadLineReason, n: u64) {
+        lock(&self.inner).add(F::BadLines, &[source.as_str(), reason.as_str()], n as f64);
+    }
+
+    /// Add to `retryscope_unknown_events_total{source}`.
+    pub fn add_unknown_events(&self, source: Source, n: u64) {
+        lock(&self.inner).add(F::UnknownEvents, &[source.as_str()], n as f64);
+    }
+
+    /// Move the input series of `source` by the growth of the pipeline's cumulative
+    /// [`InputCounters`] since the last call for that source: lines → `events_read`, events →
+    /// `events_decoded`, bad lines by reason, unknown types → `unknown_events`. Use either
+    /// this or the `add_*` methods for a source, not both. The baselines are part of the
+    /// snapshot, so checkpoint the metrics together with the pipeline's counters.
+    pub fn set_input_counters(&self, source: Source, c: &InputCounters) {
+        let mut inner = lock(&self.inner);
+        let inner = &mut *inner;
+        let s = source.as_str();
+        let base = inner.base.input.entry(s.to_owned()).or_default();
+        let mut moves: Vec<(F, Option<&'static str>, u64)> = Vec::new();
+        let mut step = |key: &str, now: u64| delta(base.entry(key.to_owned()).or_insert(0), now);
+        moves.push((F::EventsRead, None, step("lines", c.lines)));
+        moves.push((F::EventsDecoded, None, step("events", c.events)));
+        moves.push((
+            F::UnknownEvents,
+            None,
+            step("unknown_types", c.skips.unknown_types),
+        ));
+        for r in BadLineReason::ALL {
+            let now = c.bad_lines.get(r.as_str()).copied().unwrap_or(0);
+            moves.push((F::BadLines, Some(r.as_str()), step(r.as_str(), now)));
+        }
+        for (f, reason, d) in moves {
+            if d == 0 {
+                continue;
+            }
+            match reason {
+                Some(r) => inner.add(f, &[s, r], d as f64),
+                None => inner.add(f, &[s], d as f64),
+            }
+        }
+    }
+
+    /// Set `retryscope_open_turns` and move `retryscope_evicted_turns_total` and
+    /// `retryscope_late_events_total` by the growth of the correlator's cumulative stats since
+    /// the last call. Call it on every tick (and after each batch of events).
+    pub fn set_correlator_stats(&self, stats: &CorrelatorStats, open_turns: usize) {
+        let mut inner = lock(&self.inner);
+        let inner = &mut *inner;
+        let late = delta(&mut inner.base.late_events, stats.late_events);
+        let evicted = delta(&mut inner.base.evicted_turns, stats.evicted_turns);
+        inner.add(F::LateEvents, &[], late as f64);
+        inner.add(F::EvictedTurns, &[], evicted as f64);
+        inner
+            .table
+            .set(F::OpenTurns as usize, &[], open_turns as f64);
+    }
+
+    /// Set `retryscope_files_watched`.
+    pub fn set_files_watched(&self, n: u64) {
+        lock(&self.inner)
+            .table
+            .set(F::FilesWatched as usize, &[], n as f64);
+    }
+
+    /// Count one file rotation.
+    pub fn inc_file_rotations(&self) {
+        lock(&self.inner).add(F::FileRotations, &[], 1.0);
+    }
+
+    /// Count one file truncation.
+    pub fn inc_file_truncations(&self) {
+        lock(&self.inner).add(F::FileTruncations, &[], 1.0);
+    }
+
+    /// Set `retryscope_source_lag_bytes{source}`.
+    pub fn set_source_lag_bytes(&self, source: Source, bytes: u64) {
+        lock(&self.inner)
+            .table
+            .set(F::SourceLag as usize, &[source.as_str()], bytes as f64);
+    }
+
+    /// Count one successful checkpoint write.
+    pub fn inc_checkpoint_writes(&self) {
+        lock(&self.inner).add(F::CheckpointWrites, &[], 1.0);
+    }
+
+    /// Count one failed checkpoint write.
+    pub fn inc_checkpoint_failures(&self) {
+        lock(&self.inner).add(F::CheckpointFailures, &[], 1.0);
+    }
+
+    /// Move the OTLP counters by the growth of the exporter's absolute counters since the
+    /// last call. These baselines are process-local (not in the snapshot): after a restart
+    /// the exporter's atomics begin at zero again, and so does the baseline.
+    pub fn set_otlp(&self, exported: u64, dropped: u64, failures: u64) {
+        let mut inner = lock(&self.inner);
+        let inner = &mut *inner;
+        let d = [
+            delta(&mut inner.base.otlp[0], exported),
+            delta(&mut inner.base.otlp[1], dropped),
+            delta(&mut inner.base.otlp[2], failures),
+        ];
+        inner.add(F::OtlpExported, &[], d[0] as f64);
+        inner.add(F::OtlpDropped, &[], d[1] as f64);
+        inner.add(F::OtlpFailures, &[], d[2] as f64);
+    }
+
+    /// The current value of a counter or gauge series (`labels` in the family's label
+    /// order); `None` for an unknown family, a histogram or a series that does not exist.
+    pub fn value(&self, name: &str, labels: &[&str]) -> Option<f64> {
+        let fam = family::by_name(name)?;
+        if labels.len() != FAMILIES[fam].labels.len() {
+            return None;
+        }
+        lock(&self.inner).table.value(fam, labels)
+    }
+
+    /// The `(count, sum)` of a histogram series.
+    pub fn histogram(&self, name: &str, labels: &[&str]) -> Option<(u64, f64)> {
+        let fam = family::by_name(name)?;
+        if labels.len() != FAMILIES[fam].labels.len() {
+            return None;
+        }
+        lock(&self.inner)
+            .table
+            .hist(fam, labels)
+            .map(|h| (h.count, h.sum))
+    }
+
+    /// The exposition: content type (`text/plain; version=0.0.4`) and body.
+    pub fn render(&self) -> (&'static str, Vec<u8>) {
+        let encoder = TextEncoder::new();
+        let mut body = Vec::new();
+        if let Err(e) = encoder.encode(&self.registry.gather(), &mut body) {
+            tracing::error!(error = %e, "encoding metrics failed");
+        }
+        (prometheus::TEXT_FORMAT, body)
+    }
+
+    /// Everything needed to restore this exact state (see [`MetricsSnapshot`]).
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        let inner = lock(&self.inner);
+        let mut values = Vec::new();
+        let mut histograms = Vec::new();
+        for (fam, series) in FAMILIES.iter().zip(&inner.table.families) {
+            for (labels, s) in series {
+                match s {
+                    Series::Value(v) => values.push(ValueSnapshot {
+                        name: fam.name.to_owned(),
+                        labels: labels.clone(),
+                        value: Float(*v),
+                    }),
+                    Series::Hist(h) => histograms.push(HistogramSnapshot {
+                        name: fam.name.to_owned(),
+                        labels: labels.clone(),
+                        buckets: h.counts.clone(),
+                        sum: Float(h.sum),
+                        count: h.count,
+                    }),
+                }
+            }
+        }
+        MetricsSnapshot {
+            version: SNAPSHOT_VERSION,
+            values,
+            histograms,
+            guards: inner
+                .guards
+                .iter()
+                .map(|g| {
+                    (
+                        g.name().to_owned(),
+                        g.admitted().map(str::to_owned).collect(),
+                    )
+                })
+                .collect(),
+            last_late_events: inner.base.late_events,
+            last_evicted_turns: inner.base.evicted_turns,
+            last_input: inner.base.input.clone(),
+        }
+    }
+
+    /// Replace the whole state with a snapshot's (series, admitted label values, baselines).
+    /// Series the snapshot lacks but this version pre-registers are present at zero. On error
+    /// the state is unchanged.
+    pub fn restore(&self, snap: &MetricsSnapshot) -> Result<(), MetricsError> {
+        if snap.version != SNAPSHOT_VERSION {
+            return Err(MetricsError::Snapshot(format!(
+                "version {} (expected {SNAPSHOT_VERSION})",
+                snap.version
+            )));
+        }
+        let mut fresh = Inner::new(&self.cfg);
+        let find = |name: &str, labels: &[String]| -> Result<usize, MetricsError> {
+            let fam = family::by_name(name)
+                .ok_or_else(|| MetricsError::Snapshot(format!("unknown family `{name}`")))?;
+            if labels.len() != FAMILIES[fam].labels.len() {
+                return Err(MetricsError::Snapshot(format!(
+                    "`{name}` has {} labels, the snapshot gives {}",
+                    FAMILIES[fam].labels.len(),
+                    labels.len()
+                )));
+            }
+            Ok(fam)
+        };
+        for v in &snap.values {
+            let fam = find(&v.name, &v.labels)?;
+            if matches!(FAMILIES[fam].kind, Kind::Histogram(_)) {
+                return Err(MetricsError::Snapshot(format!(
+                    "`{}` is a histogram",
+                    v.name
+                )));
+            }
+            fresh.table.families[fam].insert(v.labels.clone(), Series::Value(v.value.0));
+        }
+        for h in &snap.histograms {
+            let fam = find(&h.name, &h.labels)?;
+            let Kind::Histogram(bounds) = FAMILIES[fam].kind else {
+                return Err(MetricsError::Snapshot(format!(
+                    "`{}` is not a histogram",
+                    h.name
+                )));
+            };
+            if h.buckets.len() != bounds.len() {
+                return Err(MetricsError::Snapshot(format!(
+                    "`{}` has {} buckets, the snapshot gives {}",
+                    h.name,
+                    bounds.len(),
+                    h.buckets.len()
+                )));
+            }
+            fresh.table.families[fam].insert(
+                h.labels.clone(),
+                Series::Hist(Hist {
+                    counts: h.buckets.clone(),
+                    sum: h.sum.0,
+                    count: h.count,
+                }),
+            );
+        }
+        for g in &mut fresh.guards {
+            if let Some(values) = snap.guards.get(g.name()) {
+                g.restore(values.iter().cloned());
+            }
+        }
+        fresh.base.late_events = snap.last_late_events;
+        fresh.base.evicted_turns = snap.last_evicted_turns;
+        fresh.base.input = snap.last_input.clone();
+        // Keep the process-local OTLP baseline: the exporter did not restart with the snapshot.
+        let mut inner = lock(&self.inner);
+        fresh.base.otlp = inner.base.otlp;
+        *inner = fresh;
+        Ok(())
+    }
+}
+
+const _: fn() = || {
+    fn is<T: Send + Sync>() {}
+    is::<Metrics>();
+};

@@ -1,0 +1,117 @@
+//! The metric families: names, help, types, label names and buckets, in one table.
+//!
+//! Names and label sets are a public contract (dashboards and alert rules depend on them).
+
+/// Buckets of `retryscope_attempts_per_turn`.
+pub const ATTEMPTS_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0];
+
+/// Buckets of the duration histograms, in seconds.
+pub const DURATION_BUCKETS: &[f64] = &[
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
+
+/// The type of a family.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Kind {
+    /// A monotonic counter.
+    Counter,
+    /// A gauge.
+    Gauge,
+    /// A histogram with these upper bounds (`+Inf` implied).
+    Histogram(&'static [f64]),
+}
+
+/// One metric family.
+#[derive(Debug, Clone, Copy)]
+pub struct Family {
+    /// Full name, `retryscope_` prefix included.
+    pub name: &'static str,
+    /// HELP text.
+    pub help: &'static str,
+    /// Type.
+    pub kind: Kind,
+    /// Label names, in exposition order.
+    pub labels: &'static [&'static str],
+}
+
+macro_rules! families {
+    ($($id:ident => $name:literal, $kind:expr, [$($label:literal),*], $help:literal;)*) => {
+        /// Index of a family in [`FAMILIES`].
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[allow(missing_docs)]
+        pub enum F { $($id),* }
+
+        /// Every family, indexed by [`F`].
+        pub const FAMILIES: &[Family] = &[
+            $(Family { name: $name, help: $help, kind: $kind, labels: &[$($label),*] }),*
+        ];
+    };
+}
+
+use Kind::{Counter, Gauge, Histogram};
+
+families! {
+    Turns => "retryscope_turns_total", Counter, ["model", "provider", "status"],
+        "Turns closed, by final status.";
+    Attempts => "retryscope_attempts_total", Counter, ["model", "provider", "outcome"],
+        "Attempts of closed turns, by outcome (model is the attempt's, else the turn's).";
+    Retries => "retryscope_retries_total", Counter, ["model", "provider", "reason"],
+        "Retries, counted when the retry is seen.";
+    AttemptsPerTurn => "retryscope_attempts_per_turn", Histogram(ATTEMPTS_BUCKETS), ["model", "provider"],
+        "Attempts per closed turn.";
+    BilledTokens => "retryscope_billed_tokens_total", Counter,
+        ["model", "provider", "token_type", "attempt_outcome", "usage_source"],
+        "Billed tokens of closed turns' attempts. input excludes cached_input and cache_write; output includes reasoning.";
+    BilledCost => "retryscope_billed_cost_usd_total", Counter, ["model", "provider", "attempt_outcome"],
+        "Billed USD of closed turns' priced attempts.";
+    ToolExecutions => "retryscope_tool_executions_total", Counter, ["tool", "attempt_outcome"],
+        "Tool executions of closed turns, by the outcome of the attempt that called the tool.";
+    Findings => "retryscope_findings_total", Counter, ["kind", "severity", "tool"],
+        "Findings, counted when they become known.";
+    TurnDuration => "retryscope_turn_duration_seconds", Histogram(DURATION_BUCKETS), ["model", "provider"],
+        "Duration of closed turns (first to last event time).";
+    AttemptDuration => "retryscope_attempt_duration_seconds", Histogram(DURATION_BUCKETS),
+        ["model", "provider", "outcome"],
+        "Duration of attempts of closed turns (first to last event time).";
+    EventsRead => "retryscope_events_read_total", Counter, ["source"],
+        "Lines (records) read from sources.";
+    EventsDecoded => "retryscope_events_decoded_total", Counter, ["source"],
+        "Events decoded and correlated.";
+    BadLines => "retryscope_bad_lines_total", Counter, ["source", "reason"],
+        "Lines that could not be decoded, by reason.";
+    UnknownEvents => "retryscope_unknown_events_total", Counter, ["source"],
+        "Events of a type this version does not know (skipped).";
+    OpenTurns => "retryscope_open_turns", Gauge, [],
+        "Turns currently open in the correlator.";
+    EvictedTurns => "retryscope_evicted_turns_total", Counter, [],
+        "Turns evicted to bound memory.";
+    LateEvents => "retryscope_late_events_total", Counter, [],
+        "Events that arrived out of order.";
+    FilesWatched => "retryscope_files_watched", Gauge, [],
+        "Files currently tailed.";
+    FileRotations => "retryscope_file_rotations_total", Counter, [],
+        "Tailed files that were rotated.";
+    FileTruncations => "retryscope_file_truncations_total", Counter, [],
+        "Tailed files that were truncated.";
+    SourceLag => "retryscope_source_lag_bytes", Gauge, ["source"],
+        "Bytes written to a source but not yet read.";
+    CheckpointWrites => "retryscope_checkpoint_writes_total", Counter, [],
+        "Checkpoints written successfully.";
+    CheckpointFailures => "retryscope_checkpoint_failures_total", Counter, [],
+        "Checkpoint writes that failed.";
+    OtlpExported => "retryscope_otlp_spans_exported_total", Counter, [],
+        "Spans exported over OTLP.";
+    OtlpDropped => "retryscope_otlp_spans_dropped_total", Counter, [],
+        "Spans dropped before export.";
+    OtlpFailures => "retryscope_otlp_export_failures_total", Counter, [],
+        "Failed OTLP export calls.";
+    LabelOverflow => "retryscope_label_overflow_total", Counter, ["label"],
+        "Label values replaced by \"other\" because the label reached its cap.";
+    BuildInfo => "retryscope_build_info", Gauge, ["version"],
+        "Always 1; the version label is the collector's version.";
+}
+
+/// The family with this name.
+pub fn by_name(name: &str) -> Option<usize> {
+    FAMILIES.iter().position(|f| f.name == name)
+}
