@@ -15,3 +15,4 @@ pub mod event;
 pub mod finding;
 pub mod report;
 pub mod rfc3339;
+pub mod sink;
