@@ -209,13 +209,24 @@ async fn handle_http(
 }
 
 async fn serve_http(seen: Seen) -> SocketAddr {
+    serve_http_slow(seen, Duration::ZERO).await
+}
+
+/// The HTTP receiver, answering each request only after `delay`.
+async fn serve_http_slow(seen: Seen, delay: Duration) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             let seen = seen.clone();
             tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |req| handle_http(seen.clone(), req));
+                let svc = hyper::service::service_fn(move |req| {
+                    let seen = seen.clone();
+                    async move {
+                        tokio::time::sleep(delay).await;
+                        handle_http(seen, req).await
+                    }
+                });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), svc)
                     .await;
@@ -728,4 +739,62 @@ async fn content_is_exported_when_opted_in() {
         "both attempts carry their text prefix: {texts:?}"
     );
     assert!(texts.contains(&"Checking order ORD-7781. Refunding the dam".to_owned()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_respect_max_batch_and_shutdown_flushes_them_all() {
+    let seen = Seen::default();
+    let addr = serve_grpc(seen.clone()).await;
+    let mut cfg = config(Protocol::Grpc, addr);
+    cfg.max_batch = 3;
+    let sink = TraceSink::start(cfg).unwrap();
+    let stats = sink.stats();
+    for r in &bookstore() {
+        sink.submit(r);
+    }
+    sink.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(load(&stats), (19, 19, 0, 0));
+    let sizes: Vec<usize> = seen
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|req| {
+            req.resource_spans
+                .iter()
+                .flat_map(|rs| &rs.scope_spans)
+                .map(|ss| ss.spans.len())
+                .sum()
+        })
+        .collect();
+    assert!(sizes.iter().all(|&n| (1..=3).contains(&n)), "{sizes:?}");
+    assert_eq!(sizes.iter().sum::<usize>(), 19);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_backend_gets_what_fits_and_the_rest_is_dropped_not_queued() {
+    let seen = Seen::default();
+    let addr = serve_http_slow(seen.clone(), Duration::from_millis(100)).await;
+    let mut cfg = config(Protocol::HttpProtobuf, addr);
+    cfg.queue_capacity = 8;
+    cfg.max_batch = 10;
+    let sink = TraceSink::start(cfg).unwrap();
+    let stats = sink.stats();
+    let r = report(NAIVE, "naive");
+    let t = Instant::now();
+    for _ in 0..1_000 {
+        sink.submit(&r);
+    }
+    assert!(t.elapsed() < Duration::from_secs(3));
+    sink.shutdown(Duration::from_secs(5)).await;
+    let (submitted, exported, dropped, failures) = load(&stats);
+    assert_eq!(submitted, 5_000);
+    assert_eq!(failures, 0);
+    // The queue held at most 8 turns (plus the batch in flight); the rest was dropped.
+    assert!(
+        exported > 0 && exported <= 10 * 5 + 10,
+        "exported {exported}"
+    );
+    assert_eq!(exported + dropped, submitted);
+    assert_eq!(seen.spans().len() as u64, exported);
 }
