@@ -3,8 +3,10 @@
 //! Each sink consumes [`crate::correlate::Output`]s (live retries and findings, and closed-turn
 //! reports) plus the collector's own health counters, and turns them into something an
 //! operator can read: [`metrics`] keeps Prometheus series with bounded labels and a
-//! checkpointable state; [`findings`] writes findings as JSON lines; [`traces`] exports turns
-//! as OTLP traces.
+//! checkpointable state; [`findings`] writes findings as JSON lines; [`traces`] exports every
+//! closed turn as an OTLP trace (a root span per turn, a client span per attempt, a span per
+//! tool execution, findings as span events).
 
 pub mod findings;
 pub mod metrics;
+pub mod traces;

@@ -1,0 +1,741 @@
+//! Export configuration, the OTLP exporter and the batching worker behind [`TraceSink`].
+//!
+//! ```text
+//! submit(&report) ──try_send──▶ bounded queue (turns) ──▶ worker task ──export(batch)──▶ OTLP
+//!        │ full: drop + count                               │ error: count, warn ≤ 1/10 s
+//! ```
+//!
+//! The exporter (opentelemetry-otlp) retries retryable errors itself within its timeout, so
+//! one export call never takes much longer than [`TraceExportConfig::timeout`]. While it
+//! runs, the queue absorbs up to `queue_capacity` turns; beyond that turns are dropped, so a
+//! slow or dead backend costs bounded memory and never blocks ingestion.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::{SpanData, SpanExporter as _};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::TraceError;
+use super::spans::{SpanOptions, span_count, turn_spans};
+use crate::report::TurnReport;
+
+/// `OTEL_EXPORTER_OTLP_ENDPOINT`: base URL for every signal.
+pub const ENV_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+/// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`: full URL for traces, used as given.
+pub const ENV_TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
+/// `OTEL_EXPORTER_OTLP_HEADERS`: `k=v,k2=v2`, URL-encoded.
+pub const ENV_HEADERS: &str = "OTEL_EXPORTER_OTLP_HEADERS";
+/// `OTEL_EXPORTER_OTLP_TRACES_HEADERS`: as above, for traces only (wins).
+pub const ENV_TRACES_HEADERS: &str = "OTEL_EXPORTER_OTLP_TRACES_HEADERS";
+/// `OTEL_EXPORTER_OTLP_PROTOCOL`: `grpc` or `http/protobuf`.
+pub const ENV_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
+/// `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`: as above, for traces only (wins).
+pub const ENV_TRACES_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL";
+/// `OTEL_EXPORTER_OTLP_TIMEOUT`: milliseconds.
+pub const ENV_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TIMEOUT";
+/// `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`: milliseconds, for traces only (wins).
+pub const ENV_TRACES_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT";
+
+/// The OTLP transport.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Protocol {
+    /// OTLP/gRPC (tonic), usually port 4317.
+    Grpc,
+    /// OTLP/HTTP with protobuf bodies, usually port 4318. The OTel default.
+    #[default]
+    HttpProtobuf,
+}
+
+impl Protocol {
+    /// Parse the `OTEL_EXPORTER_OTLP_PROTOCOL` spelling.
+    pub fn parse(s: &str) -> Option<Protocol> {
+        match s.trim() {
+            "grpc" => Some(Protocol::Grpc),
+            "http/protobuf" => Some(Protocol::HttpProtobuf),
+            _ => None,
+        }
+    }
+}
+
+/// Where and how to export turn traces. Export is off unless `endpoint` is set.
+///
+/// Build it with [`TraceExportConfig::from_env`] (or [`Default`]) and then assign explicit
+/// values (flags, config file) to its fields: they override the environment.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TraceExportConfig {
+    /// OTLP endpoint. For HTTP, `/v1/traces` is appended unless it already ends with it
+    /// (or it came from `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, which is used as given).
+    pub endpoint: Option<String>,
+    /// Transport.
+    pub protocol: Protocol,
+    /// Extra request headers (gRPC metadata), e.g. authentication.
+    pub headers: Vec<(String, String)>,
+    /// Deadline of one export, retries included.
+    pub timeout: Duration,
+    /// Turns waiting for export beyond which new turns are dropped.
+    pub queue_capacity: usize,
+    /// Spans per export request.
+    pub max_batch: usize,
+    /// Resource `service.name` of the exported spans.
+    pub service_name: String,
+    /// Export attempt text (see [`SpanOptions::capture_content`]).
+    pub capture_content: bool,
+    /// The value of `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` seen by `from_env`: an endpoint
+    /// equal to it is a full URL and used as given.
+    env_traces_endpoint: Option<String>,
+}
+
+impl fmt::Debug for TraceExportConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Header values are usually credentials: show only their names.
+        let header_names: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("TraceExportConfig")
+            .field("endpoint", &self.endpoint)
+            .field("protocol", &self.protocol)
+            .field("headers", &header_names)
+            .field("timeout", &self.timeout)
+            .field("queue_capacity", &self.queue_capacity)
+            .field("max_batch", &self.max_batch)
+            .field("service_name", &self.service_name)
+            .field("capture_content", &self.capture_content)
+            .finish()
+    }
+}
+
+impl Default for TraceExportConfig {
+    fn default() -> Self {
+        TraceExportConfig {
+            endpoint: None,
+            protocol: Protocol::default(),
+            headers: Vec::new(),
+            timeout: Duration::from_secs(10),
+            queue_capacity: 2048,
+            max_batch: 512,
+            service_name: "retryscope".to_owned(),
+            capture_content: false,
+            env_traces_endpoint: None,
+        }
+    }
+}
+
+impl TraceExportConfig {
+    /// Defaults overridden by the standard `OTEL_EXPORTER_OTLP_*` variables (the
+    /// `..._TRACES_...` variants win over the generic ones).
+    pub fn from_env() -> Result<Self, TraceError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// [`TraceExportConfig::from_env`] with variables read through `lookup`.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, TraceError> {
+        let get = |specific: &'static str, generic: &'static str| {
+            let non_empty = |k: &'static str| {
+                lookup(k)
+                    .filter(|v| !v.trim().is_empty())
+                    .map(|v| (k, v.trim().to_owned()))
+            };
+            non_empty(specific).or_else(|| non_empty(generic))
+        };
+        let mut cfg = TraceExportConfig::default();
+        if let Some((var, endpoint)) = get(ENV_TRACES_ENDPOINT, ENV_ENDPOINT) {
+            if var == ENV_TRACES_ENDPOINT {
+                cfg.env_traces_endpoint = Some(endpoint.clone());
+            }
+            cfg.endpoint = Some(endpoint);
+        }
+        if let Some((var, value)) = get(ENV_TRACES_PROTOCOL, ENV_PROTOCOL) {
+            cfg.protocol = Protocol::parse(&value).ok_or_else(|| TraceError::Env {
+                var,
+                message: format!("`{value}` (expected grpc or http/protobuf)"),
+            })?;
+        }
+        if let Some((var, value)) = get(ENV_TRACES_HEADERS, ENV_HEADERS) {
+            cfg.headers =
+                parse_headers(&value).map_err(|message| TraceError::Env { var, message })?;
+        }
+        if let Some((var, value)) = get(ENV_TRACES_TIMEOUT, ENV_TIMEOUT) {
+            let ms: u64 = value.parse().map_err(|_| TraceError::Env {
+                var,
+                message: format!("`{value}` is not a number of milliseconds"),
+            })?;
+            cfg.timeout = Duration::from_millis(ms);
+        }
+        Ok(cfg)
+    }
+
+    /// Whether an endpoint is configured (export is on).
+    pub fn is_enabled(&self) -> bool {
+        self.endpoint
+            .as_deref()
+            .is_some_and(|e| !e.trim().is_empty())
+    }
+
+    /// The URL the exporter sends to, after the HTTP `/v1/traces` rule; `None` when off.
+    pub fn traces_endpoint(&self) -> Option<String> {
+        let endpoint = self.endpoint.as_deref()?.trim();
+        if endpoint.is_empty() {
+            return None;
+        }
+        Some(match self.protocol {
+            Protocol::Grpc => endpoint.to_owned(),
+            Protocol::HttpProtobuf
+                if self.env_traces_endpoint.as_deref() == Some(endpoint)
+                    || endpoint.ends_with("/v1/traces") =>
+            {
+                endpoint.to_owned()
+            }
+            Protocol::HttpProtobuf => format!("{}/v1/traces", endpoint.trim_end_matches('/')),
+        })
+    }
+}
+
+/// Parse `k=v,k2=v2` with URL-encoded keys and values (the OTLP headers format).
+pub fn parse_headers(s: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (k, v) = item
+            .split_once('=')
+            .ok_or_else(|| format!("header `{item}` has no `=`"))?;
+        let key = percent_decode(k.trim())?;
+        if key.is_empty() {
+            return Err(format!("header `{item}` has an empty name"));
+        }
+        out.push((key, percent_decode(v.trim())?));
+    }
+    Ok(out)
+}
+
+fn percent_decode(s: &str) -> Result<String, String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("bad percent escape in `{s}`"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("`{s}` does not decode to UTF-8"))
+}
+
+/// Export counters, shared with the metrics sink. Every submitted span ends up exported or
+/// dropped: after [`TraceSink::shutdown`], `spans_submitted == spans_exported + spans_dropped`.
+#[derive(Debug, Default)]
+pub struct TraceStats {
+    /// Spans of every turn passed to [`TraceSink::submit`] while export is on.
+    pub spans_submitted: AtomicU64,
+    /// Spans the backend accepted.
+    pub spans_exported: AtomicU64,
+    /// Spans lost: queue full, export failed, or not sent by the shutdown deadline.
+    pub spans_dropped: AtomicU64,
+    /// Export calls that failed (after the exporter's own retries).
+    pub export_failures: AtomicU64,
+}
+
+impl TraceStats {
+    fn add(counter: &AtomicU64, n: usize) {
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// Logs at most once per period, with how many times it was asked since the last log.
+#[derive(Debug)]
+struct WarnLimit {
+    origin: std::time::Instant,
+    period_ms: u64,
+    next_ms: AtomicU64,
+    pending: AtomicU64,
+}
+
+impl WarnLimit {
+    fn new(period: Duration) -> Self {
+        WarnLimit {
+            origin: std::time::Instant::now(),
+            period_ms: u64::try_from(period.as_millis()).unwrap_or(u64::MAX),
+            next_ms: AtomicU64::new(0),
+            pending: AtomicU64::new(0),
+        }
+    }
+
+    /// Record one occurrence; `Some(n)` when it is time to log `n` occurrences.
+    fn hit(&self) -> Option<u64> {
+        self.pending.fetch_add(1, Ordering::Relaxed);
+        let now = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let next = self.next_ms.load(Ordering::Relaxed);
+        if now < next {
+            return None;
+        }
+        self.next_ms
+            .compare_exchange(
+                next,
+                now.saturating_add(self.period_ms),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .ok()
+            .map(|_| self.pending.swap(0, Ordering::Relaxed))
+    }
+}
+
+const WARN_PERIOD: Duration = Duration::from_secs(10);
+
+/// Exports closed turns as OTLP traces in the background. See the module docs.
+#[derive(Debug)]
+pub struct TraceSink {
+    running: Option<Running>,
+    stats: Arc<TraceStats>,
+    opts: SpanOptions,
+}
+
+#[derive(Debug)]
+struct Running {
+    tx: mpsc::Sender<Vec<SpanData>>,
+    deadline: watch::Sender<Option<Instant>>,
+    worker: JoinHandle<()>,
+    /// Spans handed to the queue and not yet counted as exported or dropped.
+    pending: Arc<AtomicU64>,
+    drop_warn: WarnLimit,
+}
+
+impl TraceSink {
+    /// Start exporting with `cfg`; a sink that does nothing when no endpoint is configured.
+    ///
+    /// Must be called inside a tokio runtime: it builds the exporter and spawns the worker.
+    pub fn start(cfg: TraceExportConfig) -> Result<TraceSink, TraceError> {
+        let stats = Arc::new(TraceStats::default());
+        let opts = SpanOptions {
+            capture_content: cfg.capture_content,
+        };
+        let Some(endpoint) = cfg.traces_endpoint() else {
+            return Ok(TraceSink {
+                running: None,
+                stats,
+                opts,
+            });
+        };
+        if cfg.queue_capacity == 0 || cfg.max_batch == 0 {
+            return Err(TraceError::Config(
+                "queue_capacity and max_batch must be at least 1".to_owned(),
+            ));
+        }
+        let handle = tokio::runtime::Handle::try_current()?;
+        let mut exporter = {
+            // tonic's lazy channel spawns onto the current runtime while it is built.
+            let _guard = handle.enter();
+            build_exporter(&cfg, &endpoint)?
+        };
+        exporter.set_resource(
+            &Resource::builder()
+                .with_service_name(cfg.service_name.clone())
+                .build(),
+        );
+        let (tx, rx) = mpsc::channel(cfg.queue_capacity);
+        let (deadline, deadline_rx) = watch::channel(None);
+        let pending = Arc::new(AtomicU64::new(0));
+        let worker = Worker {
+            exporter,
+            rx,
+            deadline: deadline_rx,
+            max_batch: cfg.max_batch,
+            stats: stats.clone(),
+            pending: pending.clone(),
+            fail_warn: WarnLimit::new(WARN_PERIOD),
+        };
+        let worker = handle.spawn(worker.run());
+        tracing::info!(
+            endpoint = %endpoint,
+            protocol = ?cfg.protocol,
+            "exporting turn traces"
+        );
+        Ok(TraceSink {
+            running: Some(Running {
+                tx,
+                deadline,
+                worker,
+                pending,
+                drop_warn: WarnLimit::new(WARN_PERIOD),
+            }),
+            stats,
+            opts,
+        })
+    }
+
+    /// Whether export is on.
+    pub fn is_enabled(&self) -> bool {
+        self.running.is_some()
+    }
+
+    /// The export counters.
+    pub fn stats(&self) -> Arc<TraceStats> {
+        self.stats.clone()
+    }
+
+    /// Queue one closed turn for export. Never blocks and needs no runtime: when the queue
+    /// is full the turn's spans are dropped and counted.
+    pub fn submit(&self, report: &TurnReport) {
+        let Some(running) = &self.running else {
+            return;
+        };
+        let n = span_count(report);
+        TraceStats::add(&self.stats.spans_submitted, n);
+        // Skip building spans that could not be queued anyway.
+        if running.tx.capacity() == 0 {
+            self.drop_turn(running, n);
+            return;
+        }
+        let spans = turn_spans(report, &self.opts);
+        running.pending.fetch_add(n as u64, Ordering::Relaxed);
+        if running.tx.try_send(spans).is_err() {
+            running.pending.fetch_sub(n as u64, Ordering::Relaxed);
+            self.drop_turn(running, n);
+        }
+    }
+
+    fn drop_turn(&self, running: &Running, spans: usize) {
+        TraceStats::add(&self.stats.spans_dropped, spans);
+        if let Some(turns) = running.drop_warn.hit() {
+            tracing::warn!(
+                turns,
+                "trace export queue full or closed; dropping turns (backend slow or down?)"
+            );
+        }
+    }
+
+    /// Export what is queued within `timeout`, then shut the exporter down. Spans not sent
+    /// by then are counted as dropped.
+    pub async fn shutdown(self, timeout: Duration) {
+        let Some(running) = self.running else {
+            return;
+        };
+        let deadline = Instant::now() + timeout;
+        // The worker bounds every export by the deadline; close the queue so it finishes.
+        let _ = running.deadline.send(Some(deadline));
+        drop(running.tx);
+        let mut worker = running.worker;
+        // A little grace past the deadline for the worker to count and return.
+        let grace = deadline + Duration::from_millis(50);
+        if tokio::time::timeout_at(grace, &mut worker).await.is_err() {
+            worker.abort();
+            let lost = running.pending.swap(0, Ordering::Relaxed);
+            self.stats.spans_dropped.fetch_add(lost, Ordering::Relaxed);
+            tracing::warn!(
+                spans = lost,
+                "trace export did not finish by the shutdown deadline"
+            );
+        }
+    }
+}
+
+fn build_exporter(
+    cfg: &TraceExportConfig,
+    endpoint: &str,
+) -> Result<opentelemetry_otlp::SpanExporter, TraceError> {
+    // Validate every header up front: the HTTP exporter would silently skip a bad one.
+    let mut headers = http::HeaderMap::new();
+    for (k, v) in &cfg.headers {
+        let key = http::HeaderName::from_bytes(k.as_bytes())
+            .map_err(|_| TraceError::Config(format!("invalid header name `{k}`")))?;
+        let value = http::HeaderValue::from_str(v)
+            .map_err(|_| TraceError::Config(format!("invalid value for header `{k}`")))?;
+        headers.append(key, value);
+    }
+    let exporter = match cfg.protocol {
+        Protocol::Grpc => {
+            let metadata =
+                opentelemetry_otlp::tonic_types::metadata::MetadataMap::from_headers(headers);
+            opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_endpoint(endpoint)
+                .with_timeout(cfg.timeout)
+                .with_metadata(metadata)
+                .build()?
+        }
+        Protocol::HttpProtobuf => {
+            let headers: HashMap<String, String> = cfg.headers.iter().cloned().collect();
+            opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                .with_endpoint(endpoint)
+                .with_timeout(cfg.timeout)
+                .with_headers(headers)
+                .with_http_client(
+                    opentelemetry_http::hyper::HyperClient::with_default_connector(
+                        cfg.timeout,
+                        None,
+                    ),
+                )
+                .build()?
+        }
+    };
+    Ok(exporter)
+}
+
+struct Worker {
+    exporter: opentelemetry_otlp::SpanExporter,
+    rx: mpsc::Receiver<Vec<SpanData>>,
+    deadline: watch::Receiver<Option<Instant>>,
+    max_batch: usize,
+    stats: Arc<TraceStats>,
+    pending: Arc<AtomicU64>,
+    fail_warn: WarnLimit,
+}
+
+impl Worker {
+    async fn run(mut self) {
+        let mut batch: Vec<SpanData> = Vec::new();
+        'recv: while let Some(spans) = self.rx.recv().await {
+            batch.extend(spans);
+            while batch.len() < self.max_batch {
+                match self.rx.try_recv() {
+                    Ok(spans) => batch.extend(spans),
+                    Err(_) => break,
+                }
+            }
+            while !batch.is_empty() {
+                let chunk: Vec<SpanData> = batch.drain(..batch.len().min(self.max_batch)).collect();
+                if !self.export(chunk).await {
+                    // Past the shutdown deadline: give up on everything still here.
+                    self.lose(batch.len());
+                    batch.clear();
+                    self.rx.close();
+                    while let Ok(spans) = self.rx.try_recv() {
+                        self.lose(spans.len());
+                    }
+                    break 'recv;
+                }
+            }
+        }
+        let remaining = self
+            .deadline
+            .borrow()
+            .map(|d| d.saturating_duration_since(Instant::now()))
+            .unwrap_or(Duration::from_secs(1));
+        if let Err(e) = self.exporter.shutdown_with_timeout(remaining) {
+            tracing::debug!(error = %e, "trace exporter shutdown");
+        }
+    }
+
+    /// Export one chunk; false when the shutdown deadline passed before it finished.
+    async fn export(&mut self, chunk: Vec<SpanData>) -> bool {
+        let n = chunk.len();
+        let fut = self.exporter.export(chunk);
+        tokio::pin!(fut);
+        let result = loop {
+            let deadline = *self.deadline.borrow_and_update();
+            match deadline {
+                Some(d) => match tokio::time::timeout_at(d, &mut fut).await {
+                    Ok(r) => break r,
+                    Err(_) => {
+                        self.lose(n);
+                        return false;
+                    }
+                },
+                None => {
+                    tokio::select! {
+                        r = &mut fut => break r,
+                        changed = self.deadline.changed() => {
+                            if changed.is_err() {
+                                // The sink was dropped without shutdown: no deadline will come.
+                                break (&mut fut).await;
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        match result {
+            Ok(()) => {
+                TraceStats::add(&self.stats.spans_exported, n);
+                self.pending.fetch_sub(n as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.stats.export_failures.fetch_add(1, Ordering::Relaxed);
+                self.lose(n);
+                if let Some(failures) = self.fail_warn.hit() {
+                    tracing::warn!(failures, error = %e, "trace export failed; spans dropped");
+                }
+            }
+        }
+        true
+    }
+
+    fn lose(&self, n: usize) {
+        TraceStats::add(&self.stats.spans_dropped, n);
+        self.pending.fetch_sub(n as u64, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(vars: &[(&str, &str)]) -> Result<TraceExportConfig, TraceError> {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        TraceExportConfig::from_lookup(|k| vars.get(k).cloned())
+    }
+
+    #[test]
+    fn off_without_an_endpoint() {
+        let cfg = env(&[]).unwrap();
+        assert!(!cfg.is_enabled());
+        assert_eq!(cfg.traces_endpoint(), None);
+        assert_eq!(cfg.protocol, Protocol::HttpProtobuf);
+        assert_eq!(cfg.timeout, Duration::from_secs(10));
+        assert_eq!(cfg.service_name, "retryscope");
+        assert!(!cfg.capture_content);
+        assert!(!env(&[(ENV_ENDPOINT, "  ")]).unwrap().is_enabled());
+    }
+
+    #[test]
+    fn http_endpoint_rules() {
+        // The generic variable is a base URL: the signal path is appended.
+        let cfg = env(&[(ENV_ENDPOINT, "http://otel:4318/")]).unwrap();
+        assert_eq!(
+            cfg.traces_endpoint().as_deref(),
+            Some("http://otel:4318/v1/traces")
+        );
+        let cfg = env(&[(ENV_ENDPOINT, "http://gw/otlp")]).unwrap();
+        assert_eq!(
+            cfg.traces_endpoint().as_deref(),
+            Some("http://gw/otlp/v1/traces")
+        );
+        // The traces variable is a full URL and wins over the generic one.
+        let mut cfg = env(&[
+            (ENV_ENDPOINT, "http://otel:4318"),
+            (ENV_TRACES_ENDPOINT, "http://gw/custom/traces"),
+        ])
+        .unwrap();
+        assert_eq!(
+            cfg.traces_endpoint().as_deref(),
+            Some("http://gw/custom/traces")
+        );
+        // An explicit endpoint overrides the environment and gets the rule for given URLs.
+        cfg.endpoint = Some("http://other:4318".to_owned());
+        assert_eq!(
+            cfg.traces_endpoint().as_deref(),
+            Some("http://other:4318/v1/traces")
+        );
+        cfg.endpoint = Some("http://other:4318/v1/traces".to_owned());
+        assert_eq!(
+            cfg.traces_endpoint().as_deref(),
+            Some("http://other:4318/v1/traces")
+        );
+    }
+
+    #[test]
+    fn grpc_endpoint_is_used_as_given() {
+        let cfg = env(&[(ENV_ENDPOINT, "http://otel:4317"), (ENV_PROTOCOL, "grpc")]).unwrap();
+        assert_eq!(cfg.protocol, Protocol::Grpc);
+        assert_eq!(cfg.traces_endpoint().as_deref(), Some("http://otel:4317"));
+        // The traces-specific protocol wins.
+        let cfg = env(&[
+            (ENV_PROTOCOL, "grpc"),
+            (ENV_TRACES_PROTOCOL, "http/protobuf"),
+        ])
+        .unwrap();
+        assert_eq!(cfg.protocol, Protocol::HttpProtobuf);
+    }
+
+    #[test]
+    fn bad_values_name_their_variable() {
+        let err = env(&[(ENV_PROTOCOL, "http/json")]).unwrap_err().to_string();
+        assert!(err.contains(ENV_PROTOCOL), "{err}");
+        let err = env(&[(ENV_TRACES_TIMEOUT, "5s")]).unwrap_err().to_string();
+        assert!(err.contains(ENV_TRACES_TIMEOUT), "{err}");
+        let err = env(&[(ENV_HEADERS, "novalue")]).unwrap_err().to_string();
+        assert!(err.contains(ENV_HEADERS), "{err}");
+    }
+
+    #[test]
+    fn headers_and_timeout_from_env() {
+        let cfg = env(&[
+            (
+                ENV_HEADERS,
+                "Authorization=Bearer%20tok%3D%3D, x-team = a%2Cb ,",
+            ),
+            (ENV_TIMEOUT, "2500"),
+        ])
+        .unwrap();
+        assert_eq!(
+            cfg.headers,
+            vec![
+                ("Authorization".to_owned(), "Bearer tok==".to_owned()),
+                ("x-team".to_owned(), "a,b".to_owned()),
+            ]
+        );
+        assert_eq!(cfg.timeout, Duration::from_millis(2500));
+        let cfg = env(&[(ENV_HEADERS, "a=1"), (ENV_TRACES_HEADERS, "b=2")]).unwrap();
+        assert_eq!(cfg.headers, vec![("b".to_owned(), "2".to_owned())]);
+        assert!(parse_headers("a=%zz").is_err());
+        assert!(parse_headers("=v").is_err());
+        // Debug output shows header names, never values (they are usually secrets).
+        let shown = format!("{cfg:?}");
+        assert!(
+            shown.contains("\"b\"") && !shown.contains("\"2\""),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn warnings_are_rate_limited_with_a_count() {
+        let limit = WarnLimit::new(Duration::from_millis(100));
+        assert_eq!(limit.hit(), Some(1));
+        assert_eq!(limit.hit(), None);
+        assert_eq!(limit.hit(), None);
+        std::thread::sleep(Duration::from_millis(120));
+        assert_eq!(limit.hit(), Some(3));
+    }
+
+    #[tokio::test]
+    async fn disabled_sink_accepts_and_ignores_turns() {
+        let sink = TraceSink::start(TraceExportConfig::default()).unwrap();
+        assert!(!sink.is_enabled());
+        let stats = sink.stats();
+        sink.shutdown(Duration::from_millis(10)).await;
+        assert_eq!(stats.spans_submitted.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn start_outside_a_runtime_is_an_error() {
+        let cfg = TraceExportConfig {
+            endpoint: Some("http://127.0.0.1:9".to_owned()),
+            ..TraceExportConfig::default()
+        };
+        assert!(matches!(
+            TraceSink::start(cfg),
+            Err(TraceError::NoRuntime(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn invalid_settings_are_rejected() {
+        let base = TraceExportConfig {
+            endpoint: Some("http://127.0.0.1:9".to_owned()),
+            ..TraceExportConfig::default()
+        };
+        let mut cfg = base.clone();
+        cfg.queue_capacity = 0;
+        assert!(matches!(TraceSink::start(cfg), Err(TraceError::Config(_))));
+        let mut cfg = base;
+        cfg.headers = vec![("bad header".to_owned(), "v".to_owned())];
+        assert!(matches!(TraceSink::start(cfg), Err(TraceError::Config(_))));
+    }
+}
