@@ -40,6 +40,15 @@ impl InputCounters {
     }
 }
 
+/// What became of a line that decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineOutcome {
+    /// An event, correlated.
+    Event,
+    /// A well-formed record this version skips (unknown type).
+    Skipped,
+}
+
 /// Lines to correlated outputs.
 #[derive(Debug)]
 pub struct Pipeline {
@@ -85,7 +94,7 @@ impl Pipeline {
         bytes: &[u8],
         arrival_ms: Option<i64>,
         out: &mut Vec<Output>,
-    ) -> Result<(), DecodeError> {
+    ) -> Result<LineOutcome, DecodeError> {
         self.counters.lines += 1;
         let decoded = native::decode_line(bytes, &mut self.counters.skips);
         match decoded {
@@ -96,14 +105,14 @@ impl Pipeline {
                 let now = arrival_ms.unwrap_or(self.clock_ms);
                 self.counters.events += 1;
                 self.correlator.observe(&ev, now, out);
-                Ok(())
+                Ok(LineOutcome::Event)
             }
-            Ok(NativeLine::UnknownType) => Ok(()),
+            Ok(NativeLine::UnknownType) => Ok(LineOutcome::Skipped),
             Ok(NativeLine::ProviderChunk(_)) => {
                 // Provider envelopes are decoded by the provider layer; until a caller wires
                 // it in, they count as unknown types rather than errors.
                 self.counters.skips.unknown_types += 1;
-                Ok(())
+                Ok(LineOutcome::Skipped)
             }
             Err(e) => {
                 self.counters.bad(e.reason);

@@ -18,9 +18,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::config::{ReadFromSetting, RunConfig};
 use crate::correlate::{Correlator, CorrelatorConfig, Output};
 use crate::cost::PriceTable;
-use crate::pipeline::Pipeline;
+use crate::pipeline::{LineOutcome, Pipeline};
 use crate::sink::findings::FindingsSink;
-use crate::sink::metrics::{Metrics, SourceKind};
+use crate::sink::metrics::{Metrics, Source as SourceKind};
 use crate::source::file::{FileTailer, FileTailerConfig, ReadFrom, TailerEvents};
 
 pub use checkpoint::{CHECKPOINT_FILE, Checkpoint};
@@ -54,6 +54,9 @@ pub enum RunError {
     /// The checkpoint exists but cannot be used.
     #[error(transparent)]
     Checkpoint(#[from] checkpoint::CheckpointError),
+    /// The checkpoint's metric values do not fit this build.
+    #[error("cannot restore metrics from the checkpoint: {0}")]
+    MetricsRestore(String),
     /// Nothing to read.
     #[error("no source: give files or globs, `-` for stdin, or --demo")]
     NoSource,
@@ -92,18 +95,18 @@ impl TailerEvents for TailerReport<'_> {
         tracing::info!(path = %path.display(), offset, "resumed file from checkpoint");
     }
     fn file_rotated(&mut self, old_path: &std::path::Path, new_path: Option<&std::path::Path>) {
-        self.metrics.file_rotated();
+        self.metrics.inc_file_rotations();
         tracing::info!(old = %old_path.display(), new = ?new_path, "file rotated; draining the old handle");
     }
     fn file_truncated(&mut self, path: &std::path::Path, old_offset: u64, new_size: u64) {
-        self.metrics.file_truncated();
+        self.metrics.inc_file_truncations();
         tracing::warn!(path = %path.display(), old_offset, new_size, "file truncated; reading again from the start");
     }
     fn file_drained_and_released(&mut self, path: &std::path::Path) {
         tracing::info!(path = %path.display(), "rotated file drained and released");
     }
     fn line_too_long(&mut self, path: &std::path::Path, skipped_bytes: u64) {
-        self.metrics.bad_line(SourceKind::File, crate::decode::BadLineReason::TooLong);
+        self.metrics.add_bad_lines(SourceKind::File, crate::decode::BadLineReason::TooLong, 1);
         if let Some(suppressed) = self.log.allow("line_too_long") {
             tracing::warn!(path = %path.display(), skipped_bytes, suppressed, "over-long line skipped");
         }
@@ -180,7 +183,9 @@ impl Engine {
                     files = cp.files.len(),
                     "resuming from checkpoint"
                 );
-                self.metrics.restore(&cp.metrics);
+                self.metrics
+                    .restore(&cp.metrics)
+                    .map_err(|e| RunError::MetricsRestore(e.to_string()))?;
                 let mut p = Pipeline::new(Correlator::restore(ccfg, prices, cp.correlator));
                 p.restore_counters(cp.counters, cp.clock_ms);
                 (p, cp.files, cp.findings_offset)
@@ -239,11 +244,14 @@ impl Engine {
                 let mut bad: Vec<(String, String)> = Vec::new();
                 let stats = t.poll(
                     &mut |line| {
-                        metrics.event_read(SourceKind::File);
+                        metrics.add_events_read(SourceKind::File, 1);
                         match pipeline_ref.native_line(line.bytes, Some(now), out_ref) {
-                            Ok(()) => metrics.event_decoded(SourceKind::File),
+                            Ok(LineOutcome::Event) => metrics.add_events_decoded(SourceKind::File, 1),
+                            Ok(LineOutcome::Skipped) => {
+                                metrics.add_unknown_events(SourceKind::File, 1)
+                            }
                             Err(e) => {
-                                metrics.bad_line(SourceKind::File, e.reason);
+                                metrics.add_bad_lines(SourceKind::File, e.reason, 1);
                                 bad.push((line.path.display().to_string(), e.to_string()));
                             }
                         }
@@ -260,7 +268,8 @@ impl Engine {
                 }
                 summary.lines += stats.lines;
                 busy |= stats.throttled;
-                self.metrics.set_files(t.files_watched(), t.lag_bytes());
+                self.metrics.set_files_watched(t.files_watched() as u64);
+                self.metrics.set_source_lag_bytes(SourceKind::File, t.lag_bytes());
             }
             if let Some(rx) = &feed {
                 let mut taken = 0;
@@ -299,7 +308,11 @@ impl Engine {
                 .set_correlator_stats(&pipeline.correlator().stats(), pipeline.correlator().open_turns());
             if let Some(ts) = &self.traces {
                 let s = ts.stats();
-                self.metrics.set_otlp(s.0, s.1, s.2);
+                self.metrics.set_otlp(
+                    s.spans_exported.load(Ordering::Relaxed),
+                    s.spans_dropped.load(Ordering::Relaxed),
+                    s.export_failures.load(Ordering::Relaxed),
+                );
             }
             if let Some(path) = &checkpoint_path
                 && last_checkpoint.elapsed() >= checkpoint_every
@@ -341,11 +354,12 @@ impl Engine {
         match item {
             FeedItem::Line { feed, bytes } => {
                 let kind = feed.kind();
-                self.metrics.event_read(kind);
+                self.metrics.add_events_read(kind, 1);
                 match pipeline.native_line(&bytes, Some(now), out) {
-                    Ok(()) => self.metrics.event_decoded(kind),
+                    Ok(LineOutcome::Event) => self.metrics.add_events_decoded(kind, 1),
+                    Ok(LineOutcome::Skipped) => self.metrics.add_unknown_events(kind, 1),
                     Err(e) => {
-                        self.metrics.bad_line(kind, e.reason);
+                        self.metrics.add_bad_lines(kind, e.reason, 1);
                         if let Some(suppressed) = log.allow("bad_line") {
                             tracing::warn!(source = kind.as_str(), error = %e, suppressed, "skipped a bad line");
                         }
@@ -355,7 +369,7 @@ impl Engine {
             FeedItem::TooLong { feed, len } => {
                 pipeline.too_long();
                 self.metrics
-                    .bad_line(feed.kind(), crate::decode::BadLineReason::TooLong);
+                    .add_bad_lines(feed.kind(), crate::decode::BadLineReason::TooLong, 1);
                 if let Some(suppressed) = log.allow("line_too_long") {
                     tracing::warn!(source = feed.kind().as_str(), len, suppressed, "over-long line skipped");
                 }
@@ -405,7 +419,7 @@ impl Engine {
         let findings_offset = match findings.checkpoint_offset() {
             Ok(o) => o,
             Err(e) => {
-                self.metrics.checkpoint_failed();
+                self.metrics.inc_checkpoint_failures();
                 tracing::warn!(error = %e, "cannot sync findings; checkpoint skipped");
                 return;
             }
@@ -422,10 +436,10 @@ impl Engine {
         match cp.write(path) {
             Ok(()) => {
                 summary.checkpoints += 1;
-                self.metrics.checkpoint_written();
+                self.metrics.inc_checkpoint_writes();
             }
             Err(e) => {
-                self.metrics.checkpoint_failed();
+                self.metrics.inc_checkpoint_failures();
                 tracing::warn!(path = %path.display(), error = %e, "checkpoint write failed");
             }
         }

@@ -153,7 +153,7 @@ fn merge(args: &RunArgs) -> anyhow::Result<(RunConfig, Sources)> {
 }
 
 fn trace_config(cfg: &RunConfig) -> anyhow::Result<Option<TraceExportConfig>> {
-    let mut t = TraceExportConfig::from_env();
+    let mut t = TraceExportConfig::from_env()?;
     if let Some(e) = &cfg.otlp.endpoint {
         t.endpoint = Some(e.clone());
     }
@@ -189,7 +189,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .context("starting the runtime")?;
     runtime.block_on(async move {
         let metrics = Arc::new(
-            Metrics::new(MetricsConfig::from_limits(&cfg.labels)).context("registering metrics")?,
+            Metrics::new(MetricsConfig {
+                max_models: cfg.labels.max_models,
+                max_providers: cfg.labels.max_providers,
+                max_tools: cfg.labels.max_tools,
+                max_reasons: cfg.labels.max_reasons,
+            }).context("registering metrics")?,
         );
         let listener = tokio::net::TcpListener::bind(&cfg.metrics_addr)
             .await

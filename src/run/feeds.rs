@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::DemoSettings;
 use crate::input::{Line, LineReader};
-use crate::sink::metrics::SourceKind;
+use crate::sink::metrics::Source as SourceKind;
 
 /// Which feed a line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
