@@ -11,6 +11,7 @@ pub mod check;
 pub mod correlate;
 pub mod cost;
 pub mod decode;
+pub mod demo;
 pub mod effect;
 pub mod event;
 pub mod finding;
