@@ -12,6 +12,7 @@ pub mod config;
 pub mod correlate;
 pub mod cost;
 pub mod decode;
+pub mod demo;
 pub mod effect;
 pub mod event;
 pub mod finding;
