@@ -34,7 +34,7 @@ impl Collector {
             .spawn()
             .expect("start retryscope run");
         let c = Collector { child, port };
-        c.wait_until(|m| m.contains_key("retryscope_build_info"), "first scrape");
+        c.wait_until(|m| m.keys().any(|k| k.starts_with("retryscope_build_info")), "first scrape");
         c
     }
 
@@ -196,14 +196,19 @@ fn bookstore_examples_show_up_in_a_real_scrape() {
     );
     assert_eq!(get(&m, "retryscope_findings_total{kind=\"spliced_text\",severity=\"high\",tool=\"\"}"), 1.0);
     assert_eq!(
-        get(&m, "retryscope_tool_executions_total{attempt_outcome=\"completed\",tool=\"issue_refund\"}"),
+        get(&m, "retryscope_tool_executions_total{tool=\"issue_refund\",attempt_outcome=\"completed\"}"),
         3.0
     );
     assert_eq!(
-        get(&m, "retryscope_tool_executions_total{attempt_outcome=\"abandoned\",tool=\"issue_refund\"}"),
+        get(&m, "retryscope_tool_executions_total{tool=\"issue_refund\",attempt_outcome=\"abandoned\"}"),
         2.0
     );
-    assert!(sum(&m, "retryscope_billed_cost_usd_total{attempt_outcome=\"abandoned\"") > 0.0);
+    let abandoned_cost: f64 = m
+        .iter()
+        .filter(|(k, _)| k.starts_with("retryscope_billed_cost_usd_total{") && k.contains("attempt_outcome=\"abandoned\""))
+        .map(|(_, v)| v)
+        .sum();
+    assert!(abandoned_cost > 0.0);
     assert_eq!(get(&m, "retryscope_events_read_total{source=\"file\"}"), 52.0);
     assert_eq!(get(&m, "retryscope_files_watched"), 3.0);
     let status = c.terminate();
@@ -322,9 +327,9 @@ fn malformed_huge_and_non_utf8_lines_are_counted_and_skipped() {
     drop(f);
     let c = Collector::start(&[log.to_str().unwrap(), "--findings-out", ""]);
     let m = c.wait_until(|m| sum(m, "retryscope_turns_total{") >= 3.0, "good turns");
-    assert_eq!(get(&m, "retryscope_bad_lines_total{reason=\"invalid_json\",source=\"file\"}"), 1.0);
-    assert_eq!(get(&m, "retryscope_bad_lines_total{reason=\"invalid_utf8\",source=\"file\"}"), 1.0);
-    assert_eq!(get(&m, "retryscope_bad_lines_total{reason=\"too_long\",source=\"file\"}"), 1.0);
+    assert_eq!(get(&m, "retryscope_bad_lines_total{source=\"file\",reason=\"invalid_json\"}"), 1.0);
+    assert_eq!(get(&m, "retryscope_bad_lines_total{source=\"file\",reason=\"invalid_utf8\"}"), 1.0);
+    assert_eq!(get(&m, "retryscope_bad_lines_total{source=\"file\",reason=\"too_long\"}"), 1.0);
     assert_eq!(get(&m, "retryscope_unknown_events_total{source=\"file\"}"), 1.0);
     assert!(c.terminate().success());
 }
