@@ -10,7 +10,8 @@
 //! carry no `prompt_id`: they belong to the session's latest prompt);
 //! `chat.content_retry_failure` → `Error`; `tool_call` → `ToolCall` + `ToolExec` (ids are
 //! synthesized `<prompt_id>#<n>`: the record has none). Time is `event.timestamp`.
-//! Spans, metrics and other events in the same file are skipped and counted.
+//! Other `gemini_cli.*` / `gen_ai.*` events are skipped; spans, metrics and unknown records
+//! in the same file are skipped and counted.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -260,6 +261,8 @@ impl Decoder {
                     );
                 }
             }
+            // Other gemini-cli and GenAI events are known and carry nothing a turn needs.
+            n if n.starts_with("gemini_cli.") || n.starts_with("gen_ai.") => {}
             _ => self.skips.unknown_types += 1,
         }
     }
