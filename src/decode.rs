@@ -5,7 +5,22 @@
 //! reports bad input as a [`DecodeError`] with a bounded [`BadLineReason`], so callers can count
 //! it by reason and go on.
 
+pub mod acp;
+pub mod anthropic;
+pub mod detect;
+pub mod envelope;
+pub mod gemini;
+pub mod gemini_cli;
+pub mod gemini_telemetry;
 pub mod native;
+pub mod openai_chat;
+pub mod openai_responses;
+pub mod provider;
+pub mod sse;
+
+pub use detect::detect;
+pub use envelope::EnvelopeDecoder;
+pub use provider::{Format, StreamDecoder, UnknownFormat, stream_decoder};
 
 use std::fmt;
 
@@ -79,6 +94,10 @@ pub struct SkipCounts {
     pub unknown_types: u64,
     /// Fields this version does not know (on known event types).
     pub unknown_fields: u64,
+    /// Tool calls a provider stream left unfinished (e.g. an Anthropic `tool_use` block with no
+    /// `content_block_stop`): not executable, so never emitted as a `ToolCall`.
+    #[serde(default)]
+    pub incomplete_tool_calls: u64,
 }
 
 impl SkipCounts {
@@ -86,5 +105,6 @@ impl SkipCounts {
     pub fn add(&mut self, other: SkipCounts) {
         self.unknown_types += other.unknown_types;
         self.unknown_fields += other.unknown_fields;
+        self.incomplete_tool_calls += other.incomplete_tool_calls;
     }
 }

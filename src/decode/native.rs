@@ -474,7 +474,8 @@ mod tests {
             skips,
             SkipCounts {
                 unknown_types: 1,
-                unknown_fields: 2
+                unknown_fields: 2,
+                incomplete_tool_calls: 0,
             }
         );
     }
