@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::correlate::{Correlator, Output};
+use crate::decode::{Format, StreamDecoder};
 use crate::finding::{FindingKind, Severity};
 use crate::input::{Line, LineReader};
 use crate::pipeline::{InputCounters, Pipeline};
@@ -207,13 +208,39 @@ pub trait CheckObserver {
 pub struct CheckOptions {
     /// Lines longer than this are skipped and counted.
     pub max_line_bytes: usize,
+    /// Input format; `Auto` sniffs each input's first bytes.
+    pub format: Format,
 }
 
 impl Default for CheckOptions {
     fn default() -> Self {
         CheckOptions {
             max_line_bytes: 1 << 20,
+            format: Format::Auto,
         }
+    }
+}
+
+/// Bytes sniffed to detect an input's format.
+const SNIFF_BYTES: usize = 64 << 10;
+
+/// Read up to `SNIFF_BYTES` for detection and give back a reader that replays them.
+fn sniff(mut reader: Box<dyn Read>) -> io::Result<(Vec<u8>, Box<dyn Read>)> {
+    let mut head = Vec::with_capacity(SNIFF_BYTES);
+    (&mut reader)
+        .take(SNIFF_BYTES as u64)
+        .read_to_end(&mut head)?;
+    let replay = io::Cursor::new(head.clone()).chain(reader);
+    Ok((head, Box::new(replay)))
+}
+
+fn stream_name(input: &InputSpec) -> String {
+    match input {
+        InputSpec::Stdin => "stdin".to_owned(),
+        InputSpec::Path(p) => p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| p.display().to_string()),
     }
 }
 
@@ -241,6 +268,19 @@ pub fn check(
                 }
             },
         };
+        let (format, reader) = match opts.format {
+            Format::Auto => match sniff(reader) {
+                Ok((head, reader)) => (crate::decode::detect(&head), reader),
+                Err(e) => {
+                    observer.unreadable(&name, &e);
+                    summary.unreadable_inputs.push(name);
+                    continue;
+                }
+            },
+            explicit => (explicit, reader),
+        };
+        let mut decoder: Option<Box<dyn StreamDecoder>> =
+            crate::decode::stream_decoder(format, &stream_name(input));
         summary.inputs += 1;
         let mut lines = LineReader::new(reader, opts.max_line_bytes);
         let mut since_progress = 0u32;
@@ -256,10 +296,12 @@ pub fn check(
             };
             match line {
                 Line::Complete { number, bytes } => {
-                    if bytes.iter().all(u8::is_ascii_whitespace) {
-                        continue;
-                    }
-                    if let Err(e) = pipeline.native_line(bytes, None, &mut out) {
+                    let result = match decoder.as_deref_mut() {
+                        Some(d) => pipeline.stream_line(d, bytes, None, &mut out),
+                        None if bytes.iter().all(u8::is_ascii_whitespace) => continue,
+                        None => pipeline.native_line(bytes, None, &mut out),
+                    };
+                    if let Err(e) = result {
                         observer.bad_line(&BadLine {
                             input: name.clone(),
                             line: number,
@@ -284,6 +326,10 @@ pub fn check(
                 since_progress = 0;
                 observer.progress(done_bytes + lines.consumed());
             }
+        }
+        if let Some(d) = decoder.as_deref_mut() {
+            pipeline.stream_end(d, None, &mut out);
+            drain(&mut out, &mut summary, observer);
         }
         done_bytes += lines.consumed();
         observer.progress(done_bytes);

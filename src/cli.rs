@@ -29,8 +29,11 @@ enum Command {
 
 fn init_logging(default_level: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(format!("{default_level},h2=warn,hyper=warn,tonic=warn,tower=warn")));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        EnvFilter::new(format!(
+            "{default_level},h2=warn,hyper=warn,tonic=warn,tower=warn"
+        ))
+    });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::correlate::{Correlator, Output};
 use crate::decode::native::{self, NativeLine};
-use crate::decode::{BadLineReason, DecodeError, SkipCounts};
+use crate::decode::{BadLineReason, DecodeError, EnvelopeDecoder, SkipCounts, StreamDecoder};
+use crate::event::Event;
 
 /// Counters about the input.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,11 +51,22 @@ pub enum LineOutcome {
 }
 
 /// Lines to correlated outputs.
-#[derive(Debug)]
 pub struct Pipeline {
     correlator: Correlator,
     counters: InputCounters,
     clock_ms: i64,
+    envelope: EnvelopeDecoder,
+    scratch: Vec<Event<'static>>,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("correlator", &self.correlator)
+            .field("counters", &self.counters)
+            .field("clock_ms", &self.clock_ms)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Pipeline {
@@ -64,6 +76,8 @@ impl Pipeline {
             correlator,
             counters: InputCounters::default(),
             clock_ms: 0,
+            envelope: EnvelopeDecoder::new(),
+            scratch: Vec::new(),
         }
     }
 
@@ -108,17 +122,82 @@ impl Pipeline {
                 Ok(LineOutcome::Event)
             }
             Ok(NativeLine::UnknownType) => Ok(LineOutcome::Skipped),
-            Ok(NativeLine::ProviderChunk(_)) => {
-                // Provider envelopes are decoded by the provider layer; until a caller wires
-                // it in, they count as unknown types rather than errors.
-                self.counters.skips.unknown_types += 1;
-                Ok(LineOutcome::Skipped)
+            Ok(NativeLine::ProviderChunk(chunk)) => {
+                let mut events = std::mem::take(&mut self.scratch);
+                let result = self.envelope.push(&chunk, &mut events);
+                let outcome = self.observe_all(&mut events, arrival_ms, out);
+                self.scratch = events;
+                match result {
+                    Ok(()) => Ok(outcome),
+                    Err(e) => {
+                        self.counters.bad(e.reason);
+                        Err(e)
+                    }
+                }
             }
             Err(e) => {
                 self.counters.bad(e.reason);
                 Err(e)
             }
         }
+    }
+
+    /// Decode one line of a provider stream with its stream's decoder, and correlate.
+    pub fn stream_line(
+        &mut self,
+        decoder: &mut dyn StreamDecoder,
+        bytes: &[u8],
+        arrival_ms: Option<i64>,
+        out: &mut Vec<Output>,
+    ) -> Result<LineOutcome, DecodeError> {
+        self.counters.lines += 1;
+        let mut events = std::mem::take(&mut self.scratch);
+        let result = decoder.push_line(bytes, &mut events);
+        let outcome = self.observe_all(&mut events, arrival_ms, out);
+        self.scratch = events;
+        match result {
+            Ok(()) => Ok(outcome),
+            Err(e) => {
+                self.counters.bad(e.reason);
+                Err(e)
+            }
+        }
+    }
+
+    /// A provider stream ended: flush its decoder and add its skip counts.
+    pub fn stream_end(
+        &mut self,
+        decoder: &mut dyn StreamDecoder,
+        arrival_ms: Option<i64>,
+        out: &mut Vec<Output>,
+    ) {
+        let mut events = std::mem::take(&mut self.scratch);
+        decoder.finish(&mut events);
+        self.observe_all(&mut events, arrival_ms, out);
+        self.scratch = events;
+        self.counters.skips.add(decoder.skips());
+    }
+
+    fn observe_all(
+        &mut self,
+        events: &mut Vec<Event<'static>>,
+        arrival_ms: Option<i64>,
+        out: &mut Vec<Output>,
+    ) -> LineOutcome {
+        let outcome = if events.is_empty() {
+            LineOutcome::Skipped
+        } else {
+            LineOutcome::Event
+        };
+        for ev in events.drain(..) {
+            if let Some(ts) = ev.ts_ms {
+                self.clock_ms = self.clock_ms.max(ts);
+            }
+            let now = arrival_ms.unwrap_or(self.clock_ms);
+            self.counters.events += 1;
+            self.correlator.observe(&ev, now, out);
+        }
+        outcome
     }
 
     /// Count a line skipped for its length.
@@ -132,8 +211,14 @@ impl Pipeline {
         self.correlator.tick(now_ms, out);
     }
 
-    /// End of input: close every open turn.
+    /// End of input: flush provider envelopes and close every open turn.
     pub fn close_all(&mut self, out: &mut Vec<Output>) {
+        let mut events = std::mem::take(&mut self.scratch);
+        self.envelope.finish(&mut events);
+        self.observe_all(&mut events, None, out);
+        self.scratch = events;
+        let skips = std::mem::take(&mut self.envelope).skips();
+        self.counters.skips.add(skips);
         self.correlator.close_all(out);
     }
 

@@ -106,7 +106,8 @@ impl TailerEvents for TailerReport<'_> {
         tracing::info!(path = %path.display(), "rotated file drained and released");
     }
     fn line_too_long(&mut self, path: &std::path::Path, skipped_bytes: u64) {
-        self.metrics.add_bad_lines(SourceKind::File, crate::decode::BadLineReason::TooLong, 1);
+        self.metrics
+            .add_bad_lines(SourceKind::File, crate::decode::BadLineReason::TooLong, 1);
         if let Some(suppressed) = self.log.allow("line_too_long") {
             tracing::warn!(path = %path.display(), skipped_bytes, suppressed, "over-long line skipped");
         }
@@ -190,14 +191,19 @@ impl Engine {
                 p.restore_counters(cp.counters, cp.clock_ms);
                 (p, cp.files, cp.findings_offset)
             }
-            None => (Pipeline::new(Correlator::new(ccfg, prices)), Vec::new(), None),
+            None => (
+                Pipeline::new(Correlator::new(ccfg, prices)),
+                Vec::new(),
+                None,
+            ),
         };
-        let mut findings = FindingsSink::open(&self.cfg.findings_out, findings_offset).map_err(
-            |source| RunError::Findings {
-                target: self.cfg.findings_out.clone(),
-                source,
-            },
-        )?;
+        let mut findings =
+            FindingsSink::open(&self.cfg.findings_out, findings_offset).map_err(|source| {
+                RunError::Findings {
+                    target: self.cfg.findings_out.clone(),
+                    source,
+                }
+            })?;
         let mut tailer = self.sources.files.then(|| {
             FileTailer::new(
                 FileTailerConfig {
@@ -246,7 +252,9 @@ impl Engine {
                     &mut |line| {
                         metrics.add_events_read(SourceKind::File, 1);
                         match pipeline_ref.native_line(line.bytes, Some(now), out_ref) {
-                            Ok(LineOutcome::Event) => metrics.add_events_decoded(SourceKind::File, 1),
+                            Ok(LineOutcome::Event) => {
+                                metrics.add_events_decoded(SourceKind::File, 1)
+                            }
                             Ok(LineOutcome::Skipped) => {
                                 metrics.add_unknown_events(SourceKind::File, 1)
                             }
@@ -269,7 +277,8 @@ impl Engine {
                 summary.lines += stats.lines;
                 busy |= stats.throttled;
                 self.metrics.set_files_watched(t.files_watched() as u64);
-                self.metrics.set_source_lag_bytes(SourceKind::File, t.lag_bytes());
+                self.metrics
+                    .set_source_lag_bytes(SourceKind::File, t.lag_bytes());
             }
             if let Some(rx) = &feed {
                 let mut taken = 0;
@@ -278,7 +287,14 @@ impl Engine {
                         Ok(item) => {
                             taken += 1;
                             summary.lines += 1;
-                            self.feed_item(item, now, &mut pipeline, &mut out, &mut log, &mut stdin_done);
+                            self.feed_item(
+                                item,
+                                now,
+                                &mut pipeline,
+                                &mut out,
+                                &mut log,
+                                &mut stdin_done,
+                            );
                         }
                         Err(TryRecvError::Empty) => break,
                         Err(TryRecvError::Disconnected) => {
@@ -304,8 +320,10 @@ impl Engine {
                 pipeline.tick(now, &mut out);
             }
             self.deliver(&mut out, &mut findings, &mut log);
-            self.metrics
-                .set_correlator_stats(&pipeline.correlator().stats(), pipeline.correlator().open_turns());
+            self.metrics.set_correlator_stats(
+                &pipeline.correlator().stats(),
+                pipeline.correlator().open_turns(),
+            );
             if let Some(ts) = &self.traces {
                 let s = ts.stats();
                 self.metrics.set_otlp(
@@ -318,7 +336,13 @@ impl Engine {
                 && last_checkpoint.elapsed() >= checkpoint_every
             {
                 last_checkpoint = Instant::now();
-                self.write_checkpoint(path, &pipeline, tailer.as_ref(), &mut findings, &mut summary);
+                self.write_checkpoint(
+                    path,
+                    &pipeline,
+                    tailer.as_ref(),
+                    &mut findings,
+                    &mut summary,
+                );
             }
             if !busy {
                 std::thread::sleep(poll_every.min(Duration::from_millis(100)));
@@ -329,13 +353,21 @@ impl Engine {
         if let Some(path) = &checkpoint_path {
             self.deliver(&mut out, &mut findings, &mut log);
             summary.open_turns_checkpointed = pipeline.correlator().open_turns();
-            self.write_checkpoint(path, &pipeline, tailer.as_ref(), &mut findings, &mut summary);
+            self.write_checkpoint(
+                path,
+                &pipeline,
+                tailer.as_ref(),
+                &mut findings,
+                &mut summary,
+            );
         } else {
             pipeline.close_all(&mut out);
             self.deliver(&mut out, &mut findings, &mut log);
         }
-        self.metrics
-            .set_correlator_stats(&pipeline.correlator().stats(), pipeline.correlator().open_turns());
+        self.metrics.set_correlator_stats(
+            &pipeline.correlator().stats(),
+            pipeline.correlator().open_turns(),
+        );
         if let Err(e) = findings.flush() {
             tracing::warn!(error = %e, "cannot flush findings");
         }
@@ -371,7 +403,12 @@ impl Engine {
                 self.metrics
                     .add_bad_lines(feed.kind(), crate::decode::BadLineReason::TooLong, 1);
                 if let Some(suppressed) = log.allow("line_too_long") {
-                    tracing::warn!(source = feed.kind().as_str(), len, suppressed, "over-long line skipped");
+                    tracing::warn!(
+                        source = feed.kind().as_str(),
+                        len,
+                        suppressed,
+                        "over-long line skipped"
+                    );
                 }
             }
             FeedItem::End { feed } => {

@@ -34,7 +34,10 @@ impl Collector {
             .spawn()
             .expect("start retryscope run");
         let c = Collector { child, port };
-        c.wait_until(|m| m.keys().any(|k| k.starts_with("retryscope_build_info")), "first scrape");
+        c.wait_until(
+            |m| m.keys().any(|k| k.starts_with("retryscope_build_info")),
+            "first scrape",
+        );
         c
     }
 
@@ -52,7 +55,11 @@ impl Collector {
         Some(parse_metrics(text))
     }
 
-    fn wait_until(&self, pred: impl Fn(&BTreeMap<String, f64>) -> bool, what: &str) -> BTreeMap<String, f64> {
+    fn wait_until(
+        &self,
+        pred: impl Fn(&BTreeMap<String, f64>) -> bool,
+        what: &str,
+    ) -> BTreeMap<String, f64> {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(m) = self.scrape()
@@ -73,7 +80,10 @@ impl Collector {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return status;
             }
-            assert!(Instant::now() < deadline, "collector did not stop on SIGTERM");
+            assert!(
+                Instant::now() < deadline,
+                "collector did not stop on SIGTERM"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -114,7 +124,9 @@ fn sum(m: &BTreeMap<String, f64>, prefix: &str) -> f64 {
 }
 
 fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookstore").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/bookstore")
+        .join(name)
 }
 
 /// `n` bookstore turns, cycling the three policies, each with its own turn id.
@@ -133,7 +145,11 @@ fn bookstore_turns(n: usize) -> Vec<String> {
 }
 
 fn append(path: &Path, lines: &[String]) {
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
     for l in lines {
         f.write_all(l.as_bytes()).unwrap();
         f.write_all(b"\n").unwrap();
@@ -177,39 +193,78 @@ fn bookstore_examples_show_up_in_a_real_scrape() {
     }
     let glob = format!("{}/*.jsonl", dir.path().display());
     let c = Collector::start(&[&glob, "--findings-out", ""]);
-    let m = c.wait_until(
-        |m| sum(m, "retryscope_turns_total{") >= 3.0,
-        "three turns",
-    );
+    let m = c.wait_until(|m| sum(m, "retryscope_turns_total{") >= 3.0, "three turns");
     let labels = "model=\"claude-sonnet-4-5\",provider=\"anthropic\"";
-    assert_eq!(get(&m, &format!("retryscope_turns_total{{{labels},status=\"completed\"}}")), 3.0);
-    assert_eq!(get(&m, &format!("retryscope_retries_total{{{labels},reason=\"connection_reset\"}}")), 3.0);
-    assert_eq!(get(&m, &format!("retryscope_attempts_total{{{labels},outcome=\"abandoned\"}}")), 3.0);
     assert_eq!(
-        get(&m, "retryscope_findings_total{kind=\"abandoned_tool_executed\",severity=\"critical\",tool=\"issue_refund\"}"),
+        get(
+            &m,
+            &format!("retryscope_turns_total{{{labels},status=\"completed\"}}")
+        ),
+        3.0
+    );
+    assert_eq!(
+        get(
+            &m,
+            &format!("retryscope_retries_total{{{labels},reason=\"connection_reset\"}}")
+        ),
+        3.0
+    );
+    assert_eq!(
+        get(
+            &m,
+            &format!("retryscope_attempts_total{{{labels},outcome=\"abandoned\"}}")
+        ),
+        3.0
+    );
+    assert_eq!(
+        get(
+            &m,
+            "retryscope_findings_total{kind=\"abandoned_tool_executed\",severity=\"critical\",tool=\"issue_refund\"}"
+        ),
         2.0,
         "naive and reset ran the abandoned refund"
     );
     assert_eq!(
-        get(&m, "retryscope_findings_total{kind=\"duplicate_effect\",severity=\"critical\",tool=\"issue_refund\"}"),
+        get(
+            &m,
+            "retryscope_findings_total{kind=\"duplicate_effect\",severity=\"critical\",tool=\"issue_refund\"}"
+        ),
         2.0
     );
-    assert_eq!(get(&m, "retryscope_findings_total{kind=\"spliced_text\",severity=\"high\",tool=\"\"}"), 1.0);
     assert_eq!(
-        get(&m, "retryscope_tool_executions_total{tool=\"issue_refund\",attempt_outcome=\"completed\"}"),
+        get(
+            &m,
+            "retryscope_findings_total{kind=\"spliced_text\",severity=\"high\",tool=\"\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        get(
+            &m,
+            "retryscope_tool_executions_total{tool=\"issue_refund\",attempt_outcome=\"completed\"}"
+        ),
         3.0
     );
     assert_eq!(
-        get(&m, "retryscope_tool_executions_total{tool=\"issue_refund\",attempt_outcome=\"abandoned\"}"),
+        get(
+            &m,
+            "retryscope_tool_executions_total{tool=\"issue_refund\",attempt_outcome=\"abandoned\"}"
+        ),
         2.0
     );
     let abandoned_cost: f64 = m
         .iter()
-        .filter(|(k, _)| k.starts_with("retryscope_billed_cost_usd_total{") && k.contains("attempt_outcome=\"abandoned\""))
+        .filter(|(k, _)| {
+            k.starts_with("retryscope_billed_cost_usd_total{")
+                && k.contains("attempt_outcome=\"abandoned\"")
+        })
         .map(|(_, v)| v)
         .sum();
     assert!(abandoned_cost > 0.0);
-    assert_eq!(get(&m, "retryscope_events_read_total{source=\"file\"}"), 52.0);
+    assert_eq!(
+        get(&m, "retryscope_events_read_total{source=\"file\"}"),
+        52.0
+    );
     assert_eq!(get(&m, "retryscope_files_watched"), 3.0);
     let status = c.terminate();
     assert!(status.success(), "SIGTERM exits 0: {status:?}");
@@ -230,7 +285,10 @@ fn kill_9_and_restart_gives_the_same_metrics_and_findings() {
         "--idle-timeout-secs",
         "3600",
     ]);
-    let reference = c.wait_until(|m| sum(m, "retryscope_turns_total{") >= 60.0, "reference run");
+    let reference = c.wait_until(
+        |m| sum(m, "retryscope_turns_total{") >= 60.0,
+        "reference run",
+    );
     assert!(c.terminate().success());
 
     // Interrupted run: write half, kill -9 after a checkpoint, write the rest, restart.
@@ -252,8 +310,10 @@ fn kill_9_and_restart_gives_the_same_metrics_and_findings() {
     append(&log, &lines[..half]);
     let c = Collector::start(&args);
     c.wait_until(
-        |m| get(m, "retryscope_events_read_total{source=\"file\"}") >= half as f64
-            && get(m, "retryscope_checkpoint_writes_total") >= 2.0,
+        |m| {
+            get(m, "retryscope_events_read_total{source=\"file\"}") >= half as f64
+                && get(m, "retryscope_checkpoint_writes_total") >= 2.0
+        },
         "half read and checkpointed",
     );
     c.kill9();
@@ -264,7 +324,11 @@ fn kill_9_and_restart_gives_the_same_metrics_and_findings() {
     let resumed_final = c.scrape().unwrap();
     assert!(c.terminate().success());
     assert_eq!(turn_level(&resumed), turn_level(&reference));
-    assert_eq!(turn_level(&resumed_final), turn_level(&reference), "nothing counted twice later");
+    assert_eq!(
+        turn_level(&resumed_final),
+        turn_level(&reference),
+        "nothing counted twice later"
+    );
     let ref_text = std::fs::read_to_string(&ref_findings).unwrap();
     let text = std::fs::read_to_string(&findings).unwrap();
     assert_eq!(text.lines().count(), ref_text.lines().count());
@@ -289,22 +353,39 @@ fn rename_rotation_and_truncation_while_writing_lose_and_duplicate_nothing() {
     ]);
     let chunk = lines.len() / 3;
     append(&log, &lines[..chunk]);
-    c.wait_until(|m| get(m, "retryscope_events_read_total{source=\"file\"}") >= chunk as f64, "first third");
+    c.wait_until(
+        |m| get(m, "retryscope_events_read_total{source=\"file\"}") >= chunk as f64,
+        "first third",
+    );
     // Rename rotation: the writer goes on in a new file.
     std::fs::rename(&log, dir.path().join("agent.log.1")).unwrap();
     append(&log, &lines[chunk..2 * chunk]);
-    c.wait_until(|m| get(m, "retryscope_events_read_total{source=\"file\"}") >= (2 * chunk) as f64, "second third");
+    c.wait_until(
+        |m| get(m, "retryscope_events_read_total{source=\"file\"}") >= (2 * chunk) as f64,
+        "second third",
+    );
     // copytruncate: copy aside (not matched by the glob) and truncate in place.
     std::fs::copy(&log, dir.path().join("copy.old")).unwrap();
-    std::fs::OpenOptions::new().write(true).open(&log).unwrap().set_len(0).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&log)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
     append(&log, &lines[2 * chunk..]);
     let m = c.wait_until(|m| sum(m, "retryscope_turns_total{") >= 90.0, "all turns");
-    assert_eq!(get(&m, "retryscope_events_read_total{source=\"file\"}"), lines.len() as f64);
+    assert_eq!(
+        get(&m, "retryscope_events_read_total{source=\"file\"}"),
+        lines.len() as f64
+    );
     assert_eq!(sum(&m, "retryscope_turns_total{"), 90.0);
     assert_eq!(get(&m, "retryscope_file_rotations_total"), 1.0);
     assert_eq!(get(&m, "retryscope_file_truncations_total"), 1.0);
     assert_eq!(
-        get(&m, "retryscope_findings_total{kind=\"duplicate_effect\",severity=\"critical\",tool=\"issue_refund\"}"),
+        get(
+            &m,
+            "retryscope_findings_total{kind=\"duplicate_effect\",severity=\"critical\",tool=\"issue_refund\"}"
+        ),
         60.0
     );
     assert!(c.terminate().success());
@@ -317,9 +398,11 @@ fn malformed_huge_and_non_utf8_lines_are_counted_and_skipped() {
     let good = bookstore_turns(3);
     let mut f = std::fs::File::create(&log).unwrap();
     f.write_all(b"{broken json\n").unwrap();
-    f.write_all(b"{\"turn\":\"x\",\"type\":\"text\",\"text\":\"\xc3\x28\"}\n").unwrap();
+    f.write_all(b"{\"turn\":\"x\",\"type\":\"text\",\"text\":\"\xc3\x28\"}\n")
+        .unwrap();
     f.write_all(&vec![b'x'; 3 << 20]).unwrap();
-    f.write_all(b"\n{\"turn\":\"x\",\"type\":\"quantum_event\"}\n").unwrap();
+    f.write_all(b"\n{\"turn\":\"x\",\"type\":\"quantum_event\"}\n")
+        .unwrap();
     for l in &good {
         f.write_all(l.as_bytes()).unwrap();
         f.write_all(b"\n").unwrap();
@@ -327,10 +410,31 @@ fn malformed_huge_and_non_utf8_lines_are_counted_and_skipped() {
     drop(f);
     let c = Collector::start(&[log.to_str().unwrap(), "--findings-out", ""]);
     let m = c.wait_until(|m| sum(m, "retryscope_turns_total{") >= 3.0, "good turns");
-    assert_eq!(get(&m, "retryscope_bad_lines_total{source=\"file\",reason=\"invalid_json\"}"), 1.0);
-    assert_eq!(get(&m, "retryscope_bad_lines_total{source=\"file\",reason=\"invalid_utf8\"}"), 1.0);
-    assert_eq!(get(&m, "retryscope_bad_lines_total{source=\"file\",reason=\"too_long\"}"), 1.0);
-    assert_eq!(get(&m, "retryscope_unknown_events_total{source=\"file\"}"), 1.0);
+    assert_eq!(
+        get(
+            &m,
+            "retryscope_bad_lines_total{source=\"file\",reason=\"invalid_json\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        get(
+            &m,
+            "retryscope_bad_lines_total{source=\"file\",reason=\"invalid_utf8\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        get(
+            &m,
+            "retryscope_bad_lines_total{source=\"file\",reason=\"too_long\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        get(&m, "retryscope_unknown_events_total{source=\"file\"}"),
+        1.0
+    );
     assert!(c.terminate().success());
 }
 
@@ -338,7 +442,13 @@ fn malformed_huge_and_non_utf8_lines_are_counted_and_skipped() {
 fn stdin_source_closes_turns_at_end_of_input() {
     let port = free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_retryscope"))
-        .args(["run", "-", "--exit-on-eof", "--metrics-addr", &format!("127.0.0.1:{port}")])
+        .args([
+            "run",
+            "-",
+            "--exit-on-eof",
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+        ])
         .env("RUST_LOG", "warn")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -354,17 +464,34 @@ fn stdin_source_closes_turns_at_end_of_input() {
         .lines()
         .map(|l| serde_json::from_str(l).expect("findings are JSON lines"))
         .collect();
-    let mut kinds: Vec<&str> = findings.iter().map(|f| f["kind"].as_str().unwrap()).collect();
+    let mut kinds: Vec<&str> = findings
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap())
+        .collect();
     kinds.sort();
     assert_eq!(
         kinds,
-        ["abandoned_tool_executed", "duplicate_effect", "early_execution", "early_execution", "spliced_text"]
+        [
+            "abandoned_tool_executed",
+            "duplicate_effect",
+            "early_execution",
+            "early_execution",
+            "spliced_text"
+        ]
     );
 }
 
 #[test]
 fn demo_produces_metrics_within_seconds() {
-    let c = Collector::start(&["--demo", "--findings-out", "", "--demo-turns-per-sec", "50", "--idle-timeout-secs", "1"]);
+    let c = Collector::start(&[
+        "--demo",
+        "--findings-out",
+        "",
+        "--demo-turns-per-sec",
+        "50",
+        "--idle-timeout-secs",
+        "1",
+    ]);
     let m = c.wait_until(
         |m| sum(m, "retryscope_turns_total{") >= 10.0 && sum(m, "retryscope_retries_total{") >= 1.0,
         "demo turns and retries",

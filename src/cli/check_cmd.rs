@@ -45,6 +45,10 @@ pub struct CheckArgs {
     /// Show every turn in the text report, not only those with findings.
     #[arg(long, short)]
     verbose: bool,
+    /// Input format: auto, native, openai-chat, openai-responses, anthropic, gemini,
+    /// gemini-cli-responses, acp, gemini-cli-telemetry.
+    #[arg(long, default_value = "auto", value_name = "FORMAT")]
+    format: retryscope::decode::Format,
     /// Print at most this many bad lines on stderr (all are counted).
     #[arg(long, default_value_t = 20, value_name = "N")]
     max_bad_lines_shown: u64,
@@ -160,6 +164,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let correlator = Correlator::new(cfg, Arc::new(prices));
     let opts = CheckOptions {
         max_line_bytes: args.max_line_bytes,
+        format: args.format,
     };
     let summary = check::check(&inputs, correlator, &opts, &mut printer);
     if let Some(bar) = printer.progress.take() {

@@ -123,7 +123,8 @@ fn merge(args: &RunArgs) -> anyhow::Result<(RunConfig, Sources)> {
     if let Some(v) = args.retry_cap {
         cfg.retry_cap = v;
     }
-    cfg.read_only_tools.extend(args.read_only_tools.iter().cloned());
+    cfg.read_only_tools
+        .extend(args.read_only_tools.iter().cloned());
     if let Some(v) = &args.findings_out {
         cfg.findings_out = v.clone();
     }
@@ -194,7 +195,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 max_providers: cfg.labels.max_providers,
                 max_tools: cfg.labels.max_tools,
                 max_reasons: cfg.labels.max_reasons,
-            }).context("registering metrics")?,
+            })
+            .context("registering metrics")?,
         );
         let listener = tokio::net::TcpListener::bind(&cfg.metrics_addr)
             .await
@@ -226,11 +228,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         });
         let engine = Engine::new(cfg, sources, metrics.clone(), traces);
         let engine_shutdown = shutdown.clone();
-        let (summary, traces) = tokio::task::spawn_blocking(move || {
-            engine.run(engine_shutdown, ready, exit_on_eof)
-        })
-        .await
-        .context("the engine thread panicked")??;
+        let (summary, traces) =
+            tokio::task::spawn_blocking(move || engine.run(engine_shutdown, ready, exit_on_eof))
+                .await
+                .context("the engine thread panicked")??;
         if let Some(t) = traces {
             t.shutdown(Duration::from_secs(10)).await;
         }
