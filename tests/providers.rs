@@ -426,6 +426,9 @@ fn spliced_stream_only_on_spliced_fixtures() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/providers");
     let mut seen = 0;
     for dir in std::fs::read_dir(&root).expect("fixtures dir").flatten() {
+        if !dir.path().is_dir() {
+            continue;
+        }
         for file in std::fs::read_dir(dir.path()).expect("format dir").flatten() {
             let rel = format!(
                 "{}/{}",
