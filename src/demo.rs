@@ -139,9 +139,10 @@ pub struct FleetConfig {
 const DEFAULT_START_MS: i64 = 1_794_477_600_000;
 
 impl FleetConfig {
-    /// The demo preset: few agents' worth of concurrency, frequent retries and tool calls and
-    /// short turns, so every kind of finding shows up within the first few dozen turns.
-    /// Callers replaying it live may set `start_ms` to the current time.
+    /// The demo preset: 8 agents, 6 turns in flight, one attempt in five broken, tool calls in
+    /// most turns and short (~12-fragment) attempts, so spliced text, abandoned and duplicate
+    /// effects show up within the first few dozen turns and a storm past the retry cap within
+    /// about a hundred. Callers replaying it live may set `start_ms` to the current time.
     pub fn demo(seed: u64) -> Self {
         FleetConfig {
             seed,
@@ -1260,5 +1261,66 @@ impl Rng {
 
     fn chance(&mut self, p: f64) -> bool {
         self.unit() < p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_strings_round_trip_through_serde() {
+        for s in [
+            "plain",
+            "q\"b\\s",
+            "nl\n\r\ttab",
+            "\u{1}\u{1f}",
+            "é—ノ🎉",
+            "",
+        ] {
+            let mut out = String::new();
+            push_json_str(&mut out, s);
+            assert_eq!(
+                serde_json::from_str::<String>(&out).ok().as_deref(),
+                Some(s)
+            );
+        }
+    }
+
+    #[test]
+    fn fragments_cover_the_text_on_character_boundaries() {
+        let mut rng = Rng::new(1);
+        let mut cuts = Vec::new();
+        let text = "ご不便をおかけして申し訳ありません。Köln — \"ok\" 🎉 and more ASCII text here";
+        for n in [1, 3, 10, 40, 1_000] {
+            cut_fragments(&mut rng, text, n, &mut cuts);
+            let joined: String = cuts.iter().map(|&(a, b)| &text[a..b]).collect();
+            assert_eq!(joined, text);
+            assert!(cuts.iter().all(|&(a, b)| a < b));
+            assert!(cuts.len() <= n);
+        }
+    }
+
+    #[test]
+    fn calibration_counts_storms_towards_the_rate() {
+        let q = calibrate_break(0.05, 0.001, 6);
+        assert!(q > 0.0 && q < 0.05, "{q}");
+        assert_eq!(calibrate_break(0.0, 0.5, 6), 0.0);
+        assert_eq!(calibrate_break(1.0, 0.0, 6), 1.0);
+        assert!((calibrate_break(0.3, 0.0, 1) - 0.3).abs() < 1e-9);
+    }
+
+    #[test]
+    fn rng_ranges_stay_in_bounds() {
+        let mut rng = Rng::new(9);
+        for _ in 0..10_000 {
+            let x = rng.range(-3, 3);
+            assert!((-3..=3).contains(&x));
+            assert!(rng.below(7) < 7);
+            let u = rng.unit();
+            assert!((0.0..1.0).contains(&u));
+        }
+        assert_eq!(rng.range(5, 5), 5);
+        assert_eq!(rng.below(0), 0);
     }
 }

@@ -27,6 +27,10 @@ pub struct TextStats {
     pub hash: u64,
     /// The first bytes, cut on a character boundary.
     pub prefix: String,
+    /// The prefix stopped short of a character that did not fit: it takes no more text, so
+    /// it stays a contiguous start of the text (a later ASCII fragment would still fit).
+    #[serde(default)]
+    pub prefix_closed: bool,
 }
 
 impl Default for TextStats {
@@ -35,6 +39,7 @@ impl Default for TextStats {
             chars: 0,
             hash: EMPTY_HASH,
             prefix: String::new(),
+            prefix_closed: false,
         }
     }
 }
@@ -52,12 +57,13 @@ impl TextStats {
         self.chars += text.chars().count() as u64;
         self.hash = fnv1a(self.hash, text.as_bytes());
         let room = prefix_cap.saturating_sub(self.prefix.len());
-        if room > 0 {
+        if room > 0 && !self.prefix_closed {
             let mut cut = room.min(text.len());
             while !text.is_char_boundary(cut) {
                 cut -= 1;
             }
             self.prefix.push_str(&text[..cut]);
+            self.prefix_closed = cut < text.len();
         }
     }
 
@@ -164,6 +170,18 @@ mod tests {
         assert!(s.same_as(&whole));
         assert_eq!(s.prefix, "Checking");
         assert_eq!(s.chars, 27);
+    }
+
+    #[test]
+    fn prefix_stays_contiguous_when_a_character_does_not_fit() {
+        // Cap 5: "ab" + "é" fill 4 bytes, the second "é" does not fit; "c" would, but the
+        // prefix must stay a start of the text ("abéé c..."), or searches for it fail.
+        let mut s = TextStats::default();
+        for frag in ["ab", "éé", "cd"] {
+            s.push(frag, 5);
+        }
+        assert_eq!(s.prefix, "abé");
+        assert!("abéécd".starts_with(&s.prefix));
     }
 
     #[test]
