@@ -5,6 +5,7 @@
 //! Closed turns are handed to a callback as they close (output streams, memory stays bounded);
 //! the [`Summary`] accumulates counts, findings and cost.
 
+mod parallel;
 pub mod render;
 
 use std::collections::BTreeMap;
@@ -14,7 +15,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::correlate::{Correlator, Output};
+use std::sync::Arc;
+
+use crate::correlate::{Correlator, CorrelatorConfig, Output};
+use crate::cost::PriceTable;
 use crate::decode::{Format, StreamDecoder};
 use crate::finding::{FindingKind, Severity};
 use crate::input::{Line, LineReader};
@@ -127,14 +131,18 @@ impl Summary {
     }
 
     fn finish(&mut self, counters: &InputCounters, correlator: &Correlator) {
+        self.finish_with(counters, correlator.stats());
+    }
+
+    fn finish_with(&mut self, counters: &InputCounters, stats: crate::correlate::CorrelatorStats) {
         self.events = counters.events;
         self.lines = counters.lines;
         self.bad_lines = counters.bad_total();
         self.bad_lines_by_reason = counters.bad_lines.clone();
         self.unknown_types = counters.skips.unknown_types;
         self.unknown_fields = counters.skips.unknown_fields;
-        self.late_events = correlator.stats().late_events;
-        self.after_close_events = correlator.stats().after_close_events;
+        self.late_events = stats.late_events;
+        self.after_close_events = stats.after_close_events;
         for kind in FindingKind::ALL {
             self.findings.entry(kind.as_str().to_owned()).or_insert(0);
         }
@@ -210,6 +218,8 @@ pub struct CheckOptions {
     pub max_line_bytes: usize,
     /// Input format; `Auto` sniffs each input's first bytes.
     pub format: Format,
+    /// Shard large native inputs over two worker threads.
+    pub parallel: bool,
 }
 
 impl Default for CheckOptions {
@@ -217,6 +227,7 @@ impl Default for CheckOptions {
         CheckOptions {
             max_line_bytes: 1 << 20,
             format: Format::Auto,
+            parallel: true,
         }
     }
 }
@@ -224,29 +235,93 @@ impl Default for CheckOptions {
 /// Bytes sniffed to detect an input's format.
 const SNIFF_BYTES: usize = 64 << 10;
 
-/// Read up to `SNIFF_BYTES` for detection and give back a reader that replays them.
-fn sniff(mut reader: Box<dyn Read>) -> io::Result<(Vec<u8>, Box<dyn Read>)> {
-    let mut head = Vec::with_capacity(SNIFF_BYTES);
-    (&mut reader)
-        .take(SNIFF_BYTES as u64)
-        .read_to_end(&mut head)?;
-    let replay = io::Cursor::new(head.clone()).chain(reader);
-    Ok((head, Box::new(replay)))
+/// How often (in lines) the sequential path lets idle turns time out on its logical clock.
+const TICK_EVERY_LINES: u32 = 4096;
+
+fn stream_name(name: &str) -> String {
+    std::path::Path::new(name)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| name.to_owned())
 }
 
-fn stream_name(input: &InputSpec) -> String {
-    match input {
-        InputSpec::Stdin => "stdin".to_owned(),
-        InputSpec::Path(p) => p
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| p.display().to_string()),
+fn read_head(reader: &mut dyn Read) -> io::Result<Vec<u8>> {
+    let mut head = Vec::with_capacity(SNIFF_BYTES);
+    reader.take(SNIFF_BYTES as u64).read_to_end(&mut head)?;
+    Ok(head)
+}
+
+fn pick_format(requested: Format, head: &[u8]) -> Format {
+    match requested {
+        Format::Auto => crate::decode::detect(head),
+        explicit => explicit,
     }
 }
 
 /// Correlate `inputs` (already expanded) and return the summary.
+///
+/// Native-format inputs large enough to be worth it are checked by two sharded workers (see
+/// `parallel`); everything else, and any run with an idle timeout (whose logical clock must
+/// see every event), takes the sequential path. Both give the same reports in the same order.
 pub fn check(
     inputs: &[InputSpec],
+    cfg: CorrelatorConfig,
+    prices: Arc<PriceTable>,
+    opts: &CheckOptions,
+    observer: &mut dyn CheckObserver,
+) -> Summary {
+    // Detect every input's format first (files are reopened later; stdin keeps its head).
+    let mut prepared: Vec<(String, Format, parallel::Prepared)> = Vec::new();
+    let mut unreadable = Vec::new();
+    for input in inputs {
+        let name = match input {
+            InputSpec::Stdin => "<stdin>".to_owned(),
+            InputSpec::Path(p) => p.display().to_string(),
+        };
+        let sniffed = match input {
+            InputSpec::Stdin => read_head(&mut io::stdin().lock()).map(|head| {
+                let format = pick_format(opts.format, &head);
+                (format, parallel::Prepared::Stdin { head })
+            }),
+            InputSpec::Path(p) => File::open(p).and_then(|mut f| {
+                let head = if opts.format == Format::Auto {
+                    read_head(&mut f)?
+                } else {
+                    Vec::new()
+                };
+                Ok((
+                    pick_format(opts.format, &head),
+                    parallel::Prepared::File { path: p.clone() },
+                ))
+            }),
+        };
+        match sniffed {
+            Ok((format, p)) => prepared.push((name, format, p)),
+            Err(e) => {
+                observer.unreadable(&name, &e);
+                unreadable.push(name);
+            }
+        }
+    }
+    let all_native = prepared.iter().all(|(_, f, _)| *f == Format::Native);
+    let mut summary = if opts.parallel
+        && all_native
+        && cfg.idle_timeout_ms.is_none()
+        && parallel::worthwhile(inputs, total_bytes(inputs))
+    {
+        let names = prepared.iter().map(|(n, _, _)| n.clone()).collect();
+        let inputs = prepared.into_iter().map(|(_, _, p)| p).collect();
+        parallel::run(inputs, names, cfg, prices, opts.max_line_bytes, observer)
+    } else {
+        sequential(prepared, Correlator::new(cfg, prices), opts, observer)
+    };
+    unreadable.extend(std::mem::take(&mut summary.unreadable_inputs));
+    summary.unreadable_inputs = unreadable;
+    summary
+}
+
+fn sequential(
+    inputs: Vec<(String, Format, parallel::Prepared)>,
     correlator: Correlator,
     opts: &CheckOptions,
     observer: &mut dyn CheckObserver,
@@ -255,35 +330,25 @@ pub fn check(
     let mut summary = Summary::default();
     let mut out = Vec::new();
     let mut done_bytes = 0u64;
-    for input in inputs {
-        let (name, reader): (String, Box<dyn Read>) = match input {
-            InputSpec::Stdin => ("<stdin>".to_owned(), Box::new(io::stdin().lock())),
-            InputSpec::Path(p) => match File::open(p) {
-                Ok(f) => (p.display().to_string(), Box::new(f)),
-                Err(e) => {
-                    let name = p.display().to_string();
-                    observer.unreadable(&name, &e);
-                    summary.unreadable_inputs.push(name);
-                    continue;
-                }
-            },
-        };
-        let (format, reader) = match opts.format {
-            Format::Auto => match sniff(reader) {
-                Ok((head, reader)) => (crate::decode::detect(&head), reader),
+    for (name, format, prepared) in inputs {
+        let reader: Box<dyn Read> = match prepared {
+            parallel::Prepared::Stdin { head } => {
+                Box::new(io::Cursor::new(head).chain(io::stdin()))
+            }
+            parallel::Prepared::File { path } => match File::open(&path) {
+                Ok(f) => Box::new(f),
                 Err(e) => {
                     observer.unreadable(&name, &e);
                     summary.unreadable_inputs.push(name);
                     continue;
                 }
             },
-            explicit => (explicit, reader),
         };
         let mut decoder: Option<Box<dyn StreamDecoder>> =
-            crate::decode::stream_decoder(format, &stream_name(input));
+            crate::decode::stream_decoder(format, &stream_name(&name));
         summary.inputs += 1;
         let mut lines = LineReader::new(reader, opts.max_line_bytes);
-        let mut since_progress = 0u32;
+        let mut since_tick = 0u32;
         loop {
             let line = match lines.next_line() {
                 Ok(Some(line)) => line,
@@ -318,13 +383,15 @@ pub fn check(
                     });
                 }
             }
+            since_tick += 1;
+            if since_tick == TICK_EVERY_LINES {
+                since_tick = 0;
+                let clock = pipeline.clock_ms();
+                pipeline.tick(clock, &mut out);
+                observer.progress(done_bytes + lines.consumed());
+            }
             if !out.is_empty() {
                 drain(&mut out, &mut summary, observer);
-            }
-            since_progress += 1;
-            if since_progress == 65_536 {
-                since_progress = 0;
-                observer.progress(done_bytes + lines.consumed());
             }
         }
         if let Some(d) = decoder.as_deref_mut() {

@@ -12,13 +12,14 @@ mod attempt;
 mod splice;
 mod turn;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::cost::PriceTable;
 use crate::event::{Event, EventKind};
+use crate::fasthash::{FastMap, FastSet};
 use crate::finding::Finding;
 use crate::report::{CloseReason, TurnReport};
 
@@ -120,11 +121,12 @@ impl CorrelatorSnapshot {
 pub struct Correlator {
     cfg: CorrelatorConfig,
     prices: Arc<PriceTable>,
-    turns: HashMap<String, TurnState>,
+    turns: FastMap<String, TurnState>,
     closed_order: VecDeque<String>,
-    closed: HashSet<String>,
+    closed: FastSet<String>,
     stats: CorrelatorStats,
     seq: u64,
+    seq_hint: Option<u64>,
 }
 
 impl Correlator {
@@ -133,11 +135,12 @@ impl Correlator {
         Correlator {
             cfg,
             prices,
-            turns: HashMap::new(),
+            turns: FastMap::default(),
             closed_order: VecDeque::new(),
-            closed: HashSet::new(),
+            closed: FastSet::default(),
             stats: CorrelatorStats::default(),
             seq: 0,
+            seq_hint: None,
         }
     }
 
@@ -156,6 +159,12 @@ impl Correlator {
         self.turns.len()
     }
 
+    /// Number the next new turn `seq` (e.g. its global line number), so that correlators
+    /// sharing one input by turn order their end-of-input closes consistently.
+    pub fn set_sequence_hint(&mut self, seq: u64) {
+        self.seq_hint = Some(seq);
+    }
+
     /// Apply one event that arrived at `now_ms` (used as its time when it has none).
     pub fn observe(&mut self, ev: &Event<'_>, now_ms: i64, out: &mut Vec<Output>) {
         self.stats.events += 1;
@@ -168,7 +177,10 @@ impl Correlator {
             if self.turns.len() >= self.cfg.max_open_turns.max(1) {
                 self.evict_oldest(out);
             }
-            self.seq += 1;
+            self.seq = match self.seq_hint {
+                Some(hint) => hint.max(self.seq + 1),
+                None => self.seq + 1,
+            };
             self.stats.turns_opened += 1;
             self.turns.insert(
                 turn_id.to_owned(),

@@ -15,6 +15,7 @@ pub mod decode;
 pub mod demo;
 pub mod effect;
 pub mod event;
+pub mod fasthash;
 pub mod finding;
 pub mod input;
 pub mod pipeline;

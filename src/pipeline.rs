@@ -102,6 +102,11 @@ impl Pipeline {
         self.clock_ms
     }
 
+    /// Number the next new turn (see [`Correlator::set_sequence_hint`]).
+    pub fn set_sequence_hint(&mut self, seq: u64) {
+        self.correlator.set_sequence_hint(seq);
+    }
+
     /// Decode one native-format line and correlate it.
     pub fn native_line(
         &mut self,

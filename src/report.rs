@@ -241,4 +241,7 @@ pub struct TurnReport {
     pub attempts: Vec<AttemptReport>,
     /// Every finding about this turn, in the order they became known.
     pub findings: Vec<Finding>,
+    /// The correlator's sequence number of the turn's first event (ordering only).
+    #[serde(skip)]
+    pub opened_seq: u64,
 }

@@ -10,7 +10,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use retryscope::check::{self, BadLine, CheckObserver, CheckOptions, InputSpec, render};
-use retryscope::correlate::{Correlator, CorrelatorConfig};
+use retryscope::correlate::CorrelatorConfig;
 use retryscope::cost::PriceTable;
 use retryscope::finding::Severity;
 use retryscope::report::TurnReport;
@@ -49,6 +49,9 @@ pub struct CheckArgs {
     /// gemini-cli-responses, acp, gemini-cli-telemetry.
     #[arg(long, default_value = "auto", value_name = "FORMAT")]
     format: retryscope::decode::Format,
+    /// Correlate on one thread (large native inputs are otherwise sharded over two).
+    #[arg(long)]
+    single_thread: bool,
     /// Print at most this many bad lines on stderr (all are counted).
     #[arg(long, default_value_t = 20, value_name = "N")]
     max_bad_lines_shown: u64,
@@ -161,12 +164,12 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         progress,
         write_error: None,
     };
-    let correlator = Correlator::new(cfg, Arc::new(prices));
     let opts = CheckOptions {
         max_line_bytes: args.max_line_bytes,
         format: args.format,
+        parallel: !args.single_thread,
     };
-    let summary = check::check(&inputs, correlator, &opts, &mut printer);
+    let summary = check::check(&inputs, cfg, Arc::new(prices), &opts, &mut printer);
     if let Some(bar) = printer.progress.take() {
         bar.finish_and_clear();
     }

@@ -6,42 +6,71 @@ use serde::{Deserialize, Serialize};
 use crate::event::Usage;
 use crate::report::Outcome;
 
-/// FNV-1a 64 offset basis: the hash of the empty text.
-pub const EMPTY_HASH: u64 = 0xcbf2_9ce4_8422_2325;
+/// A streaming hash of a byte stream, eight bytes at a time: fragments hash exactly like
+/// their concatenation, whatever the split. Serializable, so open turns can be checkpointed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamHash {
+    acc: u64,
+    tail: u64,
+    tail_len: u8,
+    len: u64,
+}
 
-/// Extend an FNV-1a 64 hash with more bytes (streaming: fragments hash like their concatenation).
-pub fn fnv1a(mut hash: u64, bytes: &[u8]) -> u64 {
-    for &b in bytes {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+
+#[inline]
+fn mix(acc: u64, word: u64) -> u64 {
+    (acc ^ word).wrapping_mul(MUL).rotate_left(29)
+}
+
+impl StreamHash {
+    /// Add bytes.
+    pub fn push(&mut self, mut bytes: &[u8]) {
+        self.len += bytes.len() as u64;
+        while self.tail_len > 0 && !bytes.is_empty() {
+            self.tail |= u64::from(bytes[0]) << (8 * u32::from(self.tail_len));
+            self.tail_len += 1;
+            bytes = &bytes[1..];
+            if self.tail_len == 8 {
+                self.acc = mix(self.acc, self.tail);
+                self.tail = 0;
+                self.tail_len = 0;
+            }
+        }
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            let mut buf = [0u8; 8];
+            buf.copy_from_slice(w);
+            self.acc = mix(self.acc, u64::from_le_bytes(buf));
+        }
+        for &b in words.remainder() {
+            self.tail |= u64::from(b) << (8 * u32::from(self.tail_len));
+            self.tail_len += 1;
+        }
     }
-    hash
+
+    /// The hash of everything pushed so far.
+    pub fn value(&self) -> u64 {
+        let mut h = mix(mix(self.acc, self.tail), self.len);
+        h ^= h >> 32;
+        h = h.wrapping_mul(MUL);
+        h ^ (h >> 29)
+    }
 }
 
 /// Text statistics of a stream of fragments.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TextStats {
     /// Characters.
     pub chars: u64,
-    /// FNV-1a 64 of the UTF-8 bytes.
-    pub hash: u64,
+    /// Streaming hash of the UTF-8 bytes.
+    pub hash: StreamHash,
     /// The first bytes, cut on a character boundary.
     pub prefix: String,
     /// The prefix stopped short of a character that did not fit: it takes no more text, so
     /// it stays a contiguous start of the text (a later ASCII fragment would still fit).
     #[serde(default)]
     pub prefix_closed: bool,
-}
-
-impl Default for TextStats {
-    fn default() -> Self {
-        TextStats {
-            chars: 0,
-            hash: EMPTY_HASH,
-            prefix: String::new(),
-            prefix_closed: false,
-        }
-    }
 }
 
 impl TextStats {
@@ -55,7 +84,7 @@ impl TextStats {
     /// Append a fragment.
     pub fn push(&mut self, text: &str, prefix_cap: usize) {
         self.chars += text.chars().count() as u64;
-        self.hash = fnv1a(self.hash, text.as_bytes());
+        self.hash.push(text.as_bytes());
         let room = prefix_cap.saturating_sub(self.prefix.len());
         if room > 0 && !self.prefix_closed {
             let mut cut = room.min(text.len());
@@ -69,7 +98,7 @@ impl TextStats {
 
     /// Same text (by length and hash).
     pub fn same_as(&self, other: &TextStats) -> bool {
-        self.chars == other.chars && self.hash == other.hash
+        self.chars == other.chars && self.hash.value() == other.hash.value()
     }
 }
 
@@ -159,6 +188,27 @@ impl AttemptState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stream_hash_ignores_how_bytes_are_split() {
+        let text: Vec<u8> = (0u8..=200).collect();
+        let mut whole = StreamHash::default();
+        whole.push(&text);
+        for split in [1usize, 3, 7, 8, 9, 15] {
+            let mut h = StreamHash::default();
+            for part in text.chunks(split) {
+                h.push(part);
+            }
+            assert_eq!(h.value(), whole.value(), "split {split}");
+        }
+        let mut other = StreamHash::default();
+        other.push(&text[..200]);
+        assert_ne!(other.value(), whole.value());
+        let (mut a, mut b) = (StreamHash::default(), StreamHash::default());
+        a.push(b"ab");
+        b.push(b"ab\0");
+        assert_ne!(a.value(), b.value(), "length is part of the hash");
+    }
 
     #[test]
     fn fragment_hash_equals_whole_hash() {

@@ -579,6 +579,7 @@ impl TurnState {
             ended_ms: self.last_ms,
             attempts,
             findings: self.findings,
+            opened_seq: self.opened_seq,
         }
     }
 

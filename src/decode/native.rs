@@ -45,13 +45,20 @@ pub fn decode_line<'a>(
     line: &'a [u8],
     skips: &mut SkipCounts,
 ) -> Result<NativeLine<'a>, DecodeError> {
-    let text = std::str::from_utf8(line).map_err(|e| {
-        DecodeError::new(
-            BadLineReason::InvalidUtf8,
-            format!("invalid UTF-8 at byte {}", e.valid_up_to()),
-        )
-    })?;
-    decode_str(text, skips)
+    // serde_json validates UTF-8 as it reads strings; whole-line validation happens only to
+    // classify a failure, off the hot path.
+    let mut de = serde_json::Deserializer::from_slice(line);
+    let parsed = Fields::deserialize(&mut de).and_then(|f| de.end().map(|()| f));
+    match parsed {
+        Ok(fields) => fields.into_line(skips),
+        Err(e) => Err(match std::str::from_utf8(line) {
+            Err(u) => DecodeError::new(
+                BadLineReason::InvalidUtf8,
+                format!("invalid UTF-8 at byte {}", u.valid_up_to()),
+            ),
+            Ok(_) => json_error(e),
+        }),
+    }
 }
 
 /// Decode one line that is already known to be UTF-8.

@@ -1,0 +1,495 @@
+//! Sharded `check` for native-format inputs: two workers each correlate the turns whose id
+//! hashes to them, and the calling thread merges their results back into the exact order a
+//! single correlator would produce.
+//!
+//! A reader thread cuts the inputs into chunks of whole lines and hands every chunk to both
+//! workers. Each worker finds a line's top-level `turn` with a light scan, fully decodes only
+//! its own lines, and tags what it produces with the global line number (a turn closed by
+//! `turn_end`, a bad line) or, for turns still open at end of input, the line that opened them.
+//! Merging by those tags reproduces the single-threaded output order. Turns are independent in
+//! the correlator, so results do not depend on which worker took which turn.
+
+use std::io::{self, Read};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+
+use super::{BadLine, CheckObserver, InputSpec, Summary};
+use crate::correlate::{Correlator, CorrelatorConfig, CorrelatorStats, Output};
+use crate::cost::PriceTable;
+use crate::input::{Line, LineReader};
+use crate::pipeline::{InputCounters, Pipeline};
+use crate::report::TurnReport;
+
+/// Workers; fixed (not the core count) so that results never depend on the machine.
+const SHARDS: usize = 2;
+/// Lines per chunk.
+const CHUNK_LINES: usize = 8192;
+
+/// An input ready to read: a file path, or stdin with the bytes already sniffed from it.
+pub(super) enum Prepared {
+    File { path: std::path::PathBuf },
+    Stdin { head: Vec<u8> },
+}
+
+struct Chunk {
+    input: usize,
+    /// (global line number, line number in its input, start, end) into `data`.
+    lines: Vec<(u64, u64, u32, u32)>,
+    data: Vec<u8>,
+    /// (global line, input line, length) of lines skipped for their length.
+    too_long: Vec<(u64, u64, u64)>,
+    /// A read error that ended this input.
+    read_error: Option<String>,
+}
+
+enum Item {
+    Turn(Box<TurnReport>),
+    Bad {
+        input: usize,
+        line: u64,
+        reason: String,
+    },
+    Unreadable {
+        input: usize,
+        message: String,
+    },
+}
+
+struct Batch {
+    /// (phase, sequence, item): phase 0 in-stream by line, phase 1 end-of-input by opening line.
+    items: Vec<(u8, u64, Item)>,
+}
+
+struct Final {
+    counters: InputCounters,
+    stats: CorrelatorStats,
+}
+
+enum Message {
+    Batch(Batch),
+    Done(Box<Final>),
+}
+
+/// Run the sharded check. `names[i]` names input `i` in messages.
+pub(super) fn run(
+    inputs: Vec<Prepared>,
+    names: Vec<String>,
+    cfg: CorrelatorConfig,
+    prices: Arc<PriceTable>,
+    max_line_bytes: usize,
+    observer: &mut dyn CheckObserver,
+) -> Summary {
+    let progress = Arc::new(AtomicU64::new(0));
+    let mut chunk_txs = Vec::new();
+    let mut result_rxs = Vec::new();
+    let mut workers = Vec::new();
+    for shard in 0..SHARDS {
+        let (ctx, crx) = sync_channel::<Arc<Chunk>>(8);
+        let (rtx, rrx) = sync_channel::<Message>(8);
+        chunk_txs.push(ctx);
+        result_rxs.push(rrx);
+        let cfg = cfg.clone();
+        let prices = prices.clone();
+        workers.push(std::thread::spawn(move || {
+            worker(shard, crx, rtx, Correlator::new(cfg, prices))
+        }));
+    }
+    let reader_progress = progress.clone();
+    let reader =
+        std::thread::spawn(move || read_all(inputs, max_line_bytes, chunk_txs, reader_progress));
+
+    let mut summary = Summary::default();
+    let mut counters = InputCounters::default();
+    let mut stats = CorrelatorStats::default();
+    let mut finals = 0;
+    loop {
+        let mut merged: Vec<(u8, u64, Item)> = Vec::new();
+        let mut done = 0;
+        for rx in &result_rxs {
+            match rx.recv() {
+                Ok(Message::Batch(b)) => merged.extend(b.items),
+                Ok(Message::Done(f)) => {
+                    add_counters(&mut counters, &f.counters);
+                    add_stats(&mut stats, &f.stats);
+                    finals += 1;
+                    done += 1;
+                }
+                Err(_) => done += 1,
+            }
+        }
+        merged.sort_by_key(|(phase, seq, _)| (*phase, *seq));
+        for (_, _, item) in merged {
+            match item {
+                Item::Turn(report) => {
+                    summary.add_turn(&report);
+                    observer.turn(&report);
+                }
+                Item::Bad {
+                    input,
+                    line,
+                    reason,
+                } => observer.bad_line(&BadLine {
+                    input: names.get(input).cloned().unwrap_or_default(),
+                    line,
+                    reason,
+                }),
+                Item::Unreadable { input, message } => {
+                    let name = names.get(input).cloned().unwrap_or_default();
+                    observer.unreadable(&name, &io::Error::other(message));
+                    summary.unreadable_inputs.push(name);
+                }
+            }
+        }
+        observer.progress(progress.load(Ordering::Relaxed));
+        if done == SHARDS {
+            break;
+        }
+    }
+    let opened = reader.join().unwrap_or(0);
+    for w in workers {
+        let _ = w.join();
+    }
+    summary.inputs = opened;
+    if finals < SHARDS {
+        summary
+            .unreadable_inputs
+            .push("<internal error: a check worker stopped early>".to_owned());
+    }
+    summary.finish_with(&counters, stats);
+    summary
+}
+
+fn add_counters(into: &mut InputCounters, from: &InputCounters) {
+    into.lines += from.lines;
+    into.events += from.events;
+    for (k, v) in &from.bad_lines {
+        *into.bad_lines.entry(k.clone()).or_insert(0) += v;
+    }
+    into.skips.add(from.skips);
+}
+
+fn add_stats(into: &mut CorrelatorStats, from: &CorrelatorStats) {
+    into.events += from.events;
+    into.late_events += from.late_events;
+    into.after_close_events += from.after_close_events;
+    into.evicted_turns += from.evicted_turns;
+    into.turns_opened += from.turns_opened;
+    into.turns_closed += from.turns_closed;
+}
+
+/// Read every input into chunks for all workers; returns the number of inputs opened.
+fn read_all(
+    inputs: Vec<Prepared>,
+    max_line_bytes: usize,
+    txs: Vec<SyncSender<Arc<Chunk>>>,
+    progress: Arc<AtomicU64>,
+) -> u64 {
+    let mut global: u64 = 0;
+    let mut opened = 0;
+    let mut done_bytes = 0u64;
+    let send = |chunk: Chunk| -> bool {
+        let chunk = Arc::new(chunk);
+        txs.iter().all(|tx| tx.send(chunk.clone()).is_ok())
+    };
+    for (input, prepared) in inputs.into_iter().enumerate() {
+        let reader: Box<dyn Read> = match prepared {
+            Prepared::File { path } => match std::fs::File::open(&path) {
+                Ok(f) => Box::new(f),
+                Err(e) => {
+                    if !send(Chunk::error(input, e.to_string())) {
+                        return opened;
+                    }
+                    continue;
+                }
+            },
+            Prepared::Stdin { head } => Box::new(io::Cursor::new(head).chain(io::stdin())),
+        };
+        opened += 1;
+        let mut lines = LineReader::new(reader, max_line_bytes);
+        let mut chunk = Chunk::new(input);
+        loop {
+            match lines.next_line() {
+                Ok(Some(Line::Complete { number, bytes })) => {
+                    global += 1;
+                    let start = chunk.data.len() as u32;
+                    chunk.data.extend_from_slice(bytes);
+                    chunk
+                        .lines
+                        .push((global, number, start, chunk.data.len() as u32));
+                }
+                Ok(Some(Line::TooLong { number, len })) => {
+                    global += 1;
+                    chunk.too_long.push((global, number, len));
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    chunk.read_error = Some(e.to_string());
+                    break;
+                }
+            }
+            if chunk.lines.len() >= CHUNK_LINES || chunk.data.len() >= (4 << 20) {
+                progress.store(done_bytes + lines.consumed(), Ordering::Relaxed);
+                if !send(std::mem::replace(&mut chunk, Chunk::new(input))) {
+                    return opened;
+                }
+            }
+        }
+        done_bytes += lines.consumed();
+        progress.store(done_bytes, Ordering::Relaxed);
+        if !send(chunk) {
+            return opened;
+        }
+    }
+    opened
+}
+
+impl Chunk {
+    fn new(input: usize) -> Self {
+        Chunk {
+            input,
+            lines: Vec::with_capacity(CHUNK_LINES),
+            data: Vec::with_capacity(1 << 20),
+            too_long: Vec::new(),
+            read_error: None,
+        }
+    }
+
+    fn error(input: usize, message: String) -> Self {
+        let mut c = Chunk::new(input);
+        c.read_error = Some(message);
+        c
+    }
+}
+
+fn worker(
+    shard: usize,
+    chunks: Receiver<Arc<Chunk>>,
+    results: SyncSender<Message>,
+    correlator: Correlator,
+) {
+    let mut pipeline = Pipeline::new(correlator);
+    let mut out: Vec<Output> = Vec::new();
+    for chunk in chunks {
+        let mut items = Vec::new();
+        for &(global, number, start, end) in &chunk.lines {
+            let bytes = &chunk.data[start as usize..end as usize];
+            if bytes.iter().all(u8::is_ascii_whitespace) || shard_of(bytes) != shard {
+                continue;
+            }
+            pipeline.set_sequence_hint(global);
+            if let Err(e) = pipeline.native_line(bytes, None, &mut out) {
+                items.push((
+                    0,
+                    global,
+                    Item::Bad {
+                        input: chunk.input,
+                        line: number,
+                        reason: e.to_string(),
+                    },
+                ));
+            }
+            for o in out.drain(..) {
+                if let Output::TurnClosed(report) = o {
+                    items.push((0, global, Item::Turn(report)));
+                }
+            }
+        }
+        if shard == 0 {
+            for &(global, number, len) in &chunk.too_long {
+                pipeline.too_long();
+                items.push((
+                    0,
+                    global,
+                    Item::Bad {
+                        input: chunk.input,
+                        line: number,
+                        reason: format!("too_long: line of {len} bytes skipped"),
+                    },
+                ));
+            }
+            if let Some(message) = &chunk.read_error {
+                items.push((
+                    0,
+                    u64::MAX,
+                    Item::Unreadable {
+                        input: chunk.input,
+                        message: message.clone(),
+                    },
+                ));
+            }
+        }
+        if results.send(Message::Batch(Batch { items })).is_err() {
+            return;
+        }
+    }
+    pipeline.close_all(&mut out);
+    let items = out
+        .drain(..)
+        .filter_map(|o| match o {
+            Output::TurnClosed(report) => Some((1, report.opened_seq, Item::Turn(report))),
+            _ => None,
+        })
+        .collect();
+    let _ = results.send(Message::Batch(Batch { items }));
+    let _ = results.send(Message::Done(Box::new(Final {
+        counters: pipeline.counters().clone(),
+        stats: pipeline.correlator().stats(),
+    })));
+}
+
+/// The worker that owns a line: by a fixed hash of its top-level `turn` (worker 0 when the
+/// line has none, so that it reports the error).
+fn shard_of(line: &[u8]) -> usize {
+    let Some(raw) = top_level_turn(line) else {
+        return 0;
+    };
+    let hash = if raw.first() == Some(&b'"') && raw.contains(&b'\\') {
+        match serde_json::from_slice::<String>(raw) {
+            Ok(s) => fnv(s.as_bytes()),
+            Err(_) => return 0,
+        }
+    } else if raw.first() == Some(&b'"') {
+        fnv(&raw[1..raw.len() - 1])
+    } else {
+        fnv(raw)
+    };
+    (hash % SHARDS as u64) as usize
+}
+
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The raw JSON token of the top-level `turn` value (a string with its quotes, or a number).
+fn top_level_turn(line: &[u8]) -> Option<&[u8]> {
+    let mut i = skip_ws(line, 0);
+    if line.get(i) != Some(&b'{') {
+        return None;
+    }
+    i += 1;
+    loop {
+        i = skip_ws(line, i);
+        if line.get(i) != Some(&b'"') {
+            return None;
+        }
+        let key_end = string_end(line, i)?;
+        let key = &line[i + 1..key_end - 1];
+        i = skip_ws(line, key_end);
+        if line.get(i) != Some(&b':') {
+            return None;
+        }
+        i = skip_ws(line, i + 1);
+        let value_end = value_end(line, i)?;
+        if key == b"turn" {
+            return Some(&line[i..value_end]);
+        }
+        i = skip_ws(line, value_end);
+        match line.get(i) {
+            Some(b',') => i += 1,
+            _ => return None,
+        }
+    }
+}
+
+fn skip_ws(line: &[u8], mut i: usize) -> usize {
+    while matches!(line.get(i), Some(b' ' | b'\t' | b'\r' | b'\n')) {
+        i += 1;
+    }
+    i
+}
+
+/// Index just past the closing quote of the string starting at `i`.
+fn string_end(line: &[u8], i: usize) -> Option<usize> {
+    let mut j = i + 1;
+    while j < line.len() {
+        match line[j] {
+            b'\\' => j += 2,
+            b'"' => return Some(j + 1),
+            _ => j += 1,
+        }
+    }
+    None
+}
+
+/// Index just past the value starting at `i`.
+fn value_end(line: &[u8], i: usize) -> Option<usize> {
+    match line.get(i)? {
+        b'"' => string_end(line, i),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut j = i;
+            while j < line.len() {
+                match line[j] {
+                    b'"' => {
+                        j = string_end(line, j)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(j + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+            None
+        }
+        _ => {
+            let mut j = i;
+            while j < line.len() && !matches!(line[j], b',' | b'}' | b' ' | b'\t' | b'\r' | b'\n') {
+                j += 1;
+            }
+            Some(j)
+        }
+    }
+}
+
+/// Whether the inputs suit the sharded path.
+pub(super) fn worthwhile(inputs: &[InputSpec], total_bytes: u64) -> bool {
+    inputs.iter().any(|i| matches!(i, InputSpec::Stdin)) || total_bytes >= (8 << 20)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_top_level_turn_only() {
+        let cases: [(&[u8], Option<&[u8]>); 7] = [
+            (br#"{"turn":"t1","type":"text"}"#, Some(br#""t1""#)),
+            (
+                br#"{ "type" : "x", "args": {"turn": "nested"}, "turn" : "real" }"#,
+                Some(br#""real""#),
+            ),
+            (
+                br#"{"text":"a \"turn\":\"fake\"","turn":"ok"}"#,
+                Some(br#""ok""#),
+            ),
+            (br#"{"turn":42,"type":"text"}"#, Some(b"42")),
+            (br#"{"type":"text"}"#, None),
+            (b"not json", None),
+            (br#"{"a":[1,{"b":"]"}],"turn":"x\"y"}"#, Some(br#""x\"y""#)),
+        ];
+        for (line, want) in cases {
+            assert_eq!(
+                top_level_turn(line),
+                want,
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+    }
+
+    #[test]
+    fn escaped_and_plain_spellings_of_one_turn_share_a_shard() {
+        let plain = shard_of(br#"{"turn":"tA","type":"text"}"#);
+        let escaped = shard_of(br#"{"turn":"t\u0041","type":"text"}"#);
+        assert_eq!(plain, escaped);
+    }
+}
