@@ -27,17 +27,11 @@ enum Command {
     Validate(run_cmd::ValidateArgs),
 }
 
+/// Logs to stderr only (no operational span export); `RUST_LOG` overrides `default_level`.
+/// `run` installs its subscriber itself, inside its runtime (see `retryscope::telemetry`).
 fn init_logging(default_level: &str) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        EnvFilter::new(format!(
-            "{default_level},h2=warn,hyper=warn,tonic=warn,tower=warn"
-        ))
-    });
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    // A guard without an exporter holds nothing; an already installed subscriber is fine.
+    let _ = retryscope::telemetry::init_with_level(default_level, None);
 }
 
 /// Parse arguments and run.
@@ -58,10 +52,7 @@ pub fn main() -> ExitCode {
             init_logging("warn");
             check_cmd::run(args)
         }
-        Command::Run(args) => {
-            init_logging("info");
-            run_cmd::run(args)
-        }
+        Command::Run(args) => run_cmd::run(args),
         Command::Validate(args) => run_cmd::validate(args),
     };
     match result {

@@ -157,6 +157,8 @@ impl Engine {
         if !self.sources.files && !self.sources.stdin && !self.sources.demo {
             return Err(RunError::NoSource);
         }
+        // Operational span (see crate::telemetry): restore, open outputs, start sources.
+        let start_span = tracing::info_span!("engine.start").entered();
         let prices = Arc::new(match &self.cfg.prices {
             Some(p) => PriceTable::load(p)?,
             None => PriceTable::builtin(),
@@ -238,6 +240,7 @@ impl Engine {
         let mut last_tick = Instant::now();
         let mut last_checkpoint = Instant::now();
         let mut stdin_done = false;
+        drop(start_span);
         ready.store(true, Ordering::SeqCst);
         while !shutdown.load(Ordering::SeqCst) {
             let now = wall_ms();
@@ -350,6 +353,12 @@ impl Engine {
         }
         // Shutdown: with a data dir, open turns stay open in the checkpoint for the next run;
         // without one, they are closed now so nothing is lost from the outputs.
+        let _shutdown_span = tracing::info_span!(
+            "engine.shutdown",
+            lines = summary.lines,
+            open_turns = pipeline.correlator().open_turns()
+        )
+        .entered();
         if let Some(path) = &checkpoint_path {
             self.deliver(&mut out, &mut findings, &mut log);
             summary.open_turns_checkpointed = pipeline.correlator().open_turns();
@@ -453,6 +462,11 @@ impl Engine {
         findings: &mut FindingsSink,
         summary: &mut RunSummary,
     ) {
+        let _span = tracing::info_span!(
+            "checkpoint.write",
+            open_turns = pipeline.correlator().open_turns()
+        )
+        .entered();
         let findings_offset = match findings.checkpoint_offset() {
             Ok(o) => o,
             Err(e) => {

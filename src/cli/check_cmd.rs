@@ -4,6 +4,8 @@ use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
@@ -14,6 +16,7 @@ use retryscope::correlate::CorrelatorConfig;
 use retryscope::cost::PriceTable;
 use retryscope::finding::Severity;
 use retryscope::report::TurnReport;
+use retryscope::sink::traces::{Protocol, TraceExportConfig, TraceSink};
 
 /// Flags of `check`.
 #[derive(Debug, Args)]
@@ -55,6 +58,83 @@ pub struct CheckArgs {
     /// Print at most this many bad lines on stderr (all are counted).
     #[arg(long, default_value_t = 20, value_name = "N")]
     max_bad_lines_shown: u64,
+    /// Also export every turn as an OTLP trace to this endpoint (overrides
+    /// OTEL_EXPORTER_OTLP_ENDPOINT; with neither, nothing is exported).
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
+    /// OTLP protocol: grpc or http/protobuf [default: OTEL_EXPORTER_OTLP_PROTOCOL, else
+    /// http/protobuf].
+    #[arg(long, value_name = "PROTOCOL", value_parser = parse_protocol)]
+    otlp_protocol: Option<Protocol>,
+    /// Put the first characters of each attempt's text in the exported traces (off by default).
+    #[arg(long)]
+    capture_content: bool,
+}
+
+fn parse_protocol(s: &str) -> Result<Protocol, String> {
+    Protocol::parse(s).ok_or_else(|| format!("`{s}` is not grpc or http/protobuf"))
+}
+
+/// The trace export of one `check` run: a small runtime that exists only while exporting.
+struct Export {
+    runtime: tokio::runtime::Runtime,
+    endpoint: String,
+    capture_content: bool,
+}
+
+impl Export {
+    /// Start exporting when an endpoint is configured (flags over `OTEL_EXPORTER_OTLP_*`).
+    fn start(args: &CheckArgs) -> anyhow::Result<Option<(Export, TraceSink)>> {
+        let mut cfg = TraceExportConfig::from_env().context("reading OTEL_EXPORTER_OTLP_*")?;
+        if let Some(e) = &args.otlp_endpoint {
+            cfg.endpoint = Some(e.clone());
+        }
+        if let Some(p) = args.otlp_protocol {
+            cfg.protocol = p;
+        }
+        cfg.capture_content |= args.capture_content;
+        let capture_content = cfg.capture_content;
+        let Some(endpoint) = cfg.traces_endpoint() else {
+            return Ok(None);
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("retryscope-otlp")
+            .enable_all()
+            .build()
+            .context("starting the trace export runtime")?;
+        let sink = runtime
+            .block_on(async { TraceSink::start(cfg) })
+            .context("starting the OTLP exporter")?;
+        Ok(Some((
+            Export {
+                runtime,
+                endpoint,
+                capture_content,
+            },
+            sink,
+        )))
+    }
+
+    /// Send what is queued (10 s at most) and say on stderr how it went.
+    fn finish(self, sink: TraceSink) {
+        let Export {
+            runtime, endpoint, ..
+        } = self;
+        let stats = sink.stats();
+        runtime.block_on(sink.shutdown(Duration::from_secs(10)));
+        runtime.shutdown_timeout(Duration::from_secs(1));
+        let exported = stats.spans_exported.load(Ordering::Relaxed);
+        let dropped = stats.spans_dropped.load(Ordering::Relaxed);
+        let failures = stats.export_failures.load(Ordering::Relaxed);
+        eprintln!("retryscope: traces: {exported} spans exported to {endpoint}, {dropped} dropped");
+        if failures > 0 {
+            eprintln!(
+                "retryscope: traces: export to {endpoint} failed ({failures} requests); \
+                 {dropped} spans were not delivered (is the collector reachable?)"
+            );
+        }
+    }
 }
 
 struct Printer {
@@ -66,6 +146,8 @@ struct Printer {
     max_bad_shown: u64,
     progress: Option<ProgressBar>,
     write_error: Option<io::Error>,
+    /// Closed turns go here too when exporting traces.
+    traces: Option<TraceSink>,
 }
 
 impl Printer {
@@ -92,6 +174,10 @@ impl Printer {
 
 impl CheckObserver for Printer {
     fn turn(&mut self, report: &TurnReport) {
+        if let Some(sink) = &self.traces {
+            // Offline: wait for queue room rather than drop (until an export fails).
+            sink.submit_blocking(report);
+        }
         if self.json {
             let mut line = render::turn_json(report);
             line.push('\n');
@@ -133,6 +219,10 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         Some(path) => PriceTable::load(path).context("loading --prices")?,
         None => PriceTable::builtin(),
     };
+    let (export, traces) = match Export::start(&args)? {
+        Some((export, sink)) => (Some(export), Some(sink)),
+        None => (None, None),
+    };
     let cfg = CorrelatorConfig {
         retry_cap: args.retry_cap,
         read_only_tools: args.read_only_tools.iter().cloned().collect(),
@@ -140,6 +230,8 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
             .idle_timeout_secs
             .map(|s| i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)),
         max_open_turns: usize::MAX,
+        // Attempt text prefixes only exist in reports when captured.
+        capture_content: export.as_ref().is_some_and(|e| e.capture_content),
         ..CorrelatorConfig::default()
     };
     let specs: Vec<InputSpec> = args.inputs.iter().map(|a| InputSpec::parse(a)).collect();
@@ -163,6 +255,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         max_bad_shown: args.max_bad_lines_shown,
         progress,
         write_error: None,
+        traces,
     };
     let opts = CheckOptions {
         max_line_bytes: args.max_line_bytes,
@@ -173,6 +266,21 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     if let Some(bar) = printer.progress.take() {
         bar.finish_and_clear();
     }
+    let traces = printer.traces.take();
+    let result = report_and_status(&args, printer, &summary);
+    // The report is out; now wait for the traces (the exit status does not depend on them).
+    if let (Some(export), Some(sink)) = (export, traces) {
+        export.finish(sink);
+    }
+    result
+}
+
+/// Print the closing summary and decide the exit status.
+fn report_and_status(
+    args: &CheckArgs,
+    mut printer: Printer,
+    summary: &check::Summary,
+) -> anyhow::Result<ExitCode> {
     if printer.bad_total > printer.bad_shown {
         eprintln!(
             "retryscope: {} more bad lines not shown ({} in all; see the summary)",
@@ -181,9 +289,9 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let closing = if args.json {
-        format!("{}\n", render::summary_json(&summary))
+        format!("{}\n", render::summary_json(summary))
     } else {
-        render::summary_text(&summary)
+        render::summary_text(summary)
     };
     printer.write(&closing);
     if let Some(e) = printer.write_error.take() {

@@ -182,6 +182,7 @@ fn trace_config(cfg: &RunConfig) -> anyhow::Result<Option<TraceExportConfig>> {
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let (cfg, sources) = merge(&args)?;
+    let traces = trace_config(&cfg)?;
     let exit_on_eof = args.exit_on_eof;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -189,62 +190,87 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the runtime")?;
     runtime.block_on(async move {
-        let metrics = Arc::new(
-            Metrics::new(MetricsConfig {
-                max_models: cfg.labels.max_models,
-                max_providers: cfg.labels.max_providers,
-                max_tools: cfg.labels.max_tools,
-                max_reasons: cfg.labels.max_reasons,
-            })
-            .context("registering metrics")?,
-        );
-        let listener = tokio::net::TcpListener::bind(&cfg.metrics_addr)
-            .await
-            .with_context(|| format!("binding the metrics address {}", cfg.metrics_addr))?;
-        tracing::info!(addr = %cfg.metrics_addr, "serving /metrics");
-        let ready = Arc::new(AtomicBool::new(false));
-        let shutdown = Arc::new(AtomicBool::new(false));
-        let (stop_server_tx, stop_server_rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(retryscope::server::serve(
-            listener,
-            metrics.clone(),
-            ready.clone(),
-            async move {
-                let _ = stop_server_rx.await;
-            },
-        ));
-        let traces = match trace_config(&cfg)? {
-            Some(t) => {
-                tracing::info!(endpoint = ?t.endpoint, "exporting turn traces over OTLP");
-                Some(TraceSink::start(t).context("starting the OTLP exporter")?)
-            }
-            None => None,
-        };
-        let signal_flag = shutdown.clone();
-        tokio::spawn(async move {
-            wait_for_signal().await;
-            tracing::info!("shutting down: stopping reads, flushing sinks, writing the checkpoint");
-            signal_flag.store(true, Ordering::SeqCst);
-        });
-        let engine = Engine::new(cfg, sources, metrics.clone(), traces);
-        let engine_shutdown = shutdown.clone();
-        let (summary, traces) =
-            tokio::task::spawn_blocking(move || engine.run(engine_shutdown, ready, exit_on_eof))
-                .await
-                .context("the engine thread panicked")??;
-        if let Some(t) = traces {
-            t.shutdown(Duration::from_secs(10)).await;
+        // The subscriber is installed inside the runtime: with an OTLP endpoint, retryscope's
+        // own spans are exported too (as `<service>-self`, apart from the turn traces).
+        let telemetry = retryscope::telemetry::init(traces.as_ref())
+            .context("starting logging and self-telemetry")?;
+        if telemetry.is_exporting() {
+            tracing::info!("exporting operational spans over OTLP (service suffix `-self`)");
         }
-        let _ = stop_server_tx.send(());
-        let _ = server.await;
-        tracing::info!(
-            lines = summary.lines,
-            checkpoints = summary.checkpoints,
-            open_turns_checkpointed = summary.open_turns_checkpointed,
-            "stopped"
-        );
-        Ok::<_, anyhow::Error>(ExitCode::SUCCESS)
+        let result = serve(cfg, sources, traces, exit_on_eof).await;
+        // Flush operational spans while the runtime still runs; shutdown blocks this thread.
+        match tokio::task::spawn_blocking(move || telemetry.shutdown(Duration::from_secs(10))).await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "operational spans not flushed"),
+            Err(e) => tracing::warn!(error = %e, "operational span shutdown panicked"),
+        }
+        result
     })
+}
+
+/// Everything `run` does inside the runtime once logging is up.
+async fn serve(
+    cfg: RunConfig,
+    sources: Sources,
+    traces: Option<TraceExportConfig>,
+    exit_on_eof: bool,
+) -> anyhow::Result<ExitCode> {
+    let metrics = Arc::new(
+        Metrics::new(MetricsConfig {
+            max_models: cfg.labels.max_models,
+            max_providers: cfg.labels.max_providers,
+            max_tools: cfg.labels.max_tools,
+            max_reasons: cfg.labels.max_reasons,
+        })
+        .context("registering metrics")?,
+    );
+    let listener = tokio::net::TcpListener::bind(&cfg.metrics_addr)
+        .await
+        .with_context(|| format!("binding the metrics address {}", cfg.metrics_addr))?;
+    tracing::info!(addr = %cfg.metrics_addr, "serving /metrics");
+    let ready = Arc::new(AtomicBool::new(false));
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let (stop_server_tx, stop_server_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(retryscope::server::serve(
+        listener,
+        metrics.clone(),
+        ready.clone(),
+        async move {
+            let _ = stop_server_rx.await;
+        },
+    ));
+    let traces = match traces {
+        Some(t) => {
+            tracing::info!(endpoint = ?t.endpoint, "exporting turn traces over OTLP");
+            Some(TraceSink::start(t).context("starting the OTLP exporter")?)
+        }
+        None => None,
+    };
+    let signal_flag = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutting down: stopping reads, flushing sinks, writing the checkpoint");
+        signal_flag.store(true, Ordering::SeqCst);
+    });
+    let engine = Engine::new(cfg, sources, metrics.clone(), traces);
+    let engine_shutdown = shutdown.clone();
+    let (summary, traces) =
+        tokio::task::spawn_blocking(move || engine.run(engine_shutdown, ready, exit_on_eof))
+            .await
+            .context("the engine thread panicked")??;
+    if let Some(t) = traces {
+        t.shutdown(Duration::from_secs(10)).await;
+    }
+    let _ = stop_server_tx.send(());
+    let _ = server.await;
+    tracing::info!(
+        lines = summary.lines,
+        checkpoints = summary.checkpoints,
+        open_turns_checkpointed = summary.open_turns_checkpointed,
+        "stopped"
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn wait_for_signal() {

@@ -9,13 +9,14 @@
 //! counted there too and logged at most once per 10 s.
 //!
 //! These spans describe the *observed* agent (resource `service.name` = `retryscope` by
-//! default). retryscope's own operational telemetry is not exported here; it goes through
-//! `tracing` (logs) only.
+//! default). retryscope's own operational spans are not exported here: they go through
+//! `tracing` and [`crate::telemetry`], under their own service (`retryscope-self`).
 
 mod export;
 pub mod ids;
 pub mod spans;
 
+pub(crate) use export::build_exporter;
 pub use export::{Protocol, TraceExportConfig, TraceSink, TraceStats};
 pub use spans::{SpanOptions, span_count, turn_spans};
 

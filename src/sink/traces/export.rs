@@ -337,7 +337,10 @@ impl TraceSink {
         let mut exporter = {
             // tonic's lazy channel spawns onto the current runtime while it is built.
             let _guard = handle.enter();
-            build_exporter(&cfg, &endpoint)?
+            // The worker is a tokio task, so hyper's client can run on it directly.
+            let http_client =
+                opentelemetry_http::hyper::HyperClient::with_default_connector(cfg.timeout, None);
+            build_exporter(&cfg, &endpoint, http_client)?
         };
         exporter.set_resource(
             &Resource::builder()
@@ -406,6 +409,30 @@ impl TraceSink {
         }
     }
 
+    /// Queue one closed turn, waiting for room when the queue is full instead of dropping,
+    /// as long as no export has failed yet; after a failure it behaves like
+    /// [`TraceSink::submit`], so a dead backend costs at most one export timeout.
+    ///
+    /// For offline callers (`check`) that would rather slow down than lose turns. Call it
+    /// from a thread outside the tokio runtime: waiting inside an async task would panic.
+    pub fn submit_blocking(&self, report: &TurnReport) {
+        let Some(running) = &self.running else {
+            return;
+        };
+        if self.stats.export_failures.load(Ordering::Relaxed) > 0 {
+            self.submit(report);
+            return;
+        }
+        let n = span_count(report);
+        TraceStats::add(&self.stats.spans_submitted, n);
+        let spans = turn_spans(report, &self.opts);
+        running.pending.fetch_add(n as u64, Ordering::Relaxed);
+        if running.tx.blocking_send(spans).is_err() {
+            running.pending.fetch_sub(n as u64, Ordering::Relaxed);
+            self.drop_turn(running, n);
+        }
+    }
+
     fn drop_turn(&self, running: &Running, spans: usize) {
         TraceStats::add(&self.stats.spans_dropped, spans);
         if let Some(turns) = running.drop_warn.hit() {
@@ -441,9 +468,13 @@ impl TraceSink {
     }
 }
 
-fn build_exporter(
+/// The OTLP exporter for `cfg`, sending to `endpoint` (already resolved by
+/// [`TraceExportConfig::traces_endpoint`]); `http_client` is used for HTTP/protobuf only.
+/// The gRPC exporter must be built inside a tokio runtime context.
+pub(crate) fn build_exporter(
     cfg: &TraceExportConfig,
     endpoint: &str,
+    http_client: impl opentelemetry_http::HttpClient + 'static,
 ) -> Result<opentelemetry_otlp::SpanExporter, TraceError> {
     // Validate every header up front: the HTTP exporter would silently skip a bad one.
     let mut headers = http::HeaderMap::new();
@@ -473,12 +504,7 @@ fn build_exporter(
                 .with_endpoint(endpoint)
                 .with_timeout(cfg.timeout)
                 .with_headers(headers)
-                .with_http_client(
-                    opentelemetry_http::hyper::HyperClient::with_default_connector(
-                        cfg.timeout,
-                        None,
-                    ),
-                )
+                .with_http_client(http_client)
                 .build()?
         }
     };
