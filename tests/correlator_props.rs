@@ -151,11 +151,15 @@ fn correlate(lines: &[String]) -> Vec<TurnReport> {
         })
         .collect();
     reports.sort_by(|a, b| a.turn.cmp(&b.turn));
+    // Where a turn opened in the stream only orders output; it is not part of what happened.
+    for r in &mut reports {
+        r.opened_seq = 0;
+    }
     reports
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 200, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn reset_late_exec_never_critical(plan in turn_plan()) {
