@@ -9,6 +9,7 @@
 //! how the live collector checkpoints open turns.
 
 mod attempt;
+mod intern;
 mod splice;
 mod turn;
 
@@ -23,6 +24,7 @@ use crate::fasthash::{FastMap, FastSet};
 use crate::finding::Finding;
 use crate::report::{CloseReason, TurnReport};
 
+use intern::Interner;
 use turn::TurnState;
 
 /// Correlator settings.
@@ -121,7 +123,8 @@ impl CorrelatorSnapshot {
 pub struct Correlator {
     cfg: CorrelatorConfig,
     prices: Arc<PriceTable>,
-    turns: FastMap<String, TurnState>,
+    turns: FastMap<String, Box<TurnState>>,
+    interner: Interner,
     closed_order: VecDeque<String>,
     closed: FastSet<String>,
     stats: CorrelatorStats,
@@ -136,6 +139,7 @@ impl Correlator {
             cfg,
             prices,
             turns: FastMap::default(),
+            interner: Interner::default(),
             closed_order: VecDeque::new(),
             closed: FastSet::default(),
             stats: CorrelatorStats::default(),
@@ -184,7 +188,7 @@ impl Correlator {
             self.stats.turns_opened += 1;
             self.turns.insert(
                 turn_id.to_owned(),
-                TurnState::new(turn_id.to_owned(), self.seq, now_ms),
+                Box::new(TurnState::new(turn_id.to_owned(), self.seq, now_ms)),
             );
         }
         let Some(state) = self.turns.get_mut(turn_id) else {
@@ -192,7 +196,15 @@ impl Correlator {
         };
         let ts = ev.ts_ms.unwrap_or(now_ms);
         let closes = matches!(ev.kind, EventKind::TurnEnd { .. });
-        state.apply(ev, ts, now_ms, &self.cfg, &mut self.stats, out);
+        state.apply(
+            ev,
+            ts,
+            now_ms,
+            &self.cfg,
+            &mut self.stats,
+            &mut self.interner,
+            out,
+        );
         if closes {
             self.close(turn_id.to_owned(), CloseReason::TurnEnd, out);
         }
@@ -263,7 +275,7 @@ impl Correlator {
 
     /// Everything needed to resume exactly here.
     pub fn snapshot(&self) -> CorrelatorSnapshot {
-        let mut turns: Vec<TurnState> = self.turns.values().cloned().collect();
+        let mut turns: Vec<TurnState> = self.turns.values().map(|t| (**t).clone()).collect();
         turns.sort_by_key(|t| t.opened_seq());
         CorrelatorSnapshot {
             turns,
@@ -281,7 +293,7 @@ impl Correlator {
     ) -> Self {
         let mut c = Correlator::new(cfg, prices);
         for t in snapshot.turns {
-            c.turns.insert(t.id().to_owned(), t);
+            c.turns.insert(t.id().to_owned(), Box::new(t));
         }
         for id in snapshot.closed {
             c.closed.insert(id.clone());

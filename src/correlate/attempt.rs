@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::intern::Sym;
 use crate::event::Usage;
 use crate::report::Outcome;
 
@@ -106,7 +107,7 @@ impl TextStats {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallState {
     pub id: String,
-    pub name: String,
+    pub name: Sym,
     /// Effect key without a step.
     pub effect_key: String,
     /// Canonical arguments, kept only when small (to derive stepped keys).
@@ -117,12 +118,12 @@ pub struct CallState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecState {
     pub id: String,
-    pub name: String,
+    pub name: Sym,
     /// `None` until the call it executes is known.
     pub effect_key: Option<String>,
     pub step: Option<i64>,
     pub read: bool,
-    pub status: Option<String>,
+    pub status: Option<Sym>,
     pub ts_ms: i64,
     /// Already reported as `abandoned_tool_executed`.
     pub flagged_abandoned: bool,
@@ -133,10 +134,10 @@ pub struct ExecState {
 pub struct AttemptState {
     pub number: u32,
     pub outcome: Outcome,
-    pub finish_reason: Option<String>,
+    pub finish_reason: Option<Sym>,
     pub error: Option<String>,
-    pub retry_reason: Option<String>,
-    pub model: Option<String>,
+    pub retry_reason: Option<Sym>,
+    pub model: Option<Sym>,
     pub started_ms: i64,
     pub ended_ms: i64,
     pub text: TextStats,
@@ -146,7 +147,7 @@ pub struct AttemptState {
     pub calls: Vec<CallState>,
     pub execs: Vec<ExecState>,
     pub usage: Option<Usage>,
-    pub usage_model: Option<String>,
+    pub usage_model: Option<Sym>,
 }
 
 impl AttemptState {

@@ -520,3 +520,12 @@ fn stream_splice_is_a_retry_and_a_finding() {
     assert_eq!(r.attempts[0].outcome, Outcome::Abandoned);
     assert_eq!(kinds(r), vec![FindingKind::SplicedStream]);
 }
+
+/// Open turns are the correlator's memory: keep its per-turn structs from creeping up
+/// unnoticed (the benchmark reports the resulting bytes per open turn).
+#[test]
+fn per_turn_state_stays_small() {
+    assert!(std::mem::size_of::<turn::TurnState>() <= 384);
+    assert!(std::mem::size_of::<attempt::AttemptState>() <= 304);
+    assert!(std::mem::size_of::<attempt::CallState>() <= 88);
+}

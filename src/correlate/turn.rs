@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::attempt::{AttemptState, CallState, ExecState};
+use super::intern::{Interner, Sym};
 use super::splice::{OutputState, spliced_attempt};
 use super::{CorrelatorConfig, CorrelatorStats, Output, TurnLabels};
 use crate::cost::{PriceTable, estimate_tokens};
@@ -22,10 +23,10 @@ const MAX_KEPT_ARGS_BYTES: usize = 1024;
 pub struct TurnState {
     id: String,
     opened_seq: u64,
-    model: Option<String>,
-    provider: Option<String>,
+    model: Option<Sym>,
+    provider: Option<Sym>,
     session: Option<String>,
-    agent: Option<String>,
+    agent: Option<Sym>,
     traceparent: Option<String>,
     first_ms: Option<i64>,
     last_ms: Option<i64>,
@@ -81,18 +82,23 @@ impl TurnState {
 
     fn labels(&self) -> TurnLabels {
         TurnLabels {
-            model: self.model.clone().or_else(|| {
-                self.attempts
-                    .iter()
-                    .rev()
-                    .find_map(|a| a.model.clone().or_else(|| a.usage_model.clone()))
-            }),
-            provider: self.provider.clone(),
+            model: self
+                .model
+                .clone()
+                .or_else(|| {
+                    self.attempts
+                        .iter()
+                        .rev()
+                        .find_map(|a| a.model.clone().or_else(|| a.usage_model.clone()))
+                })
+                .map(|m| m.to_string()),
+            provider: self.provider.as_ref().map(|p| p.to_string()),
         }
     }
 
     fn emit(&mut self, finding: Finding, out: &mut Vec<Output>) {
         out.push(Output::Finding(finding.clone()));
+        first_exact(&mut self.findings);
         self.findings.push(finding);
     }
 
@@ -111,6 +117,7 @@ impl TurnState {
         now_ms: i64,
         cfg: &CorrelatorConfig,
         stats: &mut CorrelatorStats,
+        interner: &mut Interner,
         out: &mut Vec<Output>,
     ) {
         self.seq += 1;
@@ -125,10 +132,10 @@ impl TurnState {
                 agent,
                 traceparent,
             } => {
-                set_if(&mut self.model, model);
-                set_if(&mut self.provider, provider);
+                set_sym(&mut self.model, model, interner);
+                set_sym(&mut self.provider, provider, interner);
                 set_if(&mut self.session, session);
-                set_if(&mut self.agent, agent);
+                set_sym(&mut self.agent, agent, interner);
                 set_if(&mut self.traceparent, traceparent);
             }
             EventKind::TurnEnd { .. } => {}
@@ -152,7 +159,7 @@ impl TurnState {
                 if let Some(reason) = reason
                     && self.attempts[idx].retry_reason.is_none()
                 {
-                    self.attempts[idx].retry_reason = Some(reason.to_string());
+                    self.attempts[idx].retry_reason = Some(interner.get(reason));
                 }
             }
             EventKind::StreamSplice { signal } => {
@@ -182,7 +189,7 @@ impl TurnState {
                     (None, _) => self.max_attempt().unwrap_or(0),
                 };
                 let idx = self.ensure_attempt(n, ts, None, cfg, stats, out);
-                self.apply_to_attempt(idx, kind, ts, cfg, stats, out);
+                self.apply_to_attempt(idx, kind, ts, cfg, stats, interner, out);
             }
         }
     }
@@ -210,6 +217,7 @@ impl TurnState {
             stats.late_events += 1;
             attempt.outcome = Outcome::Abandoned;
         }
+        first_exact(&mut self.attempts);
         self.attempts.insert(pos, attempt);
         if n > 0 {
             out.push(Output::Retry {
@@ -271,6 +279,7 @@ impl TurnState {
         ts: i64,
         cfg: &CorrelatorConfig,
         stats: &mut CorrelatorStats,
+        interner: &mut Interner,
         out: &mut Vec<Output>,
     ) {
         let replaced = !self.attempts[idx].is_open()
@@ -279,7 +288,7 @@ impl TurnState {
                 .is_some_and(|m| m > self.attempts[idx].number);
         match kind {
             EventKind::AttemptStart { model, .. } => {
-                set_if(&mut self.attempts[idx].model, model);
+                set_sym(&mut self.attempts[idx].model, model, interner);
             }
             EventKind::Text { text } => {
                 if replaced {
@@ -309,9 +318,10 @@ impl TurnState {
                 let attempt = &mut self.attempts[idx];
                 attempt.args_chars += args.as_deref().map_or(0, |a| a.chars().count() as u64);
                 if attempt.call(id).is_none() {
+                    first_exact(&mut attempt.calls);
                     attempt.calls.push(CallState {
                         id: id.to_string(),
-                        name: name.to_string(),
+                        name: interner.get(name),
                         effect_key: key,
                         canonical_args: (canonical.len() <= MAX_KEPT_ARGS_BYTES)
                             .then_some(canonical),
@@ -346,11 +356,11 @@ impl TurnState {
                 };
                 let exec = ExecState {
                     id: id.to_string(),
-                    name: name.to_string(),
+                    name: interner.get(name),
                     effect_key: key,
                     step: *step,
                     read,
-                    status: status.as_deref().map(str::to_owned),
+                    status: status.as_deref().map(|s| interner.get(s)),
                     ts_ms: ts,
                     flagged_abandoned: false,
                 };
@@ -359,11 +369,11 @@ impl TurnState {
             EventKind::Usage { usage, model } => {
                 let attempt = &mut self.attempts[idx];
                 attempt.usage = Some(*usage);
-                set_if(&mut attempt.usage_model, model);
+                set_sym(&mut attempt.usage_model, model, interner);
             }
             EventKind::Finish { reason } => {
                 let attempt = &mut self.attempts[idx];
-                attempt.finish_reason = Some(reason.to_string());
+                attempt.finish_reason = Some(interner.get(reason));
                 match attempt.outcome {
                     Outcome::Open => {
                         attempt.outcome = Outcome::Completed;
@@ -424,6 +434,7 @@ impl TurnState {
         {
             self.check_duplicate(number, &exec, &key, ts, out);
         }
+        first_exact(&mut self.attempts[idx].execs);
         self.attempts[idx].execs.push(exec);
     }
 
@@ -448,6 +459,7 @@ impl TurnState {
             .at(ts);
             self.emit(f, out);
         } else {
+            first_exact(&mut self.effects);
             self.effects.push((key.to_owned(), number, exec.id.clone()));
         }
     }
@@ -565,8 +577,8 @@ impl TurnState {
         TurnReport {
             turn: self.id,
             model: labels.model,
-            provider: self.provider,
-            agent: self.agent,
+            provider: self.provider.map(|p| p.to_string()),
+            agent: self.agent.map(|a| a.to_string()),
             session: self.session,
             traceparent: self.traceparent,
             status,
@@ -607,10 +619,14 @@ impl TurnState {
                 AttemptReport {
                     attempt: a.number,
                     outcome: a.outcome,
-                    finish_reason: a.finish_reason.clone(),
+                    finish_reason: a.finish_reason.as_ref().map(|r| r.to_string()),
                     error: a.error.clone(),
-                    retry_reason: a.retry_reason.clone(),
-                    model: a.model.clone().or_else(|| a.usage_model.clone()),
+                    retry_reason: a.retry_reason.as_ref().map(|r| r.to_string()),
+                    model: a
+                        .model
+                        .as_ref()
+                        .or(a.usage_model.as_ref())
+                        .map(|m| m.to_string()),
                     text_chars: a.text.chars,
                     text_prefix: capture_content.then(|| a.text.prefix.clone()),
                     tool_calls: a
@@ -618,7 +634,7 @@ impl TurnState {
                         .iter()
                         .map(|c| CallReport {
                             id: c.id.clone(),
-                            name: c.name.clone(),
+                            name: c.name.to_string(),
                             effect_key: c.effect_key.clone(),
                         })
                         .collect(),
@@ -627,10 +643,10 @@ impl TurnState {
                         .iter()
                         .map(|e| ExecReport {
                             id: e.id.clone(),
-                            name: e.name.clone(),
+                            name: e.name.to_string(),
                             effect_key: e.effect_key.clone().unwrap_or_default(),
                             read: e.read,
-                            status: e.status.clone(),
+                            status: e.status.as_ref().map(|s| s.to_string()),
                             ts_ms: Some(e.ts_ms),
                         })
                         .collect(),
@@ -704,6 +720,26 @@ fn stepped_key(turn: &str, call: &CallState, step: Option<i64>) -> String {
 
 fn json_str(s: &str) -> String {
     serde_json::Value::String(s.to_owned()).to_string()
+}
+
+/// Most turns have one attempt, one call, one execution: the first element gets an exact
+/// allocation (a plain push would reserve room for four), later ones grow as usual.
+fn first_exact<T>(v: &mut Vec<T>) {
+    if v.capacity() == 0 {
+        v.reserve_exact(1);
+    }
+}
+
+fn set_sym(
+    slot: &mut Option<Sym>,
+    value: &Option<std::borrow::Cow<'_, str>>,
+    interner: &mut Interner,
+) {
+    if let Some(v) = value
+        && !v.is_empty()
+    {
+        *slot = Some(interner.get(v));
+    }
 }
 
 fn set_if(slot: &mut Option<String>, value: &Option<std::borrow::Cow<'_, str>>) {
