@@ -196,15 +196,12 @@ impl Correlator {
         };
         let ts = ev.ts_ms.unwrap_or(now_ms);
         let closes = matches!(ev.kind, EventKind::TurnEnd { .. });
-        state.apply(
-            ev,
-            ts,
-            now_ms,
-            &self.cfg,
-            &mut self.stats,
-            &mut self.interner,
-            out,
-        );
+        let mut env = turn::Env {
+            cfg: &self.cfg,
+            stats: &mut self.stats,
+            interner: &mut self.interner,
+        };
+        state.apply(ev, ts, now_ms, &mut env, out);
         if closes {
             self.close(turn_id.to_owned(), CloseReason::TurnEnd, out);
         }

@@ -7,6 +7,13 @@ use super::attempt::{AttemptState, CallState, ExecState};
 use super::intern::{Interner, Sym};
 use super::splice::{OutputState, spliced_attempt};
 use super::{CorrelatorConfig, CorrelatorStats, Output, TurnLabels};
+
+/// What applying an event may read or update besides the turn itself.
+pub struct Env<'a> {
+    pub cfg: &'a CorrelatorConfig,
+    pub stats: &'a mut CorrelatorStats,
+    pub interner: &'a mut Interner,
+}
 use crate::cost::{PriceTable, estimate_tokens};
 use crate::effect::{canonical_args, effect_key};
 use crate::event::{EffectClass, Event, EventKind, Usage};
@@ -115,9 +122,7 @@ impl TurnState {
         ev: &Event<'_>,
         ts: i64,
         now_ms: i64,
-        cfg: &CorrelatorConfig,
-        stats: &mut CorrelatorStats,
-        interner: &mut Interner,
+        env: &mut Env<'_>,
         out: &mut Vec<Output>,
     ) {
         self.seq += 1;
@@ -132,10 +137,10 @@ impl TurnState {
                 agent,
                 traceparent,
             } => {
-                set_sym(&mut self.model, model, interner);
-                set_sym(&mut self.provider, provider, interner);
+                set_sym(&mut self.model, model, env.interner);
+                set_sym(&mut self.provider, provider, env.interner);
                 set_if(&mut self.session, session);
-                set_sym(&mut self.agent, agent, interner);
+                set_sym(&mut self.agent, agent, env.interner);
                 set_if(&mut self.traceparent, traceparent);
             }
             EventKind::TurnEnd { .. } => {}
@@ -144,7 +149,7 @@ impl TurnState {
                 self.output = Some(OutputState::new(
                     text,
                     &self.attempts,
-                    cfg.text_prefix_bytes,
+                    env.cfg.text_prefix_bytes,
                 ));
             }
             EventKind::Retry { reason } => {
@@ -153,20 +158,20 @@ impl TurnState {
                     .unwrap_or_else(|| self.max_attempt().map_or(0, |m| m + 1));
                 if self.index_of(n).is_some() && self.max_attempt().is_some_and(|m| n < m) {
                     // A retry into an attempt older than the newest: out of order.
-                    stats.late_events += 1;
+                    env.stats.late_events += 1;
                 }
-                let idx = self.ensure_attempt(n, ts, reason.as_deref(), cfg, stats, out);
+                let idx = self.ensure_attempt(n, ts, reason.as_deref(), env, out);
                 if let Some(reason) = reason
                     && self.attempts[idx].retry_reason.is_none()
                 {
-                    self.attempts[idx].retry_reason = Some(interner.get(reason));
+                    self.attempts[idx].retry_reason = Some(env.interner.get(reason));
                 }
             }
             EventKind::StreamSplice { signal } => {
                 let n = ev
                     .attempt
                     .unwrap_or_else(|| self.max_attempt().map_or(0, |m| m + 1));
-                self.ensure_attempt(n, ts, Some("spliced_stream"), cfg, stats, out);
+                self.ensure_attempt(n, ts, Some("spliced_stream"), env, out);
                 let finding = Finding::new(
                     FindingKind::SplicedStream,
                     &self.id,
@@ -188,8 +193,8 @@ impl TurnState {
                         .unwrap_or_else(|| self.max_attempt().unwrap_or(0)),
                     (None, _) => self.max_attempt().unwrap_or(0),
                 };
-                let idx = self.ensure_attempt(n, ts, None, cfg, stats, out);
-                self.apply_to_attempt(idx, kind, ts, cfg, stats, interner, out);
+                let idx = self.ensure_attempt(n, ts, None, env, out);
+                self.apply_to_attempt(idx, kind, ts, env, out);
             }
         }
     }
@@ -201,8 +206,7 @@ impl TurnState {
         n: u32,
         ts: i64,
         reason: Option<&str>,
-        cfg: &CorrelatorConfig,
-        stats: &mut CorrelatorStats,
+        env: &mut Env<'_>,
         out: &mut Vec<Output>,
     ) -> usize {
         if let Some(i) = self.index_of(n) {
@@ -214,7 +218,7 @@ impl TurnState {
         let mut attempt = AttemptState::new(n, ts);
         if !newest {
             // An attempt older than one already seen: it was replaced before we saw it.
-            stats.late_events += 1;
+            env.stats.late_events += 1;
             attempt.outcome = Outcome::Abandoned;
         }
         first_exact(&mut self.attempts);
@@ -225,13 +229,13 @@ impl TurnState {
                 reason: reason.map(str::to_owned),
             });
         }
-        if n >= cfg.retry_cap && !self.cap_flagged {
+        if n >= env.cfg.retry_cap && !self.cap_flagged {
             self.cap_flagged = true;
             let finding = Finding::new(
                 FindingKind::RetryCapExceeded,
                 &self.id,
                 Some(n),
-                format!("attempt {} exceeds the cap of {}", n + 1, cfg.retry_cap),
+                format!("attempt {} exceeds the cap of {}", n + 1, env.cfg.retry_cap),
             )
             .at(ts);
             self.emit(finding, out);
@@ -277,9 +281,7 @@ impl TurnState {
         idx: usize,
         kind: &EventKind<'_>,
         ts: i64,
-        cfg: &CorrelatorConfig,
-        stats: &mut CorrelatorStats,
-        interner: &mut Interner,
+        env: &mut Env<'_>,
         out: &mut Vec<Output>,
     ) {
         let replaced = !self.attempts[idx].is_open()
@@ -288,11 +290,11 @@ impl TurnState {
                 .is_some_and(|m| m > self.attempts[idx].number);
         match kind {
             EventKind::AttemptStart { model, .. } => {
-                set_sym(&mut self.attempts[idx].model, model, interner);
+                set_sym(&mut self.attempts[idx].model, model, env.interner);
             }
             EventKind::Text { text } => {
                 if replaced {
-                    stats.late_events += 1;
+                    env.stats.late_events += 1;
                 }
                 let seq = self.seq;
                 let number = self.attempts[idx].number;
@@ -306,12 +308,12 @@ impl TurnState {
                     self.no_reset_attempt = Some((number, earlier.number));
                 }
                 let attempt = &mut self.attempts[idx];
-                attempt.text.push(text, cfg.text_prefix_bytes);
+                attempt.text.push(text, env.cfg.text_prefix_bytes);
                 attempt.last_text_seq = seq;
             }
             EventKind::ToolCall { id, name, args } => {
                 if replaced {
-                    stats.late_events += 1;
+                    env.stats.late_events += 1;
                 }
                 let canonical = canonical_args(args.as_deref());
                 let key = effect_key(&self.id, name, &canonical, None);
@@ -321,7 +323,7 @@ impl TurnState {
                     first_exact(&mut attempt.calls);
                     attempt.calls.push(CallState {
                         id: id.to_string(),
-                        name: interner.get(name),
+                        name: env.interner.get(name),
                         effect_key: key,
                         canonical_args: (canonical.len() <= MAX_KEPT_ARGS_BYTES)
                             .then_some(canonical),
@@ -339,7 +341,7 @@ impl TurnState {
                 status,
             } => {
                 let read = *effect == Some(EffectClass::Read)
-                    || cfg.read_only_tools.contains(name.as_ref());
+                    || env.cfg.read_only_tools.contains(name.as_ref());
                 let key = if let Some(k) = client_key {
                     Some(k.to_string())
                 } else if args.is_some() {
@@ -356,11 +358,11 @@ impl TurnState {
                 };
                 let exec = ExecState {
                     id: id.to_string(),
-                    name: interner.get(name),
+                    name: env.interner.get(name),
                     effect_key: key,
                     step: *step,
                     read,
-                    status: status.as_deref().map(|s| interner.get(s)),
+                    status: status.as_deref().map(|s| env.interner.get(s)),
                     ts_ms: ts,
                     flagged_abandoned: false,
                 };
@@ -369,18 +371,18 @@ impl TurnState {
             EventKind::Usage { usage, model } => {
                 let attempt = &mut self.attempts[idx];
                 attempt.usage = Some(*usage);
-                set_sym(&mut attempt.usage_model, model, interner);
+                set_sym(&mut attempt.usage_model, model, env.interner);
             }
             EventKind::Finish { reason } => {
                 let attempt = &mut self.attempts[idx];
-                attempt.finish_reason = Some(interner.get(reason));
+                attempt.finish_reason = Some(env.interner.get(reason));
                 match attempt.outcome {
                     Outcome::Open => {
                         attempt.outcome = Outcome::Completed;
                         attempt.ended_ms = ts;
                     }
                     // A finish logged after the retry that replaced it: out of order.
-                    Outcome::Abandoned => stats.late_events += 1,
+                    Outcome::Abandoned => env.stats.late_events += 1,
                     Outcome::Completed | Outcome::Failed => {}
                 }
             }
