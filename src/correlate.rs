@@ -173,11 +173,21 @@ impl Correlator {
     pub fn observe(&mut self, ev: &Event<'_>, now_ms: i64, out: &mut Vec<Output>) {
         self.stats.events += 1;
         let turn_id: &str = &ev.turn;
-        if self.closed.contains(turn_id) {
-            self.stats.after_close_events += 1;
-            return;
-        }
-        if !self.turns.contains_key(turn_id) {
+        let ts = ev.ts_ms.unwrap_or(now_ms);
+        let closes = matches!(ev.kind, EventKind::TurnEnd { .. });
+        // One hash lookup for the common case: an event of an open turn.
+        if let Some(state) = self.turns.get_mut(turn_id) {
+            let mut env = turn::Env {
+                cfg: &self.cfg,
+                stats: &mut self.stats,
+                interner: &mut self.interner,
+            };
+            state.apply(ev, ts, now_ms, &mut env, out);
+        } else {
+            if self.closed.contains(turn_id) {
+                self.stats.after_close_events += 1;
+                return;
+            }
             if self.turns.len() >= self.cfg.max_open_turns.max(1) {
                 self.evict_oldest(out);
             }
@@ -186,22 +196,15 @@ impl Correlator {
                 None => self.seq + 1,
             };
             self.stats.turns_opened += 1;
-            self.turns.insert(
-                turn_id.to_owned(),
-                Box::new(TurnState::new(turn_id.to_owned(), self.seq, now_ms)),
-            );
+            let mut state = Box::new(TurnState::new(turn_id.to_owned(), self.seq, now_ms));
+            let mut env = turn::Env {
+                cfg: &self.cfg,
+                stats: &mut self.stats,
+                interner: &mut self.interner,
+            };
+            state.apply(ev, ts, now_ms, &mut env, out);
+            self.turns.insert(turn_id.to_owned(), state);
         }
-        let Some(state) = self.turns.get_mut(turn_id) else {
-            return;
-        };
-        let ts = ev.ts_ms.unwrap_or(now_ms);
-        let closes = matches!(ev.kind, EventKind::TurnEnd { .. });
-        let mut env = turn::Env {
-            cfg: &self.cfg,
-            stats: &mut self.stats,
-            interner: &mut self.interner,
-        };
-        state.apply(ev, ts, now_ms, &mut env, out);
         if closes {
             self.close(turn_id.to_owned(), CloseReason::TurnEnd, out);
         }

@@ -2,17 +2,17 @@
 //! hashes to them, and the calling thread merges their results back into the exact order a
 //! single correlator would produce.
 //!
-//! A reader thread cuts the inputs into chunks of whole lines and hands every chunk to both
-//! workers. Each worker finds a line's top-level `turn` with a light scan, fully decodes only
-//! its own lines, and tags what it produces with the global line number (a turn closed by
-//! `turn_end`, a bad line) or, for turns still open at end of input, the line that opened them.
+//! Both workers read every input file themselves (from the page cache; no copies between
+//! threads). Each finds a line's top-level `turn` with a light scan, fully decodes only its own
+//! lines, and tags what it produces with the global line number (a turn closed by `turn_end`,
+//! a bad line) or, for turns still open at end of input, the line that opened them.
 //! Merging by those tags reproduces the single-threaded output order. Turns are independent in
 //! the correlator, so results do not depend on which worker took which turn.
 
-use std::io::{self, Read};
+use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::{SyncSender, sync_channel};
 
 use super::{BadLine, CheckObserver, InputSpec, Summary};
 use crate::correlate::{Correlator, CorrelatorConfig, CorrelatorStats, Output};
@@ -23,24 +23,13 @@ use crate::report::TurnReport;
 
 /// Workers; fixed (not the core count) so that results never depend on the machine.
 const SHARDS: usize = 2;
-/// Lines per chunk.
-const CHUNK_LINES: usize = 8192;
+/// Global lines per result batch (the same boundaries in every worker).
+const BATCH_LINES: u64 = 8192;
 
 /// An input ready to read: a file path, or stdin with the bytes already sniffed from it.
 pub(super) enum Prepared {
     File { path: std::path::PathBuf },
     Stdin { head: Vec<u8> },
-}
-
-struct Chunk {
-    input: usize,
-    /// (global line number, line number in its input, start, end) into `data`.
-    lines: Vec<(u64, u64, u32, u32)>,
-    data: Vec<u8>,
-    /// (global line, input line, length) of lines skipped for their length.
-    too_long: Vec<(u64, u64, u64)>,
-    /// A read error that ended this input.
-    read_error: Option<String>,
 }
 
 enum Item {
@@ -64,6 +53,7 @@ struct Batch {
 struct Final {
     counters: InputCounters,
     stats: CorrelatorStats,
+    opened: u64,
 }
 
 enum Message {
@@ -71,7 +61,7 @@ enum Message {
     Done(Box<Final>),
 }
 
-/// Run the sharded check. `names[i]` names input `i` in messages.
+/// Run the sharded check over files. `names[i]` names input `i` in messages.
 pub(super) fn run(
     inputs: Vec<Prepared>,
     names: Vec<String>,
@@ -80,29 +70,36 @@ pub(super) fn run(
     max_line_bytes: usize,
     observer: &mut dyn CheckObserver,
 ) -> Summary {
+    let paths: Arc<Vec<Option<std::path::PathBuf>>> = Arc::new(
+        inputs
+            .into_iter()
+            .map(|p| match p {
+                Prepared::File { path } => Some(path),
+                Prepared::Stdin { .. } => None,
+            })
+            .collect(),
+    );
     let progress = Arc::new(AtomicU64::new(0));
-    let mut chunk_txs = Vec::new();
     let mut result_rxs = Vec::new();
     let mut workers = Vec::new();
     for shard in 0..SHARDS {
-        let (ctx, crx) = sync_channel::<Arc<Chunk>>(8);
-        let (rtx, rrx) = sync_channel::<Message>(8);
-        chunk_txs.push(ctx);
-        result_rxs.push(rrx);
+        let (tx, rx) = sync_channel::<Message>(8);
+        result_rxs.push(rx);
         let cfg = cfg.clone();
         let prices = prices.clone();
+        let paths = paths.clone();
+        let progress = progress.clone();
         workers.push(std::thread::spawn(move || {
-            worker(shard, crx, rtx, Correlator::new(cfg, prices))
+            let correlator = Correlator::new(cfg, prices);
+            worker(shard, &paths, max_line_bytes, tx, correlator, &progress)
         }));
     }
-    let reader_progress = progress.clone();
-    let reader =
-        std::thread::spawn(move || read_all(inputs, max_line_bytes, chunk_txs, reader_progress));
 
     let mut summary = Summary::default();
     let mut counters = InputCounters::default();
     let mut stats = CorrelatorStats::default();
     let mut finals = 0;
+    let mut opened = 0;
     loop {
         let mut merged: Vec<(u8, u64, Item)> = Vec::new();
         let mut done = 0;
@@ -112,6 +109,7 @@ pub(super) fn run(
                 Ok(Message::Done(f)) => {
                     add_counters(&mut counters, &f.counters);
                     add_stats(&mut stats, &f.stats);
+                    opened = opened.max(f.opened);
                     finals += 1;
                     done += 1;
                 }
@@ -146,7 +144,6 @@ pub(super) fn run(
             break;
         }
     }
-    let opened = reader.join().unwrap_or(0);
     for w in workers {
         let _ = w.join();
     }
@@ -178,150 +175,118 @@ fn add_stats(into: &mut CorrelatorStats, from: &CorrelatorStats) {
     into.turns_closed += from.turns_closed;
 }
 
-/// Read every input into chunks for all workers; returns the number of inputs opened.
-fn read_all(
-    inputs: Vec<Prepared>,
+/// One worker: reads every input, correlates the lines of its shard, and sends a batch of
+/// tagged results per `BATCH_LINES` global lines (the same boundaries in both workers).
+fn worker(
+    shard: usize,
+    paths: &[Option<std::path::PathBuf>],
     max_line_bytes: usize,
-    txs: Vec<SyncSender<Arc<Chunk>>>,
-    progress: Arc<AtomicU64>,
-) -> u64 {
+    results: SyncSender<Message>,
+    correlator: Correlator,
+    progress: &AtomicU64,
+) {
+    let mut pipeline = Pipeline::new(correlator);
+    let mut out: Vec<Output> = Vec::new();
+    let mut items: Vec<(u8, u64, Item)> = Vec::new();
     let mut global: u64 = 0;
     let mut opened = 0;
     let mut done_bytes = 0u64;
-    let send = |chunk: Chunk| -> bool {
-        let chunk = Arc::new(chunk);
-        txs.iter().all(|tx| tx.send(chunk.clone()).is_ok())
+    let flush = |items: &mut Vec<(u8, u64, Item)>| -> bool {
+        results
+            .send(Message::Batch(Batch {
+                items: std::mem::take(items),
+            }))
+            .is_ok()
     };
-    for (input, prepared) in inputs.into_iter().enumerate() {
-        let reader: Box<dyn Read> = match prepared {
-            Prepared::File { path } => match std::fs::File::open(&path) {
-                Ok(f) => Box::new(f),
-                Err(e) => {
-                    if !send(Chunk::error(input, e.to_string())) {
-                        return opened;
-                    }
-                    continue;
+    for (input, path) in paths.iter().enumerate() {
+        let Some(path) = path else { continue };
+        let file = match std::fs::File::open(path) {
+            Ok(f) => f,
+            Err(e) => {
+                if shard == 0 {
+                    items.push((
+                        0,
+                        global,
+                        Item::Unreadable {
+                            input,
+                            message: e.to_string(),
+                        },
+                    ));
                 }
-            },
-            Prepared::Stdin { head } => Box::new(io::Cursor::new(head).chain(io::stdin())),
+                continue;
+            }
         };
         opened += 1;
-        let mut lines = LineReader::new(reader, max_line_bytes);
-        let mut chunk = Chunk::new(input);
+        let mut lines = LineReader::new(file, max_line_bytes);
         loop {
-            match lines.next_line() {
-                Ok(Some(Line::Complete { number, bytes })) => {
-                    global += 1;
-                    let start = chunk.data.len() as u32;
-                    chunk.data.extend_from_slice(bytes);
-                    chunk
-                        .lines
-                        .push((global, number, start, chunk.data.len() as u32));
-                }
-                Ok(Some(Line::TooLong { number, len })) => {
-                    global += 1;
-                    chunk.too_long.push((global, number, len));
-                }
+            let line = match lines.next_line() {
+                Ok(Some(line)) => line,
                 Ok(None) => break,
                 Err(e) => {
-                    chunk.read_error = Some(e.to_string());
+                    if shard == 0 {
+                        items.push((
+                            0,
+                            global,
+                            Item::Unreadable {
+                                input,
+                                message: e.to_string(),
+                            },
+                        ));
+                    }
                     break;
                 }
+            };
+            global += 1;
+            match line {
+                Line::Complete { number, bytes } => {
+                    if !bytes.iter().all(u8::is_ascii_whitespace) && shard_of(bytes) == shard {
+                        pipeline.set_sequence_hint(global);
+                        if let Err(e) = pipeline.native_line(bytes, None, &mut out) {
+                            items.push((
+                                0,
+                                global,
+                                Item::Bad {
+                                    input,
+                                    line: number,
+                                    reason: e.to_string(),
+                                },
+                            ));
+                        }
+                        for o in out.drain(..) {
+                            if let Output::TurnClosed(report) = o {
+                                items.push((0, global, Item::Turn(report)));
+                            }
+                        }
+                    }
+                }
+                Line::TooLong { number, len } => {
+                    if shard == 0 {
+                        pipeline.too_long();
+                        items.push((
+                            0,
+                            global,
+                            Item::Bad {
+                                input,
+                                line: number,
+                                reason: format!("too_long: line of {len} bytes skipped"),
+                            },
+                        ));
+                    }
+                }
             }
-            if chunk.lines.len() >= CHUNK_LINES || chunk.data.len() >= (4 << 20) {
-                progress.store(done_bytes + lines.consumed(), Ordering::Relaxed);
-                if !send(std::mem::replace(&mut chunk, Chunk::new(input))) {
-                    return opened;
+            if global.is_multiple_of(BATCH_LINES) {
+                if shard == 0 {
+                    progress.store(done_bytes + lines.consumed(), Ordering::Relaxed);
+                }
+                if !flush(&mut items) {
+                    return;
                 }
             }
         }
         done_bytes += lines.consumed();
-        progress.store(done_bytes, Ordering::Relaxed);
-        if !send(chunk) {
-            return opened;
-        }
     }
-    opened
-}
-
-impl Chunk {
-    fn new(input: usize) -> Self {
-        Chunk {
-            input,
-            lines: Vec::with_capacity(CHUNK_LINES),
-            data: Vec::with_capacity(1 << 20),
-            too_long: Vec::new(),
-            read_error: None,
-        }
-    }
-
-    fn error(input: usize, message: String) -> Self {
-        let mut c = Chunk::new(input);
-        c.read_error = Some(message);
-        c
-    }
-}
-
-fn worker(
-    shard: usize,
-    chunks: Receiver<Arc<Chunk>>,
-    results: SyncSender<Message>,
-    correlator: Correlator,
-) {
-    let mut pipeline = Pipeline::new(correlator);
-    let mut out: Vec<Output> = Vec::new();
-    for chunk in chunks {
-        let mut items = Vec::new();
-        for &(global, number, start, end) in &chunk.lines {
-            let bytes = &chunk.data[start as usize..end as usize];
-            if bytes.iter().all(u8::is_ascii_whitespace) || shard_of(bytes) != shard {
-                continue;
-            }
-            pipeline.set_sequence_hint(global);
-            if let Err(e) = pipeline.native_line(bytes, None, &mut out) {
-                items.push((
-                    0,
-                    global,
-                    Item::Bad {
-                        input: chunk.input,
-                        line: number,
-                        reason: e.to_string(),
-                    },
-                ));
-            }
-            for o in out.drain(..) {
-                if let Output::TurnClosed(report) = o {
-                    items.push((0, global, Item::Turn(report)));
-                }
-            }
-        }
-        if shard == 0 {
-            for &(global, number, len) in &chunk.too_long {
-                pipeline.too_long();
-                items.push((
-                    0,
-                    global,
-                    Item::Bad {
-                        input: chunk.input,
-                        line: number,
-                        reason: format!("too_long: line of {len} bytes skipped"),
-                    },
-                ));
-            }
-            if let Some(message) = &chunk.read_error {
-                items.push((
-                    0,
-                    u64::MAX,
-                    Item::Unreadable {
-                        input: chunk.input,
-                        message: message.clone(),
-                    },
-                ));
-            }
-        }
-        if results.send(Message::Batch(Batch { items })).is_err() {
-            return;
-        }
+    if !flush(&mut items) {
+        return;
     }
     pipeline.close_all(&mut out);
     let items = out
@@ -335,6 +300,7 @@ fn worker(
     let _ = results.send(Message::Done(Box::new(Final {
         counters: pipeline.counters().clone(),
         stats: pipeline.correlator().stats(),
+        opened,
     })));
 }
 
@@ -450,9 +416,10 @@ fn value_end(line: &[u8], i: usize) -> Option<usize> {
     }
 }
 
-/// Whether the inputs suit the sharded path.
+/// Whether the inputs suit the sharded path: files only (each worker reads them), and enough
+/// of them to pay for the threads.
 pub(super) fn worthwhile(inputs: &[InputSpec], total_bytes: u64) -> bool {
-    inputs.iter().any(|i| matches!(i, InputSpec::Stdin)) || total_bytes >= (8 << 20)
+    inputs.iter().all(|i| matches!(i, InputSpec::Path(_))) && total_bytes >= (8 << 20)
 }
 
 #[cfg(test)]

@@ -88,6 +88,10 @@ impl TextStats {
         self.hash.push(text.as_bytes());
         let room = prefix_cap.saturating_sub(self.prefix.len());
         if room > 0 && !self.prefix_closed {
+            if self.prefix.capacity() == 0 {
+                self.prefix
+                    .reserve_exact(prefix_cap.min(text.len().max(64)));
+            }
             let mut cut = room.min(text.len());
             while !text.is_char_boundary(cut) {
                 cut -= 1;

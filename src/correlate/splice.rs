@@ -20,13 +20,21 @@ pub struct OutputState {
 
 impl OutputState {
     pub fn new(text: &str, attempts: &[AttemptState], prefix_cap: usize) -> Self {
-        let occurrences = attempts
-            .iter()
-            .filter(|a| !a.text.prefix.is_empty())
-            .map(|a| (a.number, count(text, &a.text.prefix)))
-            .collect();
+        let stats = TextStats::of(text, prefix_cap);
+        // The common clean case: the output is exactly the newest attempt's text, so no splice
+        // can be found and the substring searches are skipped.
+        let clean = attempts.last().is_some_and(|a| a.text.same_as(&stats));
+        let occurrences = if clean {
+            Vec::new()
+        } else {
+            attempts
+                .iter()
+                .filter(|a| !a.text.prefix.is_empty())
+                .map(|a| (a.number, count(text, &a.text.prefix)))
+                .collect()
+        };
         OutputState {
-            text: TextStats::of(text, prefix_cap),
+            text: stats,
             occurrences,
         }
     }
