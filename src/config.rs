@@ -134,6 +134,9 @@ pub struct RunConfig {
     pub findings_out: String,
     /// A LiteLLM-format price table replacing the built-in one.
     pub prices: Option<PathBuf>,
+    /// Input format of tailed files: `auto` (detected per file from its first line), `native`,
+    /// or a provider format (`openai-chat`, `anthropic`, `gemini-cli-telemetry`, ...).
+    pub format: String,
     /// Label value caps.
     pub labels: LabelLimits,
     /// Trace export.
@@ -155,11 +158,12 @@ impl Default for RunConfig {
             retry_cap: 4,
             read_only_tools: Vec::new(),
             max_line_bytes: 1 << 20,
-            poll_interval_ms: 250,
+            poll_interval_ms: 100,
             checkpoint_interval_secs: 1,
             rotate_wait_secs: 5,
             findings_out: "-".to_owned(),
             prices: None,
+            format: "auto".to_owned(),
             labels: LabelLimits::default(),
             otlp: OtlpSettings::default(),
             demo: DemoSettings::default(),
@@ -192,6 +196,13 @@ pub enum ConfigError {
 }
 
 impl RunConfig {
+    /// The configured input format.
+    pub fn format(&self) -> Result<crate::decode::Format, crate::run::RunError> {
+        self.format
+            .parse()
+            .map_err(|e: crate::decode::UnknownFormat| crate::run::RunError::Format(e.to_string()))
+    }
+
     /// Load and validate a TOML file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let name = path.display().to_string();
@@ -237,6 +248,9 @@ impl RunConfig {
             return Err(ConfigError::Invalid(
                 "demo.turns_per_sec must be positive".to_owned(),
             ));
+        }
+        if let Err(e) = self.format.parse::<crate::decode::Format>() {
+            return Err(ConfigError::Invalid(format!("format: {e}")));
         }
         if let Some(p) = &self.otlp.protocol
             && p != "grpc"

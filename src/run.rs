@@ -57,6 +57,9 @@ pub enum RunError {
     /// The checkpoint's metric values do not fit this build.
     #[error("cannot restore metrics from the checkpoint: {0}")]
     MetricsRestore(String),
+    /// An unknown `format`.
+    #[error("{0}")]
+    Format(String),
     /// Nothing to read.
     #[error("no source: give files or globs, `-` for stdin, or --demo")]
     NoSource,
@@ -79,6 +82,46 @@ fn wall_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
+}
+
+/// Per-file stream decoders for provider formats (native lines need none). Each file's format
+/// is the configured one, or detected from its first line. Provider decoder state is not in
+/// the checkpoint: after a restart, a provider stream resumes with a fresh decoder.
+struct FileDecoders {
+    format: crate::decode::Format,
+    by_path: crate::fasthash::FastMap<PathBuf, Option<Box<dyn crate::decode::StreamDecoder>>>,
+}
+
+impl FileDecoders {
+    fn new(format: crate::decode::Format) -> Self {
+        FileDecoders {
+            format,
+            by_path: Default::default(),
+        }
+    }
+
+    fn for_line(
+        &mut self,
+        path: &std::path::Path,
+        first_line: &[u8],
+    ) -> Option<&mut (dyn crate::decode::StreamDecoder + 'static)> {
+        if !self.by_path.contains_key(path) {
+            let format = match self.format {
+                crate::decode::Format::Auto => crate::decode::detect(first_line),
+                explicit => explicit,
+            };
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let decoder = crate::decode::stream_decoder(format, &name);
+            if decoder.is_some() {
+                tracing::info!(path = %path.display(), format = format.as_str(), "decoding a provider stream");
+            }
+            self.by_path.insert(path.to_path_buf(), decoder);
+        }
+        self.by_path.get_mut(path)?.as_deref_mut()
+    }
 }
 
 /// Tailer events to metrics and logs.
@@ -240,6 +283,7 @@ impl Engine {
         let mut last_tick = Instant::now();
         let mut last_checkpoint = Instant::now();
         let mut stdin_done = false;
+        let mut file_decoders = FileDecoders::new(self.cfg.format()?);
         drop(start_span);
         ready.store(true, Ordering::SeqCst);
         while !shutdown.load(Ordering::SeqCst) {
@@ -250,11 +294,18 @@ impl Engine {
                 let pipeline_ref = &mut pipeline;
                 let out_ref = &mut out;
                 let log_ref = &mut log;
-                let mut bad: Vec<(String, String)> = Vec::new();
+                let decoders = &mut file_decoders;
+                // Only the first bad line of a poll is kept for the (rate-limited) log.
+                let mut bad: Option<(String, String)> = None;
                 let stats = t.poll(
                     &mut |line| {
                         metrics.add_events_read(SourceKind::File, 1);
-                        match pipeline_ref.native_line(line.bytes, Some(now), out_ref) {
+                        let decoder = decoders.for_line(line.path, line.bytes);
+                        let result = match decoder {
+                            Some(d) => pipeline_ref.stream_line(d, line.bytes, Some(now), out_ref),
+                            None => pipeline_ref.native_line(line.bytes, Some(now), out_ref),
+                        };
+                        match result {
                             Ok(LineOutcome::Event) => {
                                 metrics.add_events_decoded(SourceKind::File, 1)
                             }
@@ -263,7 +314,9 @@ impl Engine {
                             }
                             Err(e) => {
                                 metrics.add_bad_lines(SourceKind::File, e.reason, 1);
-                                bad.push((line.path.display().to_string(), e.to_string()));
+                                if bad.is_none() {
+                                    bad = Some((line.path.display().to_string(), e.to_string()));
+                                }
                             }
                         }
                     },
@@ -272,7 +325,7 @@ impl Engine {
                         log: log_ref,
                     },
                 );
-                for (path, err) in bad {
+                if let Some((path, err)) = bad {
                     if let Some(suppressed) = log.allow("bad_line") {
                         tracing::warn!(path, error = %err, suppressed, "skipped a bad line");
                     }
@@ -348,7 +401,7 @@ impl Engine {
                 );
             }
             if !busy {
-                std::thread::sleep(poll_every.min(Duration::from_millis(100)));
+                std::thread::sleep(poll_every);
             }
         }
         // Shutdown: with a data dir, open turns stay open in the checkpoint for the next run;

@@ -500,3 +500,36 @@ fn demo_produces_metrics_within_seconds() {
     assert_eq!(sum(&m, "retryscope_bad_lines_total{"), 0.0);
     assert!(c.terminate().success());
 }
+
+#[test]
+fn provider_streams_are_detected_per_file_while_tailing() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/providers");
+    std::fs::copy(
+        fixtures.join("anthropic/spliced-message-start.chunks.txt"),
+        dir.path().join("anthropic.log"),
+    )
+    .unwrap();
+    std::fs::copy(example("reset.jsonl"), dir.path().join("native.log")).unwrap();
+    let glob = format!("{}/*.log", dir.path().display());
+    let c = Collector::start(&[&glob, "--findings-out", "", "--idle-timeout-secs", "1"]);
+    let m = c.wait_until(|m| sum(m, "retryscope_turns_total{") >= 2.0, "both turns");
+    assert_eq!(
+        get(
+            &m,
+            "retryscope_findings_total{kind=\"spliced_stream\",severity=\"high\",tool=\"\"}"
+        ),
+        1.0,
+        "the spliced Anthropic stream was decoded as Anthropic"
+    );
+    assert_eq!(
+        get(
+            &m,
+            "retryscope_findings_total{kind=\"duplicate_effect\",severity=\"critical\",tool=\"issue_refund\"}"
+        ),
+        1.0,
+        "the native file beside it still decodes as native"
+    );
+    assert_eq!(sum(&m, "retryscope_bad_lines_total{"), 0.0);
+    assert!(c.terminate().success());
+}

@@ -51,6 +51,9 @@ pub struct RunArgs {
     /// Price table (LiteLLM JSON) replacing the built-in one.
     #[arg(long, value_name = "FILE")]
     prices: Option<PathBuf>,
+    /// Format of tailed files: auto (detected per file), native, or a provider format.
+    #[arg(long, value_name = "FORMAT")]
+    format: Option<String>,
     /// Run the built-in demo fleet of synthetic agents.
     #[arg(long)]
     demo: bool,
@@ -130,6 +133,9 @@ fn merge(args: &RunArgs) -> anyhow::Result<(RunConfig, Sources)> {
     }
     if let Some(v) = &args.prices {
         cfg.prices = Some(v.clone());
+    }
+    if let Some(v) = &args.format {
+        cfg.format = v.clone();
     }
     if let Some(v) = args.demo_retry_rate {
         cfg.demo.retry_rate = v;

@@ -1,0 +1,204 @@
+//! Benchmark of the live collector (`retryscope run`), as a real process tailing a real file
+//! with metrics on. Prints figures; asserts nothing about speed.
+//!
+//! ```sh
+//! cargo build --release && cargo run --release --example bench_run -- [--events N]
+//! ```
+//! - sustained throughput: N demo-fleet events appended to a tailed file, until
+//!   `retryscope_events_read_total` shows them all;
+//! - delay from a line being written to it showing in `/metrics` (a retry line moving
+//!   `retryscope_retries_total`), over 30 samples;
+//! - resident memory with 100,000 open turns.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use retryscope::demo::{Fleet, FleetConfig};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn scrape(port: u16) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    Some(body)
+}
+
+fn value(text: &str, series: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(series))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+        .sum()
+}
+
+fn binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().join("retryscope")
+}
+
+fn start(log: &Path, port: u16) -> Child {
+    let child = Command::new(binary())
+        .arg("run")
+        .arg(log)
+        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+        .args(["--findings-out", "", "--idle-timeout-secs", "3600"])
+        .args(["--max-open-turns", "200000"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("build the release binary first: cargo build --release");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while scrape(port).is_none() {
+        assert!(Instant::now() < deadline, "collector did not come up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let events: usize = args
+        .iter()
+        .position(|a| a == "--events")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let dir = tempfile::tempdir().unwrap();
+
+    // Sustained throughput.
+    let log = dir.path().join("agent.log");
+    std::fs::write(&log, b"").unwrap();
+    let mut fleet = Fleet::new(FleetConfig::bench(3));
+    let mut body = String::with_capacity(events * 150);
+    let mut line = String::new();
+    for _ in 0..events {
+        line.clear();
+        fleet.next_line(&mut line);
+        body.push_str(&line);
+        body.push('\n');
+    }
+    let port = free_port();
+    let mut child = start(&log, port);
+    let rss_idle = rss_kib(child.id());
+    let started = Instant::now();
+    let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    f.write_all(body.as_bytes()).unwrap();
+    f.flush().unwrap();
+    let written = started.elapsed();
+    let mut peak_rss = 0;
+    loop {
+        peak_rss = peak_rss.max(rss_kib(child.id()));
+        let m = scrape(port).unwrap_or_default();
+        if value(&m, "retryscope_events_read_total{source=\"file\"}") >= events as f64 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = started.elapsed();
+    println!(
+        "tailing with metrics: {events} events ({:.0} MB) in {:.2} s = {:.2} M events/s, {:.0} MB/s (append took {:.2} s); RSS idle {:.1} MiB, peak {:.1} MiB",
+        body.len() as f64 / 1e6,
+        took.as_secs_f64(),
+        events as f64 / took.as_secs_f64() / 1e6,
+        body.len() as f64 / 1e6 / took.as_secs_f64(),
+        written.as_secs_f64(),
+        rss_idle as f64 / 1024.0,
+        peak_rss as f64 / 1024.0,
+    );
+
+    // Line-to-metrics delay.
+    let mut delays = Vec::new();
+    for i in 0..30 {
+        let before = value(
+            &scrape(port).unwrap_or_default(),
+            "retryscope_retries_total{",
+        );
+        let t0 = Instant::now();
+        writeln!(
+            f,
+            r#"{{"turn":"latency-{i}","type":"retry","attempt":1,"reason":"bench"}}"#
+        )
+        .unwrap();
+        f.flush().unwrap();
+        loop {
+            let m = scrape(port).unwrap_or_default();
+            if value(&m, "retryscope_retries_total{") > before {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        delays.push(t0.elapsed());
+        std::thread::sleep(Duration::from_millis(37));
+    }
+    delays.sort();
+    println!(
+        "line written -> visible in /metrics: median {:.0} ms, p95 {:.0} ms, max {:.0} ms (default poll interval 100 ms)",
+        delays[delays.len() / 2].as_secs_f64() * 1e3,
+        delays[delays.len() * 95 / 100].as_secs_f64() * 1e3,
+        delays[delays.len() - 1].as_secs_f64() * 1e3,
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // Memory with 100,000 open turns.
+    let log2 = dir.path().join("open.log");
+    std::fs::write(&log2, b"").unwrap();
+    let port = free_port();
+    let mut child = start(&log2, port);
+    let base = rss_kib(child.id());
+    let mut open = String::new();
+    for i in 0..100_000u64 {
+        let ts = 1_794_477_600_000u64 + i;
+        open.push_str(&format!(
+            "{{\"turn\":\"agent-{}-{i}\",\"type\":\"turn_start\",\"ts\":{ts},\"model\":\"claude-sonnet-4-5\",\"provider\":\"anthropic\",\"agent\":\"agent-{}\"}}\n{{\"turn\":\"agent-{}-{i}\",\"type\":\"attempt_start\",\"attempt\":0,\"ts\":{ts}}}\n",
+            i % 8,
+            i % 8,
+            i % 8
+        ));
+    }
+    let mut f2 = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log2)
+        .unwrap();
+    f2.write_all(open.as_bytes()).unwrap();
+    loop {
+        let m = scrape(port).unwrap_or_default();
+        if value(&m, "retryscope_open_turns") >= 100_000.0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let rss = rss_kib(child.id());
+    println!(
+        "100,000 open turns (no text): RSS {:.1} MiB ({:.1} MiB before; {:.0} bytes per open turn)",
+        rss as f64 / 1024.0,
+        base as f64 / 1024.0,
+        (rss.saturating_sub(base)) as f64 * 1024.0 / 100_000.0
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
