@@ -325,10 +325,10 @@ impl Engine {
                         log: log_ref,
                     },
                 );
-                if let Some((path, err)) = bad {
-                    if let Some(suppressed) = log.allow("bad_line") {
-                        tracing::warn!(path, error = %err, suppressed, "skipped a bad line");
-                    }
+                if let Some((path, err)) = bad
+                    && let Some(suppressed) = log.allow("bad_line")
+                {
+                    tracing::warn!(path, error = %err, suppressed, "skipped a bad line");
                 }
                 summary.lines += stats.lines;
                 busy |= stats.throttled;
