@@ -18,7 +18,7 @@ fn sharded_and_single_threaded_check_agree_exactly() {
         f.write_all(line.as_bytes()).unwrap();
         f.write_all(b"\n").unwrap();
         // Bad lines of every kind, spread through the log.
-        match i % 20_000 {
+        match i % 5_000 {
             5 => f.write_all(b"{not json\n").unwrap(),
             6 => f
                 .write_all(b"{\"turn\":\"x\",\"type\":\"text\",\"text\":\"\xff\"}\n")
@@ -30,6 +30,26 @@ fn sharded_and_single_threaded_check_agree_exactly() {
                 .write_all(&[b'z'; 3000])
                 .and_then(|()| f.write_all(b"\n"))
                 .unwrap(),
+            // A turn logged without timestamps, right after events of other turns that moved
+            // the clock far ahead: its times come from the latest event time seen, which must
+            // be the same on both paths.
+            9 => {
+                for k in 0..4u64 {
+                    writeln!(
+                        f,
+                        r#"{{"turn":"bump-{i}-{k}","type":"attempt_start","attempt":0,"ts":{}}}"#,
+                        1_900_000_000_000u64 + u64::from(i) * 10 + k
+                    )
+                    .unwrap();
+                }
+                for t in ["turn_start", "text", "finish", "turn_end"] {
+                    writeln!(
+                        f,
+                        r#"{{"turn":"no-ts-{i}","type":"{t}","attempt":0,"text":"x","reason":"stop"}}"#
+                    )
+                    .unwrap();
+                }
+            }
             _ => {}
         }
     }

@@ -189,6 +189,7 @@ fn worker(
     let mut out: Vec<Output> = Vec::new();
     let mut items: Vec<(u8, u64, Item)> = Vec::new();
     let mut global: u64 = 0;
+    let mut clock: i64 = 0;
     let mut opened = 0;
     let mut done_bytes = 0u64;
     let flush = |items: &mut Vec<(u8, u64, Item)>| -> bool {
@@ -239,9 +240,19 @@ fn worker(
             global += 1;
             match line {
                 Line::Complete { number, bytes } => {
-                    if !bytes.iter().all(u8::is_ascii_whitespace) && shard_of(bytes) == shard {
+                    let (owner, ts) = if bytes.iter().all(u8::is_ascii_whitespace) {
+                        (usize::MAX, None)
+                    } else {
+                        route(bytes)
+                    };
+                    // Every worker sees every line's time, so an event without `ts` gets the
+                    // same stand-in time (the latest seen) as on the single-threaded path.
+                    if let Some(ts) = ts {
+                        clock = clock.max(ts);
+                    }
+                    if owner == shard {
                         pipeline.set_sequence_hint(global);
-                        if let Err(e) = pipeline.native_line(bytes, None, &mut out) {
+                        if let Err(e) = pipeline.native_line(bytes, Some(clock), &mut out) {
                             items.push((
                                 0,
                                 global,
@@ -304,23 +315,39 @@ fn worker(
     })));
 }
 
-/// The worker that owns a line: by a fixed hash of its top-level `turn` (worker 0 when the
-/// line has none, so that it reports the error).
-fn shard_of(line: &[u8]) -> usize {
-    let Some(raw) = top_level_turn(line) else {
-        return 0;
+/// The worker that owns a line (by a fixed hash of its top-level `turn`; worker 0 when the
+/// line has none, so that it reports the error) and the line's `ts`, if it has a valid one.
+fn route(line: &[u8]) -> (usize, Option<i64>) {
+    let (turn, ts) = top_level_turn_and_ts(line);
+    let ts = ts.and_then(parse_ts);
+    let Some(raw) = turn else {
+        return (0, ts);
     };
     let hash = if raw.first() == Some(&b'"') && raw.contains(&b'\\') {
         match serde_json::from_slice::<String>(raw) {
             Ok(s) => fnv(s.as_bytes()),
-            Err(_) => return 0,
+            Err(_) => return (0, ts),
         }
-    } else if raw.first() == Some(&b'"') {
+    } else if raw.first() == Some(&b'"') && raw.len() >= 2 {
         fnv(&raw[1..raw.len() - 1])
     } else {
         fnv(raw)
     };
-    (hash % SHARDS as u64) as usize
+    ((hash % SHARDS as u64) as usize, ts)
+}
+
+/// `ts` as the native decoder reads it: integer (or float) milliseconds, or RFC 3339.
+fn parse_ts(raw: &[u8]) -> Option<i64> {
+    let text = std::str::from_utf8(raw).ok()?;
+    if let Some(inner) = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+        return crate::rfc3339::parse_ms(inner);
+    }
+    text.parse::<i64>().ok().or_else(|| {
+        text.parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite() && v.abs() < 9.0e15)
+            .map(|v| v as i64)
+    })
 }
 
 fn fnv(bytes: &[u8]) -> u64 {
@@ -329,35 +356,48 @@ fn fnv(bytes: &[u8]) -> u64 {
     })
 }
 
-/// The raw JSON token of the top-level `turn` value (a string with its quotes, or a number).
-fn top_level_turn(line: &[u8]) -> Option<&[u8]> {
+/// The raw JSON tokens of the top-level `turn` and `ts` values (a string with its quotes, or a
+/// number), scanning only as far as needed.
+fn top_level_turn_and_ts(line: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
+    let mut turn = None;
+    let mut ts = None;
     let mut i = skip_ws(line, 0);
     if line.get(i) != Some(&b'{') {
-        return None;
+        return (None, None);
     }
     i += 1;
     loop {
         i = skip_ws(line, i);
         if line.get(i) != Some(&b'"') {
-            return None;
+            break;
         }
-        let key_end = string_end(line, i)?;
+        let Some(key_end) = string_end(line, i) else {
+            break;
+        };
         let key = &line[i + 1..key_end - 1];
         i = skip_ws(line, key_end);
         if line.get(i) != Some(&b':') {
-            return None;
+            break;
         }
         i = skip_ws(line, i + 1);
-        let value_end = value_end(line, i)?;
-        if key == b"turn" {
-            return Some(&line[i..value_end]);
+        let Some(value_end) = value_end(line, i) else {
+            break;
+        };
+        match key {
+            b"turn" => turn = Some(&line[i..value_end]),
+            b"ts" => ts = Some(&line[i..value_end]),
+            _ => {}
+        }
+        if turn.is_some() && ts.is_some() {
+            break;
         }
         i = skip_ws(line, value_end);
         match line.get(i) {
             Some(b',') => i += 1,
-            _ => return None,
+            _ => break,
         }
     }
+    (turn, ts)
 }
 
 fn skip_ws(line: &[u8], mut i: usize) -> usize {
@@ -445,7 +485,7 @@ mod tests {
         ];
         for (line, want) in cases {
             assert_eq!(
-                top_level_turn(line),
+                top_level_turn_and_ts(line).0,
                 want,
                 "{}",
                 String::from_utf8_lossy(line)
@@ -455,8 +495,19 @@ mod tests {
 
     #[test]
     fn escaped_and_plain_spellings_of_one_turn_share_a_shard() {
-        let plain = shard_of(br#"{"turn":"tA","type":"text"}"#);
-        let escaped = shard_of(br#"{"turn":"t\u0041","type":"text"}"#);
+        let plain = route(br#"{"turn":"tA","type":"text"}"#).0;
+        let escaped = route(br#"{"turn":"t\u0041","type":"text"}"#).0;
         assert_eq!(plain, escaped);
+    }
+
+    #[test]
+    fn ts_is_read_like_the_decoder_reads_it() {
+        assert_eq!(route(br#"{"ts":1000,"turn":"a"}"#).1, Some(1000));
+        assert_eq!(
+            route(br#"{"turn":"a","ts":"1970-01-01T00:00:01.5Z"}"#).1,
+            Some(1500)
+        );
+        assert_eq!(route(br#"{"turn":"a","ts":"yesterday"}"#).1, None);
+        assert_eq!(route(br#"{"turn":"a","text":"x"}"#).1, None);
     }
 }
