@@ -383,17 +383,10 @@ impl StreamDecoder for Decoder {
 #[cfg(test)]
 mod tests {
     use super::super::Format;
-    use super::super::provider::stream_decoder;
     use super::*;
 
     fn run(lines: &[&str]) -> Vec<Event<'static>> {
-        let mut d = stream_decoder(Format::Acp, "x").expect("decoder");
-        let mut out = Vec::new();
-        for line in lines {
-            d.push_line(line.as_bytes(), &mut out).expect("line");
-        }
-        d.finish(&mut out);
-        out
+        super::super::provider::decode_lines(Format::Acp, lines.iter().copied()).0
     }
 
     const PROMPT: &str = r#"{"jsonrpc":"2.0","id":7,"method":"session/prompt","params":{"sessionId":"s1","prompt":[]}}"#;

@@ -335,17 +335,10 @@ impl ChunkDecoder for Decoder {
 #[cfg(test)]
 mod tests {
     use super::super::Format;
-    use super::super::provider::stream_decoder;
     use super::*;
 
     fn run(input: &str) -> (Vec<Event<'static>>, SkipCounts) {
-        let mut d = stream_decoder(Format::Anthropic, "a").expect("decoder");
-        let mut out = Vec::new();
-        for line in input.lines() {
-            d.push_line(line.as_bytes(), &mut out).expect("line");
-        }
-        d.finish(&mut out);
-        (out, d.skips())
+        super::super::provider::decode_lines(Format::Anthropic, input.lines())
     }
 
     fn kinds(evs: &[Event<'static>]) -> Vec<&'static str> {

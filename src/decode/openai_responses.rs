@@ -374,17 +374,10 @@ impl ChunkDecoder for Decoder {
 #[cfg(test)]
 mod tests {
     use super::super::Format;
-    use super::super::provider::stream_decoder;
     use super::*;
 
     fn run(lines: &[&str]) -> (Vec<Event<'static>>, SkipCounts) {
-        let mut d = stream_decoder(Format::OpenAiResponses, "r").expect("decoder");
-        let mut out = Vec::new();
-        for line in lines {
-            d.push_line(line.as_bytes(), &mut out).expect("line");
-        }
-        d.finish(&mut out);
-        (out, d.skips())
+        super::super::provider::decode_lines(Format::OpenAiResponses, lines.iter().copied())
     }
 
     fn kinds(evs: &[Event<'static>]) -> Vec<&'static str> {

@@ -365,6 +365,21 @@ pub fn args_or_empty_object(args: &str) -> Cow<'static, str> {
     }
 }
 
+/// Test helper: decode `lines` as one stream of `format`, returning its events and skips.
+#[cfg(test)]
+pub(crate) fn decode_lines<'a>(
+    format: Format,
+    lines: impl IntoIterator<Item = &'a str>,
+) -> (Vec<Event<'static>>, SkipCounts) {
+    let mut d = stream_decoder(format, "test").expect("a stream decoder for this format");
+    let mut out = Vec::new();
+    for line in lines {
+        d.push_line(line.as_bytes(), &mut out).expect("line");
+    }
+    d.finish(&mut out);
+    (out, d.skips())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
