@@ -424,10 +424,10 @@ mod tests {
         assert_eq!(
             turns,
             [
-                ("a", Some(0)),
-                ("a", Some(0)),
-                ("a#2", Some(0)),
-                ("a#2", Some(0))
+                ("test", Some(0)),
+                ("test", Some(0)),
+                ("test#2", Some(0)),
+                ("test#2", Some(0))
             ]
         );
     }

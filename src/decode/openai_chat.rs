@@ -403,7 +403,7 @@ mod tests {
         assert_eq!(splice.attempt, Some(1));
         assert_eq!(
             evs.last().map(|e| (e.turn.as_ref(), e.attempt)),
-            Some(("s#2", Some(0)))
+            Some(("test#2", Some(0)))
         );
     }
 

@@ -434,6 +434,6 @@ mod tests {
             ]
         );
         assert_eq!(evs[3].attempt, Some(1));
-        assert_eq!(evs[4].turn, "r#2");
+        assert_eq!(evs[4].turn, "test#2");
     }
 }
