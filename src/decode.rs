@@ -1,4 +1,4 @@
-//! Decoding: bytes of one line (or record) into normalized [`Event`]s.
+//! Decoding: bytes of one line (or record) into normalized [`Event`](crate::event::Event)s.
 //!
 //! `native` reads retryscope's own JSON-lines format without copying strings. Provider formats
 //! (raw SSE bodies, chunk files, envelopes) plug in through [`StreamDecoder`]. Every decoder

@@ -20,7 +20,7 @@ use crate::event::{Event, EventKind, TimestampMs};
 /// An input format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
-    /// Sniff it ([`super::detect`]).
+    /// Sniff it ([`super::detect()`]).
     Auto,
     /// retryscope's own JSON lines (with `provider_chunk` envelopes).
     Native,

@@ -41,7 +41,7 @@ macro_rules! families {
         #[allow(missing_docs)]
         pub enum F { $($id),* }
 
-        /// Every family, indexed by [`F`].
+        /// Every family, indexed by the `F` enum.
         pub const FAMILIES: &[Family] = &[
             $(Family { name: $name, help: $help, kind: $kind, labels: &[$($label),*] }),*
         ];
