@@ -118,6 +118,7 @@ pub fn init_with_level(
         .unwrap_or_else(|_| EnvFilter::new(format!("{default_level},{QUIET_DEPS}")));
     let log_layer = fmt::layer()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_filter(log_filter);
     let provider = match self_export {
         Some(cfg) => self_provider(cfg)?,
