@@ -354,3 +354,88 @@ fn prices_flag_replaces_the_table() {
     ]);
     assert_eq!(bad.status.code(), Some(2));
 }
+
+/// The article's failure-injection points: after a tool-call event, mid-word, before finish.
+#[test]
+fn retry_injection_examples() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/retries");
+    let run = |name: &str| {
+        let out = check(&["--json", dir.join(name).to_str().unwrap()]);
+        assert!(out.status.success());
+        json_lines(&out).0.remove(0)
+    };
+    let executed = |turn: &Value| -> Vec<(u64, String)> {
+        turn["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|a| {
+                let n = a["attempt"].as_u64().unwrap();
+                a["executed"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(move |e| (n, e["id"].as_str().unwrap().to_string()))
+            })
+            .collect()
+    };
+    // After a tool-call event, with early execution: the email goes out twice.
+    let t = run("retry-after-tool-call.jsonl");
+    assert_eq!(
+        finding_kinds(&t),
+        [
+            "abandoned_tool_executed",
+            "duplicate_effect",
+            "early_execution",
+            "early_execution"
+        ]
+    );
+    assert_eq!(
+        executed(&t),
+        [(0, "call_A1".to_string()), (1, "call_B7".to_string())]
+    );
+    // Mid-word, with no renderer reset and no logged output: the user saw both texts.
+    let t = run("retry-mid-word.jsonl");
+    assert_eq!(finding_kinds(&t), ["spliced_text"]);
+    assert_eq!(t["findings"][0]["evidence"], "no_reset");
+    assert_eq!(executed(&t), [(1, "toolu_9".to_string())]);
+    // Just before finish, with late execution: clean, one update, both attempts billed.
+    let t = run("retry-before-finish.jsonl");
+    assert!(finding_kinds(&t).is_empty());
+    assert_eq!(executed(&t), [(1, "fc-2".to_string())]);
+    assert_eq!(t["attempts"][0]["usage"]["source"], "estimated");
+    assert_eq!(t["attempts"][0]["usage"]["input_tokens"], 950);
+    assert_eq!(t["attempts"][1]["usage"]["source"], "reported");
+    assert!(t["wasted_cost_usd"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn validate_checks_a_config_without_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.toml");
+    std::fs::write(
+        &good,
+        "include = [\"/var/log/agents/*.jsonl\"]\nidle_timeout_secs = 60\n",
+    )
+    .unwrap();
+    let out = bin().arg("validate").arg(&good).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
+    let typo = dir.path().join("typo.toml");
+    std::fs::write(&typo, "idle_timeout = 60\n").unwrap();
+    let out = bin().arg("validate").arg(&typo).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("idle_timeout"),
+        "the message names the field"
+    );
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "metrics_addr = \"everywhere\"\n").unwrap();
+    let out = bin().arg("validate").arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("metrics_addr"));
+}

@@ -533,3 +533,63 @@ fn provider_streams_are_detected_per_file_while_tailing() {
     assert_eq!(sum(&m, "retryscope_bad_lines_total{"), 0.0);
     assert!(c.terminate().success());
 }
+
+#[test]
+fn corrupt_or_empty_checkpoints_start_fresh_with_a_clear_log_line() {
+    for content in [
+        &b""[..],
+        &b"{\"version\":1,\"files\":[tru"[..],
+        &b"\x00\xff garbage"[..],
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(data.join("checkpoint.json"), content).unwrap();
+        let log = dir.path().join("agent.jsonl");
+        std::fs::copy(example("naive.jsonl"), &log).unwrap();
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_retryscope"))
+            .args([
+                "run",
+                log.to_str().unwrap(),
+                "--data-dir",
+                data.to_str().unwrap(),
+            ])
+            .args([
+                "--findings-out",
+                "",
+                "--metrics-addr",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut c = Collector { child, port };
+        let m = c.wait_until(
+            |m| sum(m, "retryscope_turns_total{") >= 1.0,
+            "the turn after a bad checkpoint",
+        );
+        assert_eq!(
+            get(&m, "retryscope_events_read_total{source=\"file\"}"),
+            17.0
+        );
+        let mut stderr_pipe = c.child.stderr.take().unwrap();
+        assert!(c.terminate().success());
+        let mut stderr = String::new();
+        stderr_pipe.read_to_string(&mut stderr).unwrap();
+        assert!(
+            stderr.contains("checkpoint is empty; starting fresh")
+                || stderr.contains("checkpoint is corrupt; starting fresh"),
+            "{stderr}"
+        );
+        // The shutdown checkpoint replaced the bad one with a good one.
+        let text = std::fs::read_to_string(data.join("checkpoint.json")).unwrap();
+        assert!(
+            text.starts_with("{\"version\":1"),
+            "{}",
+            &text[..40.min(text.len())]
+        );
+    }
+}
