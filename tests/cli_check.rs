@@ -34,6 +34,23 @@ fn json_lines(out: &Output) -> (Vec<Value>, Value) {
     (values, summary["summary"].clone())
 }
 
+/// (attempt, call id) of every execution in a turn object.
+fn executed(turn: &Value) -> Vec<(u64, String)> {
+    turn["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|a| {
+            let n = a["attempt"].as_u64().unwrap();
+            a["executed"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(move |e| (n, e["id"].as_str().unwrap().to_string()))
+        })
+        .collect()
+}
+
 fn finding_kinds(turn: &Value) -> Vec<String> {
     let mut kinds: Vec<String> = turn["findings"]
         .as_array()
@@ -83,21 +100,8 @@ fn bookstore_policies_json() {
     let late = check(&["--json", example("reset-late-exec.jsonl").to_str().unwrap()]);
     let (turns, summary) = json_lines(&late);
     assert!(finding_kinds(&turns[0]).is_empty());
-    let executed: Vec<(u64, String)> = turns[0]["attempts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|a| {
-            let n = a["attempt"].as_u64().unwrap();
-            a["executed"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(move |e| (n, e["id"].as_str().unwrap().to_string()))
-        })
-        .collect();
     assert_eq!(
-        executed,
+        executed(&turns[0]),
         vec![(1, "c7".to_string())],
         "exactly one refund, from attempt 1"
     );
@@ -363,21 +367,6 @@ fn retry_injection_examples() {
         let out = check(&["--json", dir.join(name).to_str().unwrap()]);
         assert!(out.status.success());
         json_lines(&out).0.remove(0)
-    };
-    let executed = |turn: &Value| -> Vec<(u64, String)> {
-        turn["attempts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|a| {
-                let n = a["attempt"].as_u64().unwrap();
-                a["executed"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(move |e| (n, e["id"].as_str().unwrap().to_string()))
-            })
-            .collect()
     };
     // After a tool-call event, with early execution: the email goes out twice.
     let t = run("retry-after-tool-call.jsonl");
