@@ -102,6 +102,18 @@ pub struct CorrelatorStats {
     pub turns_closed: u64,
 }
 
+impl CorrelatorStats {
+    /// Add another correlator's counters (from another worker).
+    pub fn add(&mut self, other: &CorrelatorStats) {
+        self.events += other.events;
+        self.late_events += other.late_events;
+        self.after_close_events += other.after_close_events;
+        self.evicted_turns += other.evicted_turns;
+        self.turns_opened += other.turns_opened;
+        self.turns_closed += other.turns_closed;
+    }
+}
+
 /// The correlator's complete state, for checkpoints.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CorrelatorSnapshot {

@@ -33,6 +33,16 @@ impl InputCounters {
         self.bad_lines.values().sum()
     }
 
+    /// Add another set of counters (from another worker).
+    pub fn add(&mut self, other: &InputCounters) {
+        self.lines += other.lines;
+        self.events += other.events;
+        for (reason, n) in &other.bad_lines {
+            *self.bad_lines.entry(reason.clone()).or_insert(0) += n;
+        }
+        self.skips.add(other.skips);
+    }
+
     fn bad(&mut self, reason: BadLineReason) {
         *self
             .bad_lines
@@ -118,12 +128,7 @@ impl Pipeline {
         let decoded = native::decode_line(bytes, &mut self.counters.skips);
         match decoded {
             Ok(NativeLine::Event(ev)) => {
-                if let Some(ts) = ev.ts_ms {
-                    self.clock_ms = self.clock_ms.max(ts);
-                }
-                let now = arrival_ms.unwrap_or(self.clock_ms);
-                self.counters.events += 1;
-                self.correlator.observe(&ev, now, out);
+                self.observe(&ev, arrival_ms, out);
                 Ok(LineOutcome::Event)
             }
             Ok(NativeLine::UnknownType) => Ok(LineOutcome::Skipped),
@@ -195,14 +200,19 @@ impl Pipeline {
             LineOutcome::Event
         };
         for ev in events.drain(..) {
-            if let Some(ts) = ev.ts_ms {
-                self.clock_ms = self.clock_ms.max(ts);
-            }
-            let now = arrival_ms.unwrap_or(self.clock_ms);
-            self.counters.events += 1;
-            self.correlator.observe(&ev, now, out);
+            self.observe(&ev, arrival_ms, out);
         }
         outcome
+    }
+
+    /// Correlate one event: it moves the logical clock, which stands in for a missing arrival.
+    fn observe(&mut self, ev: &Event<'_>, arrival_ms: Option<i64>, out: &mut Vec<Output>) {
+        if let Some(ts) = ev.ts_ms {
+            self.clock_ms = self.clock_ms.max(ts);
+        }
+        let now = arrival_ms.unwrap_or(self.clock_ms);
+        self.counters.events += 1;
+        self.correlator.observe(ev, now, out);
     }
 
     /// Count a line skipped for its length.

@@ -124,6 +124,24 @@ impl FileDecoders {
     }
 }
 
+/// Count a line by what became of it (an event, a skipped unknown type, a bad line); returns
+/// the error of a bad line for the caller to log.
+fn count_line(
+    metrics: &Metrics,
+    source: SourceKind,
+    result: Result<LineOutcome, crate::decode::DecodeError>,
+) -> Option<crate::decode::DecodeError> {
+    match result {
+        Ok(LineOutcome::Event) => metrics.add_events_decoded(source, 1),
+        Ok(LineOutcome::Skipped) => metrics.add_unknown_events(source, 1),
+        Err(e) => {
+            metrics.add_bad_lines(source, e.reason, 1);
+            return Some(e);
+        }
+    }
+    None
+}
+
 /// Tailer events to metrics and logs.
 struct TailerReport<'a> {
     metrics: &'a Metrics,
@@ -305,19 +323,10 @@ impl Engine {
                             Some(d) => pipeline_ref.stream_line(d, line.bytes, Some(now), out_ref),
                             None => pipeline_ref.native_line(line.bytes, Some(now), out_ref),
                         };
-                        match result {
-                            Ok(LineOutcome::Event) => {
-                                metrics.add_events_decoded(SourceKind::File, 1)
-                            }
-                            Ok(LineOutcome::Skipped) => {
-                                metrics.add_unknown_events(SourceKind::File, 1)
-                            }
-                            Err(e) => {
-                                metrics.add_bad_lines(SourceKind::File, e.reason, 1);
-                                if bad.is_none() {
-                                    bad = Some((line.path.display().to_string(), e.to_string()));
-                                }
-                            }
+                        if let Some(e) = count_line(metrics, SourceKind::File, result)
+                            && bad.is_none()
+                        {
+                            bad = Some((line.path.display().to_string(), e.to_string()));
                         }
                     },
                     &mut TailerReport {
@@ -449,15 +458,11 @@ impl Engine {
             FeedItem::Line { feed, bytes } => {
                 let kind = feed.kind();
                 self.metrics.add_events_read(kind, 1);
-                match pipeline.native_line(&bytes, Some(now), out) {
-                    Ok(LineOutcome::Event) => self.metrics.add_events_decoded(kind, 1),
-                    Ok(LineOutcome::Skipped) => self.metrics.add_unknown_events(kind, 1),
-                    Err(e) => {
-                        self.metrics.add_bad_lines(kind, e.reason, 1);
-                        if let Some(suppressed) = log.allow("bad_line") {
-                            tracing::warn!(source = kind.as_str(), error = %e, suppressed, "skipped a bad line");
-                        }
-                    }
+                let result = pipeline.native_line(&bytes, Some(now), out);
+                if let Some(e) = count_line(&self.metrics, kind, result)
+                    && let Some(suppressed) = log.allow("bad_line")
+                {
+                    tracing::warn!(source = kind.as_str(), error = %e, suppressed, "skipped a bad line");
                 }
             }
             FeedItem::TooLong { feed, len } => {

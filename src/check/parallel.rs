@@ -107,8 +107,8 @@ pub(super) fn run(
             match rx.recv() {
                 Ok(Message::Batch(b)) => merged.extend(b.items),
                 Ok(Message::Done(f)) => {
-                    add_counters(&mut counters, &f.counters);
-                    add_stats(&mut stats, &f.stats);
+                    counters.add(&f.counters);
+                    stats.add(&f.stats);
                     opened = opened.max(f.opened);
                     finals += 1;
                     done += 1;
@@ -155,24 +155,6 @@ pub(super) fn run(
     }
     summary.finish_with(&counters, stats);
     summary
-}
-
-fn add_counters(into: &mut InputCounters, from: &InputCounters) {
-    into.lines += from.lines;
-    into.events += from.events;
-    for (k, v) in &from.bad_lines {
-        *into.bad_lines.entry(k.clone()).or_insert(0) += v;
-    }
-    into.skips.add(from.skips);
-}
-
-fn add_stats(into: &mut CorrelatorStats, from: &CorrelatorStats) {
-    into.events += from.events;
-    into.late_events += from.late_events;
-    into.after_close_events += from.after_close_events;
-    into.evicted_turns += from.evicted_turns;
-    into.turns_opened += from.turns_opened;
-    into.turns_closed += from.turns_closed;
 }
 
 /// One worker: reads every input, correlates the lines of its shard, and sends a batch of
