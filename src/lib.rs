@@ -23,6 +23,7 @@ pub mod ratelimit;
 pub mod report;
 pub mod rfc3339;
 pub mod run;
+pub mod sanitize;
 pub mod server;
 pub mod sink;
 pub mod source;
