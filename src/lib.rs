@@ -19,7 +19,6 @@ pub mod fasthash;
 pub mod finding;
 pub mod input;
 pub mod pipeline;
-pub mod ratelimit;
 pub mod report;
 pub mod rfc3339;
 pub mod run;

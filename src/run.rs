@@ -57,6 +57,14 @@ pub enum RunError {
     /// The checkpoint's metric values do not fit this build.
     #[error("cannot restore metrics from the checkpoint: {0}")]
     MetricsRestore(String),
+    /// The data directory cannot hold checkpoints.
+    #[error("the data directory {dir} is not writable: {source}")]
+    DataDir {
+        /// Where.
+        dir: String,
+        /// Why.
+        source: std::io::Error,
+    },
     /// An unknown `format`.
     #[error("{0}")]
     Format(String),
@@ -74,6 +82,9 @@ pub struct RunSummary {
     pub checkpoints: u64,
     /// Open turns left in the checkpoint at shutdown.
     pub open_turns_checkpointed: usize,
+    /// The checkpoint taken at shutdown could not be written (the next start resumes from an
+    /// older one, and re-reads what came after it).
+    pub final_checkpoint_failed: bool,
 }
 
 /// Wall-clock milliseconds: arrival time of lines (the correlator itself never reads a clock).
@@ -145,7 +156,6 @@ fn count_line(
 /// Tailer events to metrics and logs.
 struct TailerReport<'a> {
     metrics: &'a Metrics,
-    log: &'a mut crate::ratelimit::RateLimitedLog,
 }
 
 impl TailerEvents for TailerReport<'_> {
@@ -169,14 +179,10 @@ impl TailerEvents for TailerReport<'_> {
     fn line_too_long(&mut self, path: &std::path::Path, skipped_bytes: u64) {
         self.metrics
             .add_bad_lines(SourceKind::File, crate::decode::BadLineReason::TooLong, 1);
-        if let Some(suppressed) = self.log.allow("line_too_long") {
-            tracing::warn!(path = %path.display(), skipped_bytes, suppressed, "over-long line skipped");
-        }
+        tracing::warn!(path = %path.display(), skipped_bytes, "over-long line skipped");
     }
     fn read_error(&mut self, path: &std::path::Path, error: &std::io::Error) {
-        if let Some(suppressed) = self.log.allow("read_error") {
-            tracing::warn!(path = %path.display(), %error, suppressed, "cannot read file");
-        }
+        tracing::warn!(path = %path.display(), %error, "cannot read file");
     }
     fn checkpoint_mismatch(&mut self, path: &std::path::Path) {
         tracing::warn!(path = %path.display(), "checkpointed inode now holds another file; reading it from the start");
@@ -236,8 +242,35 @@ impl Engine {
         };
         let checkpoint_path: Option<PathBuf> =
             self.cfg.data_dir.as_ref().map(|d| d.join(CHECKPOINT_FILE));
+        if let Some(dir) = &self.cfg.data_dir {
+            checkpoint::probe_data_dir(dir).map_err(|source| RunError::DataDir {
+                dir: dir.display().to_string(),
+                source,
+            })?;
+        }
         let restored = match &checkpoint_path {
-            Some(path) => Checkpoint::load(path)?,
+            Some(path) => match Checkpoint::load(path) {
+                Err(checkpoint::CheckpointError::Unusable { why, .. })
+                    if self.cfg.reset_checkpoint =>
+                {
+                    let findings = (!matches!(self.cfg.findings_out.as_str(), "" | "-"))
+                        .then(|| std::path::Path::new(&self.cfg.findings_out));
+                    let moved = checkpoint::set_aside(path, findings).map_err(|source| {
+                        RunError::DataDir {
+                            dir: path.display().to_string(),
+                            source,
+                        }
+                    })?;
+                    let moved: Vec<String> =
+                        moved.iter().map(|p| p.display().to_string()).collect();
+                    tracing::error!(
+                        path = %path.display(), why, moved_to = ?moved,
+                        "--reset-checkpoint: the unusable checkpoint and the findings file were moved aside; starting over from the beginning of every file"
+                    );
+                    None
+                }
+                other => other?,
+            },
             None => None,
         };
         let (mut pipeline, file_checkpoints, findings_offset) = match restored {
@@ -293,7 +326,6 @@ impl Engine {
         } else {
             None
         };
-        let mut log = crate::ratelimit::RateLimitedLog::new(Duration::from_secs(10));
         let mut out: Vec<Output> = Vec::new();
         let mut summary = RunSummary::default();
         let poll_every = Duration::from_millis(self.cfg.poll_interval_ms);
@@ -311,7 +343,6 @@ impl Engine {
                 let metrics = &self.metrics;
                 let pipeline_ref = &mut pipeline;
                 let out_ref = &mut out;
-                let log_ref = &mut log;
                 let decoders = &mut file_decoders;
                 // Only the first bad line of a poll is kept for the (rate-limited) log.
                 let mut bad: Option<(String, String)> = None;
@@ -329,15 +360,10 @@ impl Engine {
                             bad = Some((line.path.display().to_string(), e.to_string()));
                         }
                     },
-                    &mut TailerReport {
-                        metrics,
-                        log: log_ref,
-                    },
+                    &mut TailerReport { metrics },
                 );
-                if let Some((path, err)) = bad
-                    && let Some(suppressed) = log.allow("bad_line")
-                {
-                    tracing::warn!(path, error = %err, suppressed, "skipped a bad line");
+                if let Some((path, err)) = bad {
+                    tracing::warn!(path, error = %err, "skipped a bad line");
                 }
                 summary.lines += stats.lines;
                 busy |= stats.throttled;
@@ -352,14 +378,7 @@ impl Engine {
                         Ok(item) => {
                             taken += 1;
                             summary.lines += 1;
-                            self.feed_item(
-                                item,
-                                now,
-                                &mut pipeline,
-                                &mut out,
-                                &mut log,
-                                &mut stdin_done,
-                            );
+                            self.feed_item(item, now, &mut pipeline, &mut out, &mut stdin_done);
                         }
                         Err(TryRecvError::Empty) => break,
                         Err(TryRecvError::Disconnected) => {
@@ -373,7 +392,7 @@ impl Engine {
             if stdin_done && !self.sources.files && !self.sources.demo {
                 // stdin was the only source: its end is the end of input.
                 pipeline.close_all(&mut out);
-                self.deliver(&mut out, &mut findings, &mut log);
+                self.deliver(&mut out, &mut findings);
                 if exit_on_eof {
                     break;
                 }
@@ -384,7 +403,7 @@ impl Engine {
                 last_tick = Instant::now();
                 pipeline.tick(now, &mut out);
             }
-            self.deliver(&mut out, &mut findings, &mut log);
+            self.deliver(&mut out, &mut findings);
             self.metrics.set_correlator_stats(
                 &pipeline.correlator().stats(),
                 pipeline.correlator().open_turns(),
@@ -422,9 +441,9 @@ impl Engine {
         )
         .entered();
         if let Some(path) = &checkpoint_path {
-            self.deliver(&mut out, &mut findings, &mut log);
+            self.deliver(&mut out, &mut findings);
             summary.open_turns_checkpointed = pipeline.correlator().open_turns();
-            self.write_checkpoint(
+            summary.final_checkpoint_failed = !self.write_checkpoint(
                 path,
                 &pipeline,
                 tailer.as_ref(),
@@ -433,7 +452,7 @@ impl Engine {
             );
         } else {
             pipeline.close_all(&mut out);
-            self.deliver(&mut out, &mut findings, &mut log);
+            self.deliver(&mut out, &mut findings);
         }
         self.metrics.set_correlator_stats(
             &pipeline.correlator().stats(),
@@ -451,7 +470,6 @@ impl Engine {
         now: i64,
         pipeline: &mut Pipeline,
         out: &mut Vec<Output>,
-        log: &mut crate::ratelimit::RateLimitedLog,
         stdin_done: &mut bool,
     ) {
         match item {
@@ -459,24 +477,15 @@ impl Engine {
                 let kind = feed.kind();
                 self.metrics.add_events_read(kind, 1);
                 let result = pipeline.native_line(&bytes, Some(now), out);
-                if let Some(e) = count_line(&self.metrics, kind, result)
-                    && let Some(suppressed) = log.allow("bad_line")
-                {
-                    tracing::warn!(source = kind.as_str(), error = %e, suppressed, "skipped a bad line");
+                if let Some(e) = count_line(&self.metrics, kind, result) {
+                    tracing::warn!(source = kind.as_str(), error = %e, "skipped a bad line");
                 }
             }
             FeedItem::TooLong { feed, len } => {
                 pipeline.too_long();
                 self.metrics
                     .add_bad_lines(feed.kind(), crate::decode::BadLineReason::TooLong, 1);
-                if let Some(suppressed) = log.allow("line_too_long") {
-                    tracing::warn!(
-                        source = feed.kind().as_str(),
-                        len,
-                        suppressed,
-                        "over-long line skipped"
-                    );
-                }
+                tracing::warn!(source = feed.kind().as_str(), len, "over-long line skipped");
             }
             FeedItem::End { feed } => {
                 if feed == Feed::Stdin {
@@ -486,20 +495,13 @@ impl Engine {
         }
     }
 
-    fn deliver(
-        &self,
-        out: &mut Vec<Output>,
-        findings: &mut FindingsSink,
-        log: &mut crate::ratelimit::RateLimitedLog,
-    ) {
+    fn deliver(&self, out: &mut Vec<Output>, findings: &mut FindingsSink) {
         for o in out.drain(..) {
             self.metrics.observe(&o);
             match &o {
                 Output::Finding(f) => {
-                    if let Err(e) = findings.write(f)
-                        && let Some(suppressed) = log.allow("findings_write")
-                    {
-                        tracing::warn!(error = %e, suppressed, "cannot write a finding");
+                    if let Err(e) = findings.write(f) {
+                        tracing::warn!(error = %e, queued_bytes = findings.queued_bytes(), "cannot write findings; kept in memory and retried");
                     }
                 }
                 Output::TurnClosed(report) => {
@@ -519,7 +521,7 @@ impl Engine {
         tailer: Option<&FileTailer>,
         findings: &mut FindingsSink,
         summary: &mut RunSummary,
-    ) {
+    ) -> bool {
         let _span = tracing::info_span!(
             "checkpoint.write",
             open_turns = pipeline.correlator().open_turns()
@@ -529,8 +531,8 @@ impl Engine {
             Ok(o) => o,
             Err(e) => {
                 self.metrics.inc_checkpoint_failures();
-                tracing::warn!(error = %e, "cannot sync findings; checkpoint skipped");
-                return;
+                tracing::warn!(error = %e, "findings not durably written; checkpoint skipped until they are");
+                return false;
             }
         };
         let cp = Checkpoint {
@@ -546,10 +548,12 @@ impl Engine {
             Ok(()) => {
                 summary.checkpoints += 1;
                 self.metrics.inc_checkpoint_writes();
+                true
             }
             Err(e) => {
                 self.metrics.inc_checkpoint_failures();
                 tracing::warn!(path = %path.display(), error = %e, "checkpoint write failed");
+                false
             }
         }
     }

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use super::Summary;
 use crate::finding::{FindingKind, Severity};
 use crate::report::{AttemptReport, TurnReport};
+use crate::sanitize::display;
 
 /// JSON line of one turn.
 pub fn turn_json(report: &TurnReport) -> String {
@@ -30,20 +31,20 @@ fn usd(v: f64) -> String {
 fn attempt_line(a: &AttemptReport) -> String {
     let mut s = format!("  attempt {}  {}", a.attempt, a.outcome.as_str());
     if let Some(reason) = &a.retry_reason {
-        let _ = write!(s, " (retry: {reason})");
+        let _ = write!(s, " (retry: {})", display(reason));
     }
     if let Some(f) = &a.finish_reason {
-        let _ = write!(s, "  finish={f}");
+        let _ = write!(s, "  finish={}", display(f));
     }
     if let Some(e) = &a.error {
-        let _ = write!(s, "  error={e}");
+        let _ = write!(s, "  error={}", display(e));
     }
     let _ = write!(s, "  text={} chars", a.text_chars);
     if !a.tool_calls.is_empty() {
         let calls: Vec<String> = a
             .tool_calls
             .iter()
-            .map(|c| format!("{}({})", c.name, c.id))
+            .map(|c| format!("{}({})", display(&c.name), display(&c.id)))
             .collect();
         let _ = write!(s, "  calls: {}", calls.join(", "));
     }
@@ -53,9 +54,9 @@ fn attempt_line(a: &AttemptReport) -> String {
             .iter()
             .map(|e| {
                 if e.read {
-                    format!("{}({}, read)", e.name, e.id)
+                    format!("{}({}, read)", display(&e.name), display(&e.id))
                 } else {
-                    format!("{}({})", e.name, e.id)
+                    format!("{}({})", display(&e.name), display(&e.id))
                 }
             })
             .collect();
@@ -90,9 +91,9 @@ pub fn turn_text(report: &TurnReport) -> String {
     let _ = writeln!(
         s,
         "turn {}  model={} provider={}  status={}  attempts={} retries={}  cost={} wasted={}",
-        report.turn,
-        report.model.as_deref().unwrap_or("unknown"),
-        report.provider.as_deref().unwrap_or("unknown"),
+        display(&report.turn),
+        display(report.model.as_deref().unwrap_or("unknown")),
+        display(report.provider.as_deref().unwrap_or("unknown")),
         report.status.as_str(),
         report.attempts.len(),
         report.retries,
@@ -112,12 +113,12 @@ pub fn turn_text(report: &TurnReport) -> String {
             let _ = write!(line, "  attempt {a}");
         }
         if let (Some(tool), Some(id)) = (&f.tool, &f.call_id) {
-            let _ = write!(line, "  {tool}({id})");
+            let _ = write!(line, "  {}({})", display(tool), display(id));
         }
         if let Some(k) = &f.effect_key {
-            let _ = write!(line, "  effect_key={k}");
+            let _ = write!(line, "  effect_key={}", display(k));
         }
-        let _ = write!(line, "  {}", f.evidence);
+        let _ = write!(line, "  {}", display(&f.evidence));
         let _ = writeln!(s, "{line}");
     }
     s
@@ -195,7 +196,7 @@ pub fn summary_text(summary: &Summary) -> String {
         let _ = writeln!(
             s,
             "  unreadable inputs: {}",
-            summary.unreadable_inputs.join(", ")
+            display(&summary.unreadable_inputs.join(", "))
         );
     }
     s

@@ -16,6 +16,7 @@ use retryscope::correlate::CorrelatorConfig;
 use retryscope::cost::PriceTable;
 use retryscope::finding::Severity;
 use retryscope::report::TurnReport;
+use retryscope::sanitize::display;
 use retryscope::sink::traces::{Protocol, TraceExportConfig, TraceSink};
 
 /// Flags of `check`.
@@ -195,13 +196,19 @@ impl CheckObserver for Printer {
             self.bad_shown += 1;
             self.warn(&format!(
                 "retryscope: {}:{}: skipped: {}",
-                bad.input, bad.line, bad.reason
+                display(&bad.input),
+                bad.line,
+                display(&bad.reason)
             ));
         }
     }
 
     fn unreadable(&mut self, input: &str, error: &io::Error) {
-        self.warn(&format!("retryscope: cannot read {input}: {error}"));
+        self.warn(&format!(
+            "retryscope: cannot read {}: {}",
+            display(input),
+            display(&error.to_string())
+        ));
     }
 
     fn progress(&mut self, bytes: u64) {

@@ -75,6 +75,10 @@ pub struct RunArgs {
     /// With stdin as the only source, exit when it ends instead of serving metrics on.
     #[arg(long)]
     exit_on_eof: bool,
+    /// When the checkpoint in --data-dir is unusable (corrupt, empty, truncated), move it and
+    /// the findings file aside and start over; without this flag `run` refuses to start.
+    #[arg(long)]
+    reset_checkpoint: bool,
 }
 
 /// Flags of `validate`.
@@ -150,6 +154,7 @@ fn merge(args: &RunArgs) -> anyhow::Result<(RunConfig, Sources)> {
         cfg.otlp.protocol = Some(v.clone());
     }
     cfg.otlp.capture_content |= args.capture_content;
+    cfg.reset_checkpoint = args.reset_checkpoint;
     cfg.validate()?;
     let sources = Sources {
         files: !cfg.include.is_empty(),
@@ -276,6 +281,12 @@ async fn serve(
         open_turns_checkpointed = summary.open_turns_checkpointed,
         "stopped"
     );
+    if summary.final_checkpoint_failed {
+        anyhow::bail!(
+            "the final checkpoint could not be written; the next start resumes from the last \
+             good one and reads again what came after it"
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
