@@ -117,6 +117,11 @@ impl Pipeline {
         self.correlator.set_sequence_hint(seq);
     }
 
+    /// The next lines come from another input (see [`Correlator::next_input`]).
+    pub fn next_input(&mut self) {
+        self.correlator.next_input();
+    }
+
     /// Decode one native-format line and correlate it.
     pub fn native_line(
         &mut self,

@@ -200,6 +200,7 @@ fn worker(
             }
         };
         opened += 1;
+        pipeline.next_input();
         let mut lines = LineReader::new(file, max_line_bytes);
         loop {
             let line = match lines.next_line() {

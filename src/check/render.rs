@@ -192,6 +192,24 @@ pub fn summary_text(summary: &Summary) -> String {
             summary.unpriced_attempts
         );
     }
+    for (n, what) in [
+        (
+            summary.reused_turn_ids,
+            "turn ids closed in one input came back in another: checked as new turns with the same id",
+        ),
+        (
+            summary.after_close_events,
+            "events came after their turn had closed in the same input: counted, not correlated",
+        ),
+        (
+            summary.evicted_turns,
+            "open turns were evicted to bound memory (see --max-open-turns): reported as incomplete",
+        ),
+    ] {
+        if n > 0 {
+            let _ = writeln!(s, "  warning: {n} {what}");
+        }
+    }
     if !summary.unreadable_inputs.is_empty() {
         let _ = writeln!(
             s,

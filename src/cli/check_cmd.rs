@@ -46,6 +46,10 @@ pub struct CheckArgs {
     /// Lines longer than this are skipped and counted.
     #[arg(long, default_value_t = 1 << 20, value_name = "N")]
     max_line_bytes: usize,
+    /// Open turns kept in memory (per worker); beyond it the least recently active is closed
+    /// early as incomplete, and counted (`evicted_turns`).
+    #[arg(long, default_value_t = 100_000, value_name = "N")]
+    max_open_turns: usize,
     /// Show every turn in the text report, not only those with findings.
     #[arg(long, short)]
     verbose: bool,
@@ -236,7 +240,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         idle_timeout_ms: args
             .idle_timeout_secs
             .map(|s| i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)),
-        max_open_turns: usize::MAX,
+        max_open_turns: args.max_open_turns,
         // Attempt text prefixes only exist in reports when captured.
         capture_content: export.as_ref().is_some_and(|e| e.capture_content),
         ..CorrelatorConfig::default()
@@ -309,6 +313,14 @@ fn report_and_status(
     }
     printer.out.flush().context("writing the report")?;
     if !summary.unreadable_inputs.is_empty() {
+        return Ok(ExitCode::from(2));
+    }
+    if summary.events == 0 {
+        eprintln!(
+            "retryscope: error: no events in {} input(s) ({} lines, {} bad): nothing was checked; \
+             is this the right path, and the right --format?",
+            summary.inputs, summary.lines, summary.bad_lines
+        );
         return Ok(ExitCode::from(2));
     }
     if let Some(threshold) = args.fail_on
