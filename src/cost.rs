@@ -39,6 +39,8 @@ impl Price {
             + usage.cached_input_tokens as f64 * self.cache_read
             + usage.cache_write_tokens as f64 * self.cache_write
             + usage.output_tokens as f64 * self.output
+            // -0.0 + 0.0 is 0.0: no negative zero reaches a report.
+            + 0.0
     }
 }
 
@@ -121,6 +123,15 @@ impl PriceTable {
             else {
                 continue;
             };
+            let sane = |p: f64| p.is_finite() && p >= 0.0;
+            let extra = [
+                entry.cache_read_input_token_cost,
+                entry.cache_creation_input_token_cost,
+            ];
+            if !sane(input) || !sane(output) || extra.into_iter().flatten().any(|p| !sane(p)) {
+                // A negative or infinite price would make costs go backwards or overflow.
+                continue;
+            }
             prices.insert(
                 model.to_ascii_lowercase(),
                 Price {

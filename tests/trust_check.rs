@@ -73,9 +73,7 @@ fn terminal_injection_in_the_check_report_is_escaped() {
         stdout.contains("turn turn\\x1b]0;pwned\\x07\\r\\x08\\x00"),
         "{stdout}"
     );
-    for s in [
-        "model", "provider", "tool", "c1", "reason", "msg", "finish", "key",
-    ] {
+    for s in ["model", "provider", "tool", "c1", "reason", "finish", "key"] {
         assert!(
             stdout.contains(&format!("{s}\\x1b]0;pwned")),
             "{s} shown escaped: {stdout}"
@@ -209,4 +207,67 @@ fn inputs_with_no_events_exit_2() {
             .code(),
         Some(0)
     );
+}
+
+/// Issue 11.8: an `error` event's message and code went into `check --json` (and OTLP
+/// attributes), and bad-line warnings echoed string values from the line.
+#[test]
+fn content_stays_in_the_process_unless_captured() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agent.jsonl");
+    std::fs::write(
+        &path,
+        concat!(
+            r#"{"turn":"t","type":"error","ts":1,"attempt":0,"message":"SECRET-MESSAGE","code":"SECRET-CODE"}"#,
+            "\n",
+            r#"{"turn":"t","type":"usage","ts":2,"attempt":"SECRET-VALUE","input_tokens":1}"#,
+            "\n",
+            r#"{"turn":"t","type":"tool_exec","ts":3,"id":"c","name":"n","effect":"SECRET-ENUM"}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+    let p = path.to_str().unwrap();
+    let out = check(&["--json", p]);
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!all.contains("SECRET"), "{all}");
+    let turn: Value = serde_json::from_str(all.lines().next().unwrap()).unwrap();
+    assert_eq!(turn["attempts"][0]["error_chars"], 27, "{turn}");
+    assert!(all.contains("invalid type: string \"<12 chars>\""), "{all}");
+    // Opted in, the error text is there.
+    let out = check(&["--json", "--capture-content", p]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("SECRET-CODE: SECRET-MESSAGE"));
+}
+
+/// Issue 11.7: one usage event with u64::MAX tokens added $2.5e14 to the cost, a `ts` of
+/// i64::MIN/MAX added 1.8e16 s to durations, attempt 4294967295 wrapped.
+#[test]
+fn numbers_outside_sane_ranges_are_counted_and_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agent.jsonl");
+    let good = std::fs::read_to_string(example("naive.jsonl")).unwrap();
+    let hostile = [
+        r#"{"turn":"bookstore-1","type":"usage","attempt":1,"model":"claude-sonnet-4-5","input_tokens":18446744073709551615,"output_tokens":1}"#,
+        r#"{"turn":"bookstore-1","type":"text","ts":-9223372036854775808,"attempt":1,"text":"x"}"#,
+        r#"{"turn":"bookstore-1","type":"text","ts":9223372036854775807,"attempt":1,"text":"x"}"#,
+        r#"{"turn":"bookstore-1","type":"retry","attempt":4294967295}"#,
+    ];
+    let mut lines: Vec<&str> = good.lines().collect();
+    let end = lines.pop().unwrap();
+    lines.extend(hostile);
+    lines.push(end);
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let base = summary(&check(&[
+        "--json",
+        example("naive.jsonl").to_str().unwrap(),
+    ]));
+    let s = summary(&check(&["--json", path.to_str().unwrap()]));
+    assert_eq!(s["bad_lines_by_reason"]["invalid_value"], 4, "{s}");
+    assert_eq!(s["cost_usd"], base["cost_usd"], "{s}");
+    assert_eq!(s["attempts"], 2, "{s}");
+    assert_eq!(s["findings"], base["findings"], "{s}");
 }

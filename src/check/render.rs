@@ -36,8 +36,14 @@ fn attempt_line(a: &AttemptReport) -> String {
     if let Some(f) = &a.finish_reason {
         let _ = write!(s, "  finish={}", display(f));
     }
-    if let Some(e) = &a.error {
-        let _ = write!(s, "  error={}", display(e));
+    match (&a.error, a.error_chars) {
+        (Some(e), _) => {
+            let _ = write!(s, "  error={}", display(e));
+        }
+        (None, Some(n)) => {
+            let _ = write!(s, "  error ({n} chars; --capture-content shows it)");
+        }
+        (None, None) => {}
     }
     let _ = write!(s, "  text={} chars", a.text_chars);
     if !a.tool_calls.is_empty() {

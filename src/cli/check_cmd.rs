@@ -71,7 +71,8 @@ pub struct CheckArgs {
     /// http/protobuf].
     #[arg(long, value_name = "PROTOCOL", value_parser = parse_protocol)]
     otlp_protocol: Option<Protocol>,
-    /// Put the first characters of each attempt's text in the exported traces (off by default).
+    /// Put content in the reports and exported traces: the first characters of each attempt's
+    /// text and transport error messages (off by default: only counts, lengths and ids).
     #[arg(long)]
     capture_content: bool,
 }
@@ -242,7 +243,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
             .map(|s| i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)),
         max_open_turns: args.max_open_turns,
         // Attempt text prefixes only exist in reports when captured.
-        capture_content: export.as_ref().is_some_and(|e| e.capture_content),
+        capture_content: args.capture_content || export.as_ref().is_some_and(|e| e.capture_content),
         ..CorrelatorConfig::default()
     };
     let specs: Vec<InputSpec> = args.inputs.iter().map(|a| InputSpec::parse(a)).collect();
