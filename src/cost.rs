@@ -194,7 +194,8 @@ fn strip_suffix_once(name: &str) -> Option<&str> {
         return Some(head);
     }
     // -YYYY-MM-DD
-    if name.len() > 11 {
+    // The date is ASCII: a split inside a multi-byte character cannot be one (and would panic).
+    if name.len() > 11 && name.is_char_boundary(name.len() - 11) {
         let (head, tail) = name.split_at(name.len() - 11);
         let t = tail.as_bytes();
         if t[0] == b'-'
@@ -292,5 +293,19 @@ mod tests {
             PriceTable::parse("{}", "x"),
             Err(PriceError::Empty { .. })
         ));
+    }
+
+    /// Found by the fault suite's hostile bytes: a model name whose 11th byte from the end
+    /// falls inside a multi-byte character panicked the date-suffix check.
+    #[test]
+    fn model_names_with_multibyte_characters_do_not_panic() {
+        let t = PriceTable::builtin();
+        for name in [
+            "é\u{1b}\u{202e}\u{feff}",
+            "modelé-2025-01-0é",
+            "ééééééééééé",
+        ] {
+            assert!(t.lookup(name).is_none());
+        }
     }
 }

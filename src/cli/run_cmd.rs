@@ -227,6 +227,7 @@ async fn serve(
     traces: Option<TraceExportConfig>,
     exit_on_eof: bool,
 ) -> anyhow::Result<ExitCode> {
+    raise_fd_limit();
     let metrics = Arc::new(
         Metrics::new(MetricsConfig {
             max_models: cfg.labels.max_models,
@@ -288,6 +289,16 @@ async fn serve(
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Raise the soft limit on open files to the hard limit: one descriptor per tailed file
+/// (5,000 files do not fit the usual soft limit of 1,024). Files that still cannot be opened
+/// are counted (`retryscope_file_errors_total{error="emfile"}`) and retried.
+fn raise_fd_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => tracing::info!(limit, "open file limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open file limit"),
+    }
 }
 
 async fn wait_for_signal() {

@@ -41,6 +41,20 @@ pub use snapshot::{Float, HistogramSnapshot, MetricsSnapshot, SNAPSHOT_VERSION, 
 use family::F;
 use state::{Baselines, Hist, Series, StateCollector, Table, delta, lock};
 
+/// The `error` label values of `retryscope_file_errors_total`.
+pub const FILE_ERRORS: [&str; 4] = ["emfile", "enfile", "eacces", "other"];
+
+/// The bounded class of an open/list error: out of descriptors (per process, system-wide),
+/// permission denied, or anything else.
+pub fn file_error_class(e: &std::io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(24) => "emfile",
+        Some(23) => "enfile",
+        Some(13) | Some(1) => "eacces",
+        _ => "other",
+    }
+}
+
 /// The retry reason label when the client gave none.
 pub const UNSPECIFIED: &str = "unspecified";
 
@@ -199,6 +213,9 @@ impl Inner {
         }
         for g in &self.guards {
             t.touch(F::LabelOverflow as usize, &[g.name()]);
+        }
+        for e in FILE_ERRORS {
+            t.touch(F::FileErrors as usize, &[e]);
         }
         t.set(F::BuildInfo as usize, &[env!("CARGO_PKG_VERSION")], 1.0);
     }
@@ -449,6 +466,11 @@ impl Metrics {
     /// Count one file rotation.
     pub fn inc_file_rotations(&self) {
         lock(&self.inner).add(F::FileRotations, &[], 1.0);
+    }
+
+    /// Count one file that could not be opened or listed, by its bounded error class.
+    pub fn inc_file_errors(&self, error: &std::io::Error) {
+        lock(&self.inner).add(F::FileErrors, &[file_error_class(error)], 1.0);
     }
 
     /// Count one file truncation.

@@ -93,6 +93,8 @@ families! {
         "Tailed files that were rotated.";
     FileTruncations => "retryscope_file_truncations_total", Counter, [],
         "Tailed files that were truncated.";
+    FileErrors => "retryscope_file_errors_total", Counter, ["error"],
+        "Files or directories that could not be opened or listed (retried every poll).";
     SourceLag => "retryscope_source_lag_bytes", Gauge, ["source"],
         "Bytes written to a source but not yet read.";
     CheckpointWrites => "retryscope_checkpoint_writes_total", Counter, [],
