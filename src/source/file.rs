@@ -88,6 +88,9 @@ pub struct FileTailerConfig {
     /// Most files held open at once. Files beyond it stay pending (reported as EMFILE) so the
     /// process keeps descriptors for its checkpoint, findings and HTTP connections.
     pub max_open_files: usize,
+    /// With `max_open_files` reached and files waiting, handles idle this long at their end are
+    /// closed (parked) and reopened in turn.
+    pub park_idle_after: Duration,
 }
 
 impl Default for FileTailerConfig {
@@ -102,6 +105,7 @@ impl Default for FileTailerConfig {
             rotate_wait: Duration::from_secs(5),
             rescan_every: Duration::ZERO,
             max_open_files: usize::MAX,
+            park_idle_after: Duration::from_secs(2),
         }
     }
 }
@@ -199,6 +203,10 @@ pub struct FileTailer {
     mismatched: HashSet<FileId>,
     /// When the globs were last scanned.
     last_scan: Option<Instant>,
+    /// Files whose handles were closed to make room (see [`FileTailer::park_idle`]).
+    parked: HashSet<FileId>,
+    /// A matched file could not be opened for want of descriptors at the last scan.
+    starved: bool,
 }
 
 impl FileTailer {
@@ -218,6 +226,8 @@ impl FileTailer {
             checkpoint_paths: HashSet::new(),
             mismatched: HashSet::new(),
             last_scan: None,
+            parked: HashSet::new(),
+            starved: false,
         }
     }
 
@@ -341,6 +351,10 @@ impl FileTailer {
         if self.files.iter().any(|f| f.id == id) {
             return Ok(());
         }
+        if self.files.len() >= self.config.max_open_files {
+            // No descriptor to spare: it stays pending, with its offset, until one is free.
+            return Err(cp);
+        }
         let included = by_id.contains_key(&id);
         let found = match by_id.get(&id) {
             Some(p) => Some((*p).clone()),
@@ -397,9 +411,38 @@ impl FileTailer {
         w.fingerprint = cp.fingerprint;
         w.fingerprint_len = cp.fingerprint_len;
         // A size below the offset is reported as a truncation by the first read.
-        events.file_resumed(&w.path, cp.offset);
+        if !self.parked.remove(&id) {
+            events.file_resumed(&w.path, cp.offset);
+        }
         self.files.push(w);
         Ok(())
+    }
+
+    /// Out of descriptors with files waiting: close the handles of idle files read to their
+    /// end (their checkpoints hold everything) and queue them behind the waiting ones, so every
+    /// file gets read in turn instead of the first thousand forever.
+    fn park_idle(&mut self) {
+        let waiting = !self.pending.is_empty() || std::mem::take(&mut self.starved);
+        if !waiting || self.files.len() < self.config.max_open_files {
+            return;
+        }
+        let idle = self.config.park_idle_after;
+        let mut parked = Vec::new();
+        self.files.retain(|f| {
+            if parked.len() < 1024 && f.parkable(idle) {
+                parked.push(f.checkpoint());
+                false
+            } else {
+                true
+            }
+        });
+        for cp in parked {
+            self.parked.insert(FileId {
+                dev: cp.dev,
+                ino: cp.ino,
+            });
+            self.pending.push(cp);
+        }
     }
 
     /// Checkpointed files that could not be opened yet, by identity.
@@ -472,6 +515,7 @@ impl FileTailer {
                 continue;
             }
             if self.files.len() >= self.config.max_open_files {
+                self.starved = true;
                 events.open_failed(&path, &io::Error::from_raw_os_error(24));
                 continue;
             }
@@ -516,8 +560,11 @@ impl FileTailer {
         complete: bool,
         events: &mut dyn TailerEvents,
     ) {
-        self.retry_pending(&matched, events);
+        // Files never opened go first, then the pending checkpoints (parked files queue last).
+        self.park_idle();
+        let by_path: Vec<(PathBuf, FileId)> = matched.clone();
         let seen = self.add_new(matched, false, events);
+        self.retry_pending(&by_path, events);
         if !complete {
             // A directory could not be listed: a file missing from the scan may still be
             // there. Nothing is taken for rotated until a complete scan says so.
