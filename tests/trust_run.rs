@@ -241,3 +241,23 @@ fn sigint_exits_non_zero_when_the_final_checkpoint_failed() {
         "one rate-limited warning, not one a second: {failures}\n{stderr}"
     );
 }
+
+/// Issue 11.1: file names (and every other field) in `run`'s log lines reached stderr with
+/// their control characters.
+#[test]
+fn log_lines_escape_control_characters_in_file_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("agent\u{1b}]0;pwned\u{7}\r.jsonl");
+    std::fs::write(&log, b"not json\n").unwrap();
+    let child = start(&[log.to_str().unwrap(), "--findings-out", ""]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let (_, stderr) = stop(child, "-TERM");
+    assert!(
+        stderr.contains("agent\\x1b]0;pwned\\x07\\r.jsonl"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.chars().any(|c| c.is_control() && c != '\n'),
+        "{stderr:?}"
+    );
+}
