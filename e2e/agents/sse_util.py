@@ -13,7 +13,3 @@ def split_args(s):
     """A JSON argument string in two fragments, as providers stream them."""
     mid = max(1, len(s) // 2)
     return [s[:mid], s[mid:]]
-
-
-def script_text(script):
-    return "".join(script["before"]) + "".join(script["after"])
