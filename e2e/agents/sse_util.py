@@ -1,4 +1,4 @@
-"""Small helpers shared by the provider mocks: SSE framing and request inspection."""
+"""Small helpers shared by the provider mocks: SSE framing and argument fragments."""
 
 import json
 
