@@ -10,12 +10,13 @@
 // The core crate's modules, under the paths the rest of this crate has always used.
 pub use retryscope_core::{
     correlate, cost, decode, effect, event, fasthash, finding, ingest, input, pipeline, report,
-    rfc3339, sanitize,
+    rfc3339, rules, sanitize,
 };
 
 pub mod check;
 pub mod config;
 pub mod demo;
+pub mod internal_events;
 pub mod ratelimit;
 pub mod run;
 pub mod server;

@@ -78,6 +78,8 @@ pub enum Note<'a> {
 struct Held {
     lines: Vec<(u64, Vec<u8>)>,
     head: Vec<u8>,
+    /// No line arrived since the last [`Ingest::settle_idle`].
+    idle: bool,
 }
 
 enum Decoding {
@@ -201,6 +203,7 @@ impl Ingest {
             held.head.extend_from_slice(bytes);
             held.head.push(b'\n');
             held.lines.push((number, bytes.to_vec()));
+            held.idle = false;
             if let Some(format) = decode::detect::sniff(&held.head, false) {
                 self.decide(id, format, arrival_ms, out, note);
             }
@@ -259,15 +262,25 @@ impl Ingest {
         }
     }
 
-    /// Settle every stream still sniffing.
-    pub fn settle_all(
+    /// For live sources, called periodically: settle every stream that is still sniffing and
+    /// got no line since the previous call, so a quiet stream's lines are never held for long.
+    pub fn settle_idle(
         &mut self,
         arrival_ms: Option<i64>,
         out: &mut Vec<Output>,
         note: &mut dyn FnMut(Note<'_>),
     ) {
         for i in 0..self.streams.len() {
-            self.settle(StreamId(i as u32), arrival_ms, out, note);
+            let Some(Some(stream)) = self.streams.get_mut(i) else {
+                continue;
+            };
+            if let Decoding::Sniffing(held) = &mut stream.decoding {
+                if held.idle {
+                    self.settle(StreamId(i as u32), arrival_ms, out, note);
+                } else {
+                    held.idle = true;
+                }
+            }
         }
     }
 

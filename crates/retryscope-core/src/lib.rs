@@ -20,4 +20,5 @@ pub mod input;
 pub mod pipeline;
 pub mod report;
 pub mod rfc3339;
+pub mod rules;
 pub mod sanitize;
