@@ -12,7 +12,8 @@
 #   CLIENTS="codex" SCENARIOS="clean after-tool-reset" e2e/agents/run.sh   a subset
 #
 # Environment: RETRYSCOPE_E2E_CACHE (npm install prefix, default ~/.cache/retryscope-e2e),
-# RETRYSCOPE_BIN (default target/debug/retryscope), E2E_TIMEOUT (seconds per client run).
+# RETRYSCOPE_BIN (default: target/debug/retryscope, built first), E2E_TIMEOUT (seconds per
+# client run).
 # The last line is `N passed, N failed`. Exit status 1 if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -95,10 +96,11 @@ else
   for p in "${pids[@]}"; do wait "$p"; done
 fi
 
-if [ ! -x "$BIN" ]; then
-  echo "building retryscope"
-  cargo build --quiet || { echo "0 passed, 1 failed"; exit 1; }
+if [ -z "${RETRYSCOPE_BIN:-}" ]; then
+  # the default binary is built from this tree (a no-op when it is up to date)
+  cargo build --quiet --bin retryscope || { echo "0 passed, 1 failed"; exit 1; }
 fi
+[ -x "$BIN" ] || { echo "no retryscope binary at $BIN"; echo "0 passed, 1 failed"; exit 1; }
 args=()
 for c in $CLIENTS; do
   for s in $SCENARIOS; do
