@@ -18,6 +18,13 @@ struct Counts {
 }
 
 impl TailerEvents for Counts {
+    fn file_added(&mut self, _: &Path, _: u64) {}
+    fn file_resumed(&mut self, _: &Path, _: u64) {}
+    fn file_drained_and_released(&mut self, _: &Path) {}
+    fn line_too_long(&mut self, _: &Path, _: u64) {}
+    fn read_error(&mut self, _: &Path, _: &io::Error) {}
+    fn checkpoint_mismatch(&mut self, _: &Path) {}
+    fn checkpoint_orphaned(&mut self, _: &Path, _: u64) {}
     fn file_rotated(&mut self, _old: &Path, _new: Option<&Path>) {
         self.rotated += 1;
     }

@@ -1,4 +1,5 @@
-//! Export configuration, the OTLP exporter and the batching worker behind [`TraceSink`].
+//! The batching worker behind [`TraceSink`] (its configuration and exporter are
+//! [`crate::otlp`]'s).
 //!
 //! ```text
 //! submit(&report) ──try_send──▶ bounded queue (turns) ──▶ worker task ──export(batch)──▶ OTLP
@@ -10,228 +11,19 @@
 //! runs, the queue absorbs up to `queue_capacity` turns; beyond that turns are dropped, so a
 //! slow or dead backend costs bounded memory and never blocks ingestion.
 
-use std::collections::HashMap;
-use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter as _};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::TraceError;
 use super::spans::{SpanOptions, span_count, turn_spans};
+use crate::otlp::{TraceError, TraceExportConfig, build_exporter};
 use crate::report::TurnReport;
-
-/// `OTEL_EXPORTER_OTLP_ENDPOINT`: base URL for every signal.
-pub const ENV_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
-/// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`: full URL for traces, used as given.
-pub const ENV_TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
-/// `OTEL_EXPORTER_OTLP_HEADERS`: `k=v,k2=v2`, URL-encoded.
-pub const ENV_HEADERS: &str = "OTEL_EXPORTER_OTLP_HEADERS";
-/// `OTEL_EXPORTER_OTLP_TRACES_HEADERS`: as above, for traces only (wins).
-pub const ENV_TRACES_HEADERS: &str = "OTEL_EXPORTER_OTLP_TRACES_HEADERS";
-/// `OTEL_EXPORTER_OTLP_PROTOCOL`: `grpc` or `http/protobuf`.
-pub const ENV_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
-/// `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`: as above, for traces only (wins).
-pub const ENV_TRACES_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL";
-/// `OTEL_EXPORTER_OTLP_TIMEOUT`: milliseconds.
-pub const ENV_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TIMEOUT";
-/// `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`: milliseconds, for traces only (wins).
-pub const ENV_TRACES_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT";
-
-/// The OTLP transport.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Protocol {
-    /// OTLP/gRPC (tonic), usually port 4317.
-    Grpc,
-    /// OTLP/HTTP with protobuf bodies, usually port 4318. The OTel default.
-    #[default]
-    HttpProtobuf,
-}
-
-impl Protocol {
-    /// Parse the `OTEL_EXPORTER_OTLP_PROTOCOL` spelling.
-    pub fn parse(s: &str) -> Option<Protocol> {
-        match s.trim() {
-            "grpc" => Some(Protocol::Grpc),
-            "http/protobuf" => Some(Protocol::HttpProtobuf),
-            _ => None,
-        }
-    }
-}
-
-/// Where and how to export turn traces. Export is off unless `endpoint` is set.
-///
-/// Build it with [`TraceExportConfig::from_env`] (or [`Default`]) and then assign explicit
-/// values (flags, config file) to its fields: they override the environment.
-#[derive(Clone, PartialEq, Eq)]
-pub struct TraceExportConfig {
-    /// OTLP endpoint. For HTTP, `/v1/traces` is appended unless it already ends with it
-    /// (or it came from `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, which is used as given).
-    pub endpoint: Option<String>,
-    /// Transport.
-    pub protocol: Protocol,
-    /// Extra request headers (gRPC metadata), e.g. authentication.
-    pub headers: Vec<(String, String)>,
-    /// Deadline of one export, retries included.
-    pub timeout: Duration,
-    /// Turns waiting for export beyond which new turns are dropped.
-    pub queue_capacity: usize,
-    /// Spans per export request.
-    pub max_batch: usize,
-    /// Resource `service.name` of the exported spans.
-    pub service_name: String,
-    /// Export attempt text (see [`SpanOptions::capture_content`]).
-    pub capture_content: bool,
-    /// The value of `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` seen by `from_env`: an endpoint
-    /// equal to it is a full URL and used as given.
-    env_traces_endpoint: Option<String>,
-}
-
-impl fmt::Debug for TraceExportConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Header values are usually credentials: show only their names.
-        let header_names: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
-        f.debug_struct("TraceExportConfig")
-            .field("endpoint", &self.endpoint)
-            .field("protocol", &self.protocol)
-            .field("headers", &header_names)
-            .field("timeout", &self.timeout)
-            .field("queue_capacity", &self.queue_capacity)
-            .field("max_batch", &self.max_batch)
-            .field("service_name", &self.service_name)
-            .field("capture_content", &self.capture_content)
-            .finish()
-    }
-}
-
-impl Default for TraceExportConfig {
-    fn default() -> Self {
-        TraceExportConfig {
-            endpoint: None,
-            protocol: Protocol::default(),
-            headers: Vec::new(),
-            timeout: Duration::from_secs(10),
-            queue_capacity: 2048,
-            max_batch: 512,
-            service_name: "retryscope".to_owned(),
-            capture_content: false,
-            env_traces_endpoint: None,
-        }
-    }
-}
-
-impl TraceExportConfig {
-    /// Defaults overridden by the standard `OTEL_EXPORTER_OTLP_*` variables (the
-    /// `..._TRACES_...` variants win over the generic ones).
-    pub fn from_env() -> Result<Self, TraceError> {
-        Self::from_lookup(|k| std::env::var(k).ok())
-    }
-
-    /// [`TraceExportConfig::from_env`] with variables read through `lookup`.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, TraceError> {
-        let get = |specific: &'static str, generic: &'static str| {
-            let non_empty = |k: &'static str| {
-                lookup(k)
-                    .filter(|v| !v.trim().is_empty())
-                    .map(|v| (k, v.trim().to_owned()))
-            };
-            non_empty(specific).or_else(|| non_empty(generic))
-        };
-        let mut cfg = TraceExportConfig::default();
-        if let Some((var, endpoint)) = get(ENV_TRACES_ENDPOINT, ENV_ENDPOINT) {
-            if var == ENV_TRACES_ENDPOINT {
-                cfg.env_traces_endpoint = Some(endpoint.clone());
-            }
-            cfg.endpoint = Some(endpoint);
-        }
-        if let Some((var, value)) = get(ENV_TRACES_PROTOCOL, ENV_PROTOCOL) {
-            cfg.protocol = Protocol::parse(&value).ok_or_else(|| TraceError::Env {
-                var,
-                message: format!("`{value}` (expected grpc or http/protobuf)"),
-            })?;
-        }
-        if let Some((var, value)) = get(ENV_TRACES_HEADERS, ENV_HEADERS) {
-            cfg.headers =
-                parse_headers(&value).map_err(|message| TraceError::Env { var, message })?;
-        }
-        if let Some((var, value)) = get(ENV_TRACES_TIMEOUT, ENV_TIMEOUT) {
-            let ms: u64 = value.parse().map_err(|_| TraceError::Env {
-                var,
-                message: format!("`{value}` is not a number of milliseconds"),
-            })?;
-            cfg.timeout = Duration::from_millis(ms);
-        }
-        Ok(cfg)
-    }
-
-    /// Whether an endpoint is configured (export is on).
-    pub fn is_enabled(&self) -> bool {
-        self.endpoint
-            .as_deref()
-            .is_some_and(|e| !e.trim().is_empty())
-    }
-
-    /// The URL the exporter sends to, after the HTTP `/v1/traces` rule; `None` when off.
-    pub fn traces_endpoint(&self) -> Option<String> {
-        let endpoint = self.endpoint.as_deref()?.trim();
-        if endpoint.is_empty() {
-            return None;
-        }
-        Some(match self.protocol {
-            Protocol::Grpc => endpoint.to_owned(),
-            Protocol::HttpProtobuf
-                if self.env_traces_endpoint.as_deref() == Some(endpoint)
-                    || endpoint.ends_with("/v1/traces") =>
-            {
-                endpoint.to_owned()
-            }
-            Protocol::HttpProtobuf => format!("{}/v1/traces", endpoint.trim_end_matches('/')),
-        })
-    }
-}
-
-/// Parse `k=v,k2=v2` with URL-encoded keys and values (the OTLP headers format).
-pub fn parse_headers(s: &str) -> Result<Vec<(String, String)>, String> {
-    let mut out = Vec::new();
-    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        let (k, v) = item
-            .split_once('=')
-            .ok_or_else(|| format!("header `{item}` has no `=`"))?;
-        let key = percent_decode(k.trim())?;
-        if key.is_empty() {
-            return Err(format!("header `{item}` has an empty name"));
-        }
-        out.push((key, percent_decode(v.trim())?));
-    }
-    Ok(out)
-}
-
-fn percent_decode(s: &str) -> Result<String, String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| format!("bad percent escape in `{s}`"))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| format!("`{s}` does not decode to UTF-8"))
-}
 
 /// Export counters, shared with the metrics sink. Every submitted span ends up exported or
 /// dropped: after [`TraceSink::shutdown`], `spans_submitted == spans_exported + spans_dropped`.
@@ -253,47 +45,6 @@ impl TraceStats {
     }
 }
 
-/// Logs at most once per period, with how many times it was asked since the last log.
-#[derive(Debug)]
-struct WarnLimit {
-    origin: std::time::Instant,
-    period_ms: u64,
-    next_ms: AtomicU64,
-    pending: AtomicU64,
-}
-
-impl WarnLimit {
-    fn new(period: Duration) -> Self {
-        WarnLimit {
-            origin: std::time::Instant::now(),
-            period_ms: u64::try_from(period.as_millis()).unwrap_or(u64::MAX),
-            next_ms: AtomicU64::new(0),
-            pending: AtomicU64::new(0),
-        }
-    }
-
-    /// Record one occurrence; `Some(n)` when it is time to log `n` occurrences.
-    fn hit(&self) -> Option<u64> {
-        self.pending.fetch_add(1, Ordering::Relaxed);
-        let now = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let next = self.next_ms.load(Ordering::Relaxed);
-        if now < next {
-            return None;
-        }
-        self.next_ms
-            .compare_exchange(
-                next,
-                now.saturating_add(self.period_ms),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            )
-            .ok()
-            .map(|_| self.pending.swap(0, Ordering::Relaxed))
-    }
-}
-
-const WARN_PERIOD: Duration = Duration::from_secs(10);
-
 /// Exports closed turns as OTLP traces in the background. See the module docs.
 #[derive(Debug)]
 pub struct TraceSink {
@@ -309,7 +60,6 @@ struct Running {
     worker: JoinHandle<()>,
     /// Spans handed to the queue and not yet counted as exported or dropped.
     pending: Arc<AtomicU64>,
-    drop_warn: WarnLimit,
 }
 
 impl TraceSink {
@@ -357,7 +107,6 @@ impl TraceSink {
             max_batch: cfg.max_batch,
             stats: stats.clone(),
             pending: pending.clone(),
-            fail_warn: WarnLimit::new(WARN_PERIOD),
         };
         let worker = handle.spawn(worker.run());
         tracing::info!(
@@ -371,7 +120,6 @@ impl TraceSink {
                 deadline,
                 worker,
                 pending,
-                drop_warn: WarnLimit::new(WARN_PERIOD),
             }),
             stats,
             opts,
@@ -398,14 +146,14 @@ impl TraceSink {
         TraceStats::add(&self.stats.spans_submitted, n);
         // Skip building spans that could not be queued anyway.
         if running.tx.capacity() == 0 {
-            self.drop_turn(running, n);
+            self.drop_turn(n);
             return;
         }
         let spans = turn_spans(report, &self.opts);
         running.pending.fetch_add(n as u64, Ordering::Relaxed);
         if running.tx.try_send(spans).is_err() {
             running.pending.fetch_sub(n as u64, Ordering::Relaxed);
-            self.drop_turn(running, n);
+            self.drop_turn(n);
         }
     }
 
@@ -429,15 +177,15 @@ impl TraceSink {
         running.pending.fetch_add(n as u64, Ordering::Relaxed);
         if running.tx.blocking_send(spans).is_err() {
             running.pending.fetch_sub(n as u64, Ordering::Relaxed);
-            self.drop_turn(running, n);
+            self.drop_turn(n);
         }
     }
 
-    fn drop_turn(&self, running: &Running, spans: usize) {
+    fn drop_turn(&self, spans: usize) {
         TraceStats::add(&self.stats.spans_dropped, spans);
-        if let Some(turns) = running.drop_warn.hit() {
+        if let Some(suppressed) = crate::ratelimit::allow("otlp_queue_full") {
             tracing::warn!(
-                turns,
+                suppressed,
                 "trace export queue full or closed; dropping turns (backend slow or down?)"
             );
         }
@@ -468,49 +216,6 @@ impl TraceSink {
     }
 }
 
-/// The OTLP exporter for `cfg`, sending to `endpoint` (already resolved by
-/// [`TraceExportConfig::traces_endpoint`]); `http_client` is used for HTTP/protobuf only.
-/// The gRPC exporter must be built inside a tokio runtime context.
-pub(crate) fn build_exporter(
-    cfg: &TraceExportConfig,
-    endpoint: &str,
-    http_client: impl opentelemetry_http::HttpClient + 'static,
-) -> Result<opentelemetry_otlp::SpanExporter, TraceError> {
-    // Validate every header up front: the HTTP exporter would silently skip a bad one.
-    let mut headers = http::HeaderMap::new();
-    for (k, v) in &cfg.headers {
-        let key = http::HeaderName::from_bytes(k.as_bytes())
-            .map_err(|_| TraceError::Config(format!("invalid header name `{k}`")))?;
-        let value = http::HeaderValue::from_str(v)
-            .map_err(|_| TraceError::Config(format!("invalid value for header `{k}`")))?;
-        headers.append(key, value);
-    }
-    let exporter = match cfg.protocol {
-        Protocol::Grpc => {
-            let metadata =
-                opentelemetry_otlp::tonic_types::metadata::MetadataMap::from_headers(headers);
-            opentelemetry_otlp::SpanExporter::builder()
-                .with_tonic()
-                .with_endpoint(endpoint)
-                .with_timeout(cfg.timeout)
-                .with_metadata(metadata)
-                .build()?
-        }
-        Protocol::HttpProtobuf => {
-            let headers: HashMap<String, String> = cfg.headers.iter().cloned().collect();
-            opentelemetry_otlp::SpanExporter::builder()
-                .with_http()
-                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-                .with_endpoint(endpoint)
-                .with_timeout(cfg.timeout)
-                .with_headers(headers)
-                .with_http_client(http_client)
-                .build()?
-        }
-    };
-    Ok(exporter)
-}
-
 struct Worker {
     exporter: opentelemetry_otlp::SpanExporter,
     rx: mpsc::Receiver<Vec<SpanData>>,
@@ -518,7 +223,6 @@ struct Worker {
     max_batch: usize,
     stats: Arc<TraceStats>,
     pending: Arc<AtomicU64>,
-    fail_warn: WarnLimit,
 }
 
 impl Worker {
@@ -592,8 +296,8 @@ impl Worker {
             Err(e) => {
                 self.stats.export_failures.fetch_add(1, Ordering::Relaxed);
                 self.lose(n);
-                if let Some(failures) = self.fail_warn.hit() {
-                    tracing::warn!(failures, error = %e, "trace export failed; spans dropped");
+                if let Some(suppressed) = crate::ratelimit::allow("otlp_export_failed") {
+                    tracing::warn!(suppressed, error = %e, "trace export failed; spans dropped");
                 }
             }
         }
@@ -609,126 +313,6 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn env(vars: &[(&str, &str)]) -> Result<TraceExportConfig, TraceError> {
-        let vars: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        TraceExportConfig::from_lookup(|k| vars.get(k).cloned())
-    }
-
-    #[test]
-    fn off_without_an_endpoint() {
-        let cfg = env(&[]).unwrap();
-        assert!(!cfg.is_enabled());
-        assert_eq!(cfg.traces_endpoint(), None);
-        assert_eq!(cfg.protocol, Protocol::HttpProtobuf);
-        assert_eq!(cfg.timeout, Duration::from_secs(10));
-        assert_eq!(cfg.service_name, "retryscope");
-        assert!(!cfg.capture_content);
-        assert!(!env(&[(ENV_ENDPOINT, "  ")]).unwrap().is_enabled());
-    }
-
-    #[test]
-    fn http_endpoint_rules() {
-        // The generic variable is a base URL: the signal path is appended.
-        let cfg = env(&[(ENV_ENDPOINT, "http://otel:4318/")]).unwrap();
-        assert_eq!(
-            cfg.traces_endpoint().as_deref(),
-            Some("http://otel:4318/v1/traces")
-        );
-        let cfg = env(&[(ENV_ENDPOINT, "http://gw/otlp")]).unwrap();
-        assert_eq!(
-            cfg.traces_endpoint().as_deref(),
-            Some("http://gw/otlp/v1/traces")
-        );
-        // The traces variable is a full URL and wins over the generic one.
-        let mut cfg = env(&[
-            (ENV_ENDPOINT, "http://otel:4318"),
-            (ENV_TRACES_ENDPOINT, "http://gw/custom/traces"),
-        ])
-        .unwrap();
-        assert_eq!(
-            cfg.traces_endpoint().as_deref(),
-            Some("http://gw/custom/traces")
-        );
-        // An explicit endpoint overrides the environment and gets the rule for given URLs.
-        cfg.endpoint = Some("http://other:4318".to_owned());
-        assert_eq!(
-            cfg.traces_endpoint().as_deref(),
-            Some("http://other:4318/v1/traces")
-        );
-        cfg.endpoint = Some("http://other:4318/v1/traces".to_owned());
-        assert_eq!(
-            cfg.traces_endpoint().as_deref(),
-            Some("http://other:4318/v1/traces")
-        );
-    }
-
-    #[test]
-    fn grpc_endpoint_is_used_as_given() {
-        let cfg = env(&[(ENV_ENDPOINT, "http://otel:4317"), (ENV_PROTOCOL, "grpc")]).unwrap();
-        assert_eq!(cfg.protocol, Protocol::Grpc);
-        assert_eq!(cfg.traces_endpoint().as_deref(), Some("http://otel:4317"));
-        // The traces-specific protocol wins.
-        let cfg = env(&[
-            (ENV_PROTOCOL, "grpc"),
-            (ENV_TRACES_PROTOCOL, "http/protobuf"),
-        ])
-        .unwrap();
-        assert_eq!(cfg.protocol, Protocol::HttpProtobuf);
-    }
-
-    #[test]
-    fn bad_values_name_their_variable() {
-        let err = env(&[(ENV_PROTOCOL, "http/json")]).unwrap_err().to_string();
-        assert!(err.contains(ENV_PROTOCOL), "{err}");
-        let err = env(&[(ENV_TRACES_TIMEOUT, "5s")]).unwrap_err().to_string();
-        assert!(err.contains(ENV_TRACES_TIMEOUT), "{err}");
-        let err = env(&[(ENV_HEADERS, "novalue")]).unwrap_err().to_string();
-        assert!(err.contains(ENV_HEADERS), "{err}");
-    }
-
-    #[test]
-    fn headers_and_timeout_from_env() {
-        let cfg = env(&[
-            (
-                ENV_HEADERS,
-                "Authorization=Bearer%20tok%3D%3D, x-team = a%2Cb ,",
-            ),
-            (ENV_TIMEOUT, "2500"),
-        ])
-        .unwrap();
-        assert_eq!(
-            cfg.headers,
-            vec![
-                ("Authorization".to_owned(), "Bearer tok==".to_owned()),
-                ("x-team".to_owned(), "a,b".to_owned()),
-            ]
-        );
-        assert_eq!(cfg.timeout, Duration::from_millis(2500));
-        let cfg = env(&[(ENV_HEADERS, "a=1"), (ENV_TRACES_HEADERS, "b=2")]).unwrap();
-        assert_eq!(cfg.headers, vec![("b".to_owned(), "2".to_owned())]);
-        assert!(parse_headers("a=%zz").is_err());
-        assert!(parse_headers("=v").is_err());
-        // Debug output shows header names, never values (they are usually secrets).
-        let shown = format!("{cfg:?}");
-        assert!(
-            shown.contains("\"b\"") && !shown.contains("\"2\""),
-            "{shown}"
-        );
-    }
-
-    #[test]
-    fn warnings_are_rate_limited_with_a_count() {
-        let limit = WarnLimit::new(Duration::from_millis(100));
-        assert_eq!(limit.hit(), Some(1));
-        assert_eq!(limit.hit(), None);
-        assert_eq!(limit.hit(), None);
-        std::thread::sleep(Duration::from_millis(120));
-        assert_eq!(limit.hit(), Some(3));
-    }
 
     #[tokio::test]
     async fn disabled_sink_accepts_and_ignores_turns() {

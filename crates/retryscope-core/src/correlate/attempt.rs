@@ -1,0 +1,207 @@
+//! One attempt's state: outcome, text statistics (length, hash, bounded prefix), calls,
+//! executions and usage. Holds no unbounded text.
+
+use serde::{Deserialize, Serialize};
+
+use super::intern::Sym;
+use crate::event::Usage;
+use crate::fasthash::StreamHash;
+use crate::report::Outcome;
+
+/// Text statistics of a stream of fragments.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TextStats {
+    /// Characters.
+    pub chars: u64,
+    /// Streaming hash of the UTF-8 bytes.
+    pub hash: StreamHash,
+    /// The first bytes, cut on a character boundary.
+    pub prefix: String,
+    /// The prefix stopped short of a character that did not fit: it takes no more text, so
+    /// it stays a contiguous start of the text (a later ASCII fragment would still fit).
+    #[serde(default)]
+    pub prefix_closed: bool,
+}
+
+impl TextStats {
+    /// Stats of one whole text.
+    pub fn of(text: &str, prefix_cap: usize) -> Self {
+        let mut s = TextStats::default();
+        s.push(text, prefix_cap);
+        s
+    }
+
+    /// Append a fragment.
+    pub fn push(&mut self, text: &str, prefix_cap: usize) {
+        self.chars += text.chars().count() as u64;
+        self.hash.push(text.as_bytes());
+        let room = prefix_cap.saturating_sub(self.prefix.len());
+        if room > 0 && !self.prefix_closed {
+            if self.prefix.capacity() == 0 {
+                self.prefix
+                    .reserve_exact(prefix_cap.min(text.len().max(64)));
+            }
+            let mut cut = room.min(text.len());
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            self.prefix.push_str(&text[..cut]);
+            self.prefix_closed = cut < text.len();
+        }
+    }
+
+    /// Same text (by length and hash).
+    pub fn same_as(&self, other: &TextStats) -> bool {
+        self.chars == other.chars && self.hash.value() == other.hash.value()
+    }
+}
+
+/// A complete tool call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallState {
+    pub id: String,
+    pub name: Sym,
+    /// Effect key without a step.
+    pub effect_key: String,
+    /// Canonical arguments, kept only when small (to derive stepped keys).
+    pub canonical_args: Option<String>,
+}
+
+/// One execution of a call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecState {
+    pub id: String,
+    pub name: Sym,
+    /// `None` until the call it executes is known.
+    pub effect_key: Option<String>,
+    pub step: Option<i64>,
+    pub read: bool,
+    pub status: Option<Sym>,
+    pub ts_ms: i64,
+    /// Already reported as `abandoned_tool_executed`.
+    pub flagged_abandoned: bool,
+}
+
+impl ExecState {
+    /// The call this execution ran, as the rules name it.
+    pub fn call(&self) -> crate::rules::Call<'_> {
+        crate::rules::Call {
+            tool: &self.name,
+            id: &self.id,
+            effect_key: self.effect_key.as_deref(),
+        }
+    }
+}
+
+/// One attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptState {
+    pub number: u32,
+    pub outcome: Outcome,
+    pub finish_reason: Option<Sym>,
+    pub error: Option<String>,
+    pub retry_reason: Option<Sym>,
+    pub model: Option<Sym>,
+    pub started_ms: i64,
+    pub ended_ms: i64,
+    pub text: TextStats,
+    /// Turn-local sequence number of this attempt's last text fragment.
+    pub last_text_seq: u64,
+    pub args_chars: u64,
+    pub calls: Vec<CallState>,
+    pub execs: Vec<ExecState>,
+    pub usage: Option<Usage>,
+    pub usage_model: Option<Sym>,
+}
+
+impl AttemptState {
+    pub fn new(number: u32, ts: i64) -> Self {
+        AttemptState {
+            number,
+            outcome: Outcome::Open,
+            finish_reason: None,
+            error: None,
+            retry_reason: None,
+            model: None,
+            started_ms: ts,
+            ended_ms: ts,
+            text: TextStats::default(),
+            last_text_seq: 0,
+            args_chars: 0,
+            calls: Vec::new(),
+            execs: Vec::new(),
+            usage: None,
+            usage_model: None,
+        }
+    }
+
+    /// Still streaming: neither finished, failed nor abandoned.
+    pub fn is_open(&self) -> bool {
+        self.outcome == Outcome::Open
+    }
+
+    pub fn touch(&mut self, ts: i64) {
+        self.started_ms = self.started_ms.min(ts);
+        self.ended_ms = self.ended_ms.max(ts);
+    }
+
+    pub fn call(&self, id: &str) -> Option<&CallState> {
+        self.calls.iter().find(|c| c.id == id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_hash_ignores_how_bytes_are_split() {
+        let text: Vec<u8> = (0u8..=200).collect();
+        let mut whole = StreamHash::default();
+        whole.push(&text);
+        for split in [1usize, 3, 7, 8, 9, 15] {
+            let mut h = StreamHash::default();
+            for part in text.chunks(split) {
+                h.push(part);
+            }
+            assert_eq!(h.value(), whole.value(), "split {split}");
+        }
+        let mut other = StreamHash::default();
+        other.push(&text[..200]);
+        assert_ne!(other.value(), whole.value());
+        let (mut a, mut b) = (StreamHash::default(), StreamHash::default());
+        a.push(b"ab");
+        b.push(b"ab\0");
+        assert_ne!(a.value(), b.value(), "length is part of the hash");
+    }
+
+    #[test]
+    fn fragment_hash_equals_whole_hash() {
+        let mut s = TextStats::default();
+        for frag in ["Checking or", "der ORD-", "7781. é", "✓"] {
+            s.push(frag, 8);
+        }
+        let whole = TextStats::of("Checking order ORD-7781. é✓", 8);
+        assert!(s.same_as(&whole));
+        assert_eq!(s.prefix, "Checking");
+        assert_eq!(s.chars, 27);
+    }
+
+    #[test]
+    fn prefix_stays_contiguous_when_a_character_does_not_fit() {
+        // Cap 5: "ab" + "é" fill 4 bytes, the second "é" does not fit; "c" would, but the
+        // prefix must stay a start of the text ("abéé c..."), or searches for it fail.
+        let mut s = TextStats::default();
+        for frag in ["ab", "éé", "cd"] {
+            s.push(frag, 5);
+        }
+        assert_eq!(s.prefix, "abé");
+        assert!("abéécd".starts_with(&s.prefix));
+    }
+
+    #[test]
+    fn prefix_cuts_on_char_boundary() {
+        let s = TextStats::of("ééé", 3);
+        assert_eq!(s.prefix, "é");
+    }
+}

@@ -1,0 +1,205 @@
+//! Format sniffing from the first bytes of a stream.
+//!
+//! Owns: [`detect`]. It looks at the first few payloads only (SSE `event:` names, then the
+//! JSON keys of `data:` payloads or of JSON lines) and never fails: when unsure it answers
+//! [`Format::Native`], the format whose decoder reports bad lines most clearly.
+
+use serde_json::Value;
+
+use super::provider::Format;
+
+/// How many payloads to look at before giving up.
+const MAX_PAYLOADS: usize = 16;
+/// How many non-blank lines to look at before giving up (a text file has no payloads at all).
+const MAX_LINES: usize = 64;
+/// How many bytes to look at before giving up.
+pub const SNIFF_BYTES: usize = 64 * 1024;
+
+/// Sniff the format from the first bytes (up to [`SNIFF_BYTES`]) of a whole stream. Never
+/// returns `Auto`; returns `Native` when unsure.
+pub fn detect(head: &[u8]) -> Format {
+    sniff(head, true).unwrap_or(Format::Native)
+}
+
+/// Sniff the format from the first bytes of a stream that may still grow: `Some` once a
+/// record says which format it is, or once `at_end` (the stream ended, or the caller holds as
+/// much as it will) or the look-ahead budget is spent, when the answer is the best guess;
+/// `None` while more input could still decide. [`detect`] and the ingest path's incremental
+/// sniffing both answer through here, so a file and a live stream get the same format.
+pub fn sniff(head: &[u8], at_end: bool) -> Option<Format> {
+    let head = &head[..head.len().min(SNIFF_BYTES)];
+    let budget_spent = head.len() == SNIFF_BYTES;
+    // A cut may split a UTF-8 sequence: use the valid prefix.
+    let text = match std::str::from_utf8(head) {
+        Ok(t) => t,
+        Err(e) => std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or(""),
+    };
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut payloads = 0;
+    let mut lines = 0;
+    let mut pretty_object = false;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with(':') {
+            continue;
+        }
+        lines += 1;
+        if lines > MAX_LINES {
+            break;
+        }
+        if let Some(name) = line.strip_prefix("event:") {
+            if let Some(f) = by_event_name(name.trim()) {
+                return Some(f);
+            }
+            continue;
+        }
+        let payload = line.strip_prefix("data:").map_or(line, str::trim);
+        if payload == "[DONE]" {
+            return Some(Format::OpenAiChat);
+        }
+        if !payload.starts_with('{') {
+            continue;
+        }
+        if payload == "{" {
+            pretty_object = true;
+            break;
+        }
+        let Ok(v) = serde_json::from_str::<Value>(payload) else {
+            continue; // cut at the look-ahead boundary, or not JSON
+        };
+        if let Some(f) = by_payload(&v) {
+            return Some(f);
+        }
+        payloads += 1;
+        if payloads >= MAX_PAYLOADS {
+            break;
+        }
+    }
+    // Multi-line objects: the gemini-cli telemetry outfile.
+    if (pretty_object || text.contains("\"gemini_cli."))
+        && (text.contains("\"event.name\"") || text.contains("\"gemini_cli."))
+    {
+        return Some(Format::GeminiCliTelemetry);
+    }
+    let spent = budget_spent || lines > MAX_LINES || payloads >= MAX_PAYLOADS;
+    (at_end || spent).then_some(Format::Native)
+}
+
+fn by_event_name(name: &str) -> Option<Format> {
+    match name {
+        "message_start"
+        | "message_delta"
+        | "message_stop"
+        | "content_block_start"
+        | "content_block_delta"
+        | "content_block_stop" => Some(Format::Anthropic),
+        n if n.starts_with("response.") => Some(Format::OpenAiResponses),
+        _ => None,
+    }
+}
+
+fn by_payload(v: &Value) -> Option<Format> {
+    let obj = v.as_object()?;
+    let ty = obj.get("type").and_then(Value::as_str);
+    if obj.contains_key("turn") && ty.is_some() {
+        return Some(Format::Native);
+    }
+    if obj.contains_key("jsonrpc") {
+        return Some(Format::Acp);
+    }
+    if obj.contains_key("method") && obj.contains_key("response") {
+        return Some(Format::GeminiCliResponses);
+    }
+    if obj
+        .get("attributes")
+        .is_some_and(|a| a.get("event.name").is_some())
+        || obj.contains_key("event.name")
+    {
+        return Some(Format::GeminiCliTelemetry);
+    }
+    if obj.get("object").and_then(Value::as_str) == Some("chat.completion.chunk")
+        || obj.contains_key("choices")
+    {
+        return Some(Format::OpenAiChat);
+    }
+    if obj.contains_key("candidates") || obj.contains_key("usageMetadata") {
+        return Some(Format::Gemini);
+    }
+    match ty {
+        Some(t) if t.starts_with("response.") => Some(Format::OpenAiResponses),
+        Some(t) => by_event_name(t),
+        None => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sniffs_each_format() {
+        let cases: [(&str, Format); 12] = [
+            ("event: message_start\ndata: {}\n", Format::Anthropic),
+            (
+                "{\"type\":\"ping\"}\n{\"type\":\"message_start\",\"message\":{}}\n",
+                Format::Anthropic,
+            ),
+            (
+                "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[]}\r\n\r\n",
+                Format::OpenAiChat,
+            ),
+            (
+                "{\"choices\":[],\"id\":\"\",\"prompt_filter_results\":[]}\n",
+                Format::OpenAiChat,
+            ),
+            (
+                "event: response.created\ndata: {}\n",
+                Format::OpenAiResponses,
+            ),
+            (
+                "{\"type\":\"response.created\",\"response\":{}}\n",
+                Format::OpenAiResponses,
+            ),
+            ("{\"candidates\":[]}\n", Format::Gemini),
+            (
+                "{\"method\":\"generateContentStream\",\"response\":[]}\n",
+                Format::GeminiCliResponses,
+            ),
+            (
+                "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\"}\n",
+                Format::Acp,
+            ),
+            (
+                "{\n  \"hrTime\": [1, 2],\n  \"attributes\": {\n    \"event.name\": \"gemini_cli.api_request\"",
+                Format::GeminiCliTelemetry,
+            ),
+            (
+                "{\"turn\":\"t\",\"type\":\"text\",\"text\":\"a\"}\n",
+                Format::Native,
+            ),
+            ("hello\n", Format::Native),
+        ];
+        for (head, want) in cases {
+            assert_eq!(detect(head.as_bytes()), want, "{head}");
+        }
+    }
+
+    #[test]
+    fn sniffing_waits_for_a_deciding_record_then_answers_like_detect() {
+        let pretty = "{\n  \"hrTime\": [1, 2],\n";
+        assert_eq!(sniff(pretty.as_bytes(), false), None);
+        assert_eq!(sniff(b"{\"unknown\":1}\n", false), None);
+        assert_eq!(sniff(b"{\"unknown\":1}\n", true), Some(Format::Native));
+        let text = "not a log line\n".repeat(MAX_LINES + 1);
+        assert_eq!(sniff(text.as_bytes(), false), Some(Format::Native));
+        let full =
+            format!("{pretty}  \"attributes\": {{\"event.name\": \"gemini_cli.api_request\"");
+        assert_eq!(sniff(full.as_bytes(), false), Some(detect(full.as_bytes())));
+    }
+
+    #[test]
+    fn a_lone_error_event_looks_further() {
+        let head = "{\"type\":\"error\",\"error\":{}}\n{\"type\":\"response.failed\"}\n";
+        assert_eq!(detect(head.as_bytes()), Format::OpenAiResponses);
+    }
+}
