@@ -175,7 +175,7 @@ t_start=$SECONDS
 end=$((SECONDS + 90))
 while [ "$(scrape "$P" retryscope_turns_total)" -lt 5000 ] && [ $SECONDS -lt $end ]; do sleep 1; done
 all_read_after=$((SECONDS - t_start + 6))
-emfile=$(scrape "$P" 'retryscope_file_errors_total{error="emfile"}')
+emfile=$(scrape "$P" 'retryscope_file_errors_total{kind="emfile"}')
 rotations=$(scrape "$P" retryscope_file_rotations_total)
 turns_low=$(scrape "$P" retryscope_turns_total)
 kill -TERM "$RUN_PID"; wait "$RUN_PID" || fail "run under a low fd limit exited non-zero: $(tail -3 "$D/err")"
