@@ -261,3 +261,31 @@ fn log_lines_escape_control_characters_in_file_names() {
         "{stderr:?}"
     );
 }
+
+/// Issue 11.10: the OTLP library's own warnings were not rate-limited (32 in 25 s with the
+/// backend down): every WARN/ERROR, ours or a library's, goes through one limiter.
+#[test]
+fn otlp_library_warnings_are_rate_limited() {
+    // Port 9 (discard) is closed here: every export fails at once.
+    let child = start(&[
+        "--demo",
+        "--demo-turns-per-sec",
+        "50",
+        "--otlp-endpoint",
+        "http://127.0.0.1:9",
+        "--findings-out",
+        "",
+    ]);
+    std::thread::sleep(Duration::from_secs(12));
+    let (_, stderr) = stop(child, "-TERM");
+    let library = stderr
+        .lines()
+        .filter(|l| l.contains("WARN opentelemetry") || l.contains("ERROR opentelemetry"))
+        .filter(|l| l.contains("Export.Failed.Exhausted"))
+        .count();
+    // 12 s of failures plus the shutdown's flush (up to 10 s): at most one line per 10 s.
+    assert!(
+        (1..=3).contains(&library),
+        "one line per 10 s, not one per failed export: {library}\n{stderr}"
+    );
+}
