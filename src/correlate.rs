@@ -12,6 +12,7 @@ mod attempt;
 mod intern;
 mod splice;
 mod turn;
+mod unfinished;
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;

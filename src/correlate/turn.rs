@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::attempt::{AttemptState, CallState, ExecState};
 use super::intern::{Interner, Sym};
 use super::splice::{OutputState, spliced_attempt};
+use super::unfinished::unfinished_executions;
 use super::{CorrelatorConfig, CorrelatorStats, Output, TurnLabels};
 
 /// What applying an event may read or update besides the turn itself.
@@ -511,6 +512,9 @@ impl TurnState {
                     self.attempts[a].execs[e].effect_key = Some(key);
                 }
             }
+        }
+        for f in unfinished_executions(&self.id, &self.attempts, closed_by) {
+            self.emit(f, out);
         }
         let final_idx = self
             .attempts

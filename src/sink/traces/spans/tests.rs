@@ -548,3 +548,28 @@ fn times_are_guarded_and_fall_back_to_the_turn() {
     let spans = turn_spans(&r, &SpanOptions::default());
     assert_eq!(spans[0].start_time, UNIX_EPOCH);
 }
+
+#[test]
+fn unfinished_tool_finding_goes_on_the_execution_span_at_its_time() {
+    let r = one(r#"
+{"v":1,"turn":"t","type":"turn_start","ts":"2026-11-12T10:00:00.000Z","provider":"anthropic"}
+{"v":1,"turn":"t","type":"tool_call","ts":"2026-11-12T10:00:00.100Z","attempt":0,"id":"toolu_1","name":"Bash","args":{"command":"touch x"}}
+{"v":1,"turn":"t","type":"error","ts":"2026-11-12T10:00:00.200Z","attempt":0,"message":"terminated"}
+{"v":1,"turn":"t","type":"tool_exec","ts":"2026-11-12T10:00:00.300Z","attempt":0,"id":"toolu_1","name":"Bash"}
+{"v":1,"turn":"t","type":"turn_end","ts":"2026-11-12T10:00:01.000Z"}
+"#);
+    let spans = turn_spans(&r, &SpanOptions::default());
+    let exec = spans
+        .iter()
+        .find(|s| s.name.starts_with("execute_tool"))
+        .expect("an execution span");
+    assert_eq!(exec.status, Status::error("unfinished_tool_executed"));
+    let events = event_summary(exec);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].1, at(T0 + 300));
+    assert!(
+        events[0]
+            .2
+            .contains(&kv(attr::FINDING_KIND, "unfinished_tool_executed"))
+    );
+}
