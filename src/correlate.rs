@@ -9,6 +9,7 @@
 //! how the live collector checkpoints open turns.
 
 mod attempt;
+mod attribute;
 mod intern;
 mod splice;
 mod turn;

@@ -529,3 +529,27 @@ fn per_turn_state_stays_small() {
     assert!(std::mem::size_of::<attempt::AttemptState>() <= 304);
     assert!(std::mem::size_of::<attempt::CallState>() <= 88);
 }
+
+#[test]
+fn executions_without_call_ids_are_attributed_by_content() {
+    // gemini-cli: the retry's stream ended, then both attempts' calls ran; the telemetry names
+    // each execution by tool and arguments only.
+    let (_, reports) = run(r#"
+{"turn":"t","type":"tool_call","attempt":0,"id":"g1","name":"run_shell_command","args":{"command":"touch a0"}}
+{"turn":"t","type":"error","attempt":0,"message":"ECONNRESET"}
+{"turn":"t","type":"retry","attempt":1}
+{"turn":"t","type":"tool_call","attempt":1,"id":"g2","name":"run_shell_command","args":{"command":"touch a1"}}
+{"turn":"t","type":"finish","attempt":1,"reason":"STOP"}
+{"turn":"t","type":"tool_exec","id":"t#1","name":"run_shell_command","args":{"command":"touch a0"}}
+{"turn":"t","type":"tool_exec","id":"t#2","name":"run_shell_command","args":{ "command" : "touch a1" }}
+"#);
+    let r = &reports[0];
+    let ran: Vec<(u32, &str)> = r
+        .attempts
+        .iter()
+        .flat_map(|a| a.executed.iter().map(move |e| (a.attempt, e.id.as_str())))
+        .collect();
+    assert_eq!(ran, [(0, "g1"), (1, "g2")]);
+    assert_eq!(kinds(r), vec![FindingKind::AbandonedToolExecuted]);
+    assert_eq!(r.findings[0].call_id.as_deref(), Some("g1"));
+}

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::attempt::{AttemptState, CallState, ExecState};
+use super::attribute::attribute_exec;
 use super::intern::{Interner, Sym};
 use super::splice::{OutputState, spliced_attempt};
 use super::unfinished::unfinished_executions;
@@ -183,19 +184,16 @@ impl TurnState {
                 self.emit(finding, out);
             }
             kind => {
-                let n = match (ev.attempt, kind) {
-                    (Some(n), _) => n,
-                    (None, EventKind::ToolExec { id, .. }) => self
-                        .attempts
-                        .iter()
-                        .rev()
-                        .find(|a| a.call(id).is_some())
-                        .map(|a| a.number)
-                        .unwrap_or_else(|| self.max_attempt().unwrap_or(0)),
-                    (None, _) => self.max_attempt().unwrap_or(0),
+                let (n, matched_call) = match (ev.attempt, kind) {
+                    (Some(n), _) => (n, None),
+                    (None, EventKind::ToolExec { id, name, args, .. }) => {
+                        let a = attribute_exec(&self.id, &self.attempts, id, name, args.as_deref());
+                        (a.attempt, a.call_id)
+                    }
+                    (None, _) => (self.max_attempt().unwrap_or(0), None),
                 };
                 let idx = self.ensure_attempt(n, ts, None, env, out);
-                self.apply_to_attempt(idx, kind, ts, env, out);
+                self.apply_to_attempt(idx, kind, matched_call, ts, env, out);
             }
         }
     }
@@ -277,10 +275,13 @@ impl TurnState {
         }
     }
 
+    /// Apply an attempt-scoped event; `matched_call` is the id of the call an execution was
+    /// matched to by content (its own id matched no call).
     fn apply_to_attempt(
         &mut self,
         idx: usize,
         kind: &EventKind<'_>,
+        matched_call: Option<String>,
         ts: i64,
         env: &mut Env<'_>,
         out: &mut Vec<Output>,
@@ -358,7 +359,7 @@ impl TurnState {
                         .map(|call| stepped_key(&self.id, call, *step))
                 };
                 let exec = ExecState {
-                    id: id.to_string(),
+                    id: matched_call.unwrap_or_else(|| id.to_string()),
                     name: env.interner.get(name),
                     effect_key: key,
                     step: *step,
