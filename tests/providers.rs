@@ -235,6 +235,54 @@ fn anthropic_message_start_with_new_id_while_open_is_a_splice() {
 }
 
 #[test]
+fn anthropic_splice_of_a_message_with_only_thinking_is_two_attempts_billed_apart() {
+    // Regression: the replaced message streamed only thinking and a cut tool input, so it
+    // left no event and the turn had one attempt (the retry) plus a spliced_stream finding.
+    let (d, r) = load(
+        "anthropic/spliced-thinking-only.chunks.txt",
+        Format::Anthropic,
+    );
+    assert_eq!(d.skips.incomplete_tool_calls, 1, "toolu_cut never stopped");
+    let r = &r[0];
+    let ctx = summary(r);
+    assert_eq!(
+        outcomes(r),
+        [Outcome::Abandoned, Outcome::Completed],
+        "{ctx}"
+    );
+    assert_eq!(r.retries, 1);
+    assert!(calls_of(r, 0).is_empty(), "{ctx}");
+    assert_eq!(calls_of(r, 1), [("lookup_order", "toolu_retry")], "{ctx}");
+    // Billed what it used: its message_start input, and 88 streamed characters of thinking
+    // and tool input as output.
+    assert_eq!(tokens(r, 0), (240, 22, 0, 0, 0));
+    assert_eq!(tokens(r, 1), (240, 38, 0, 0, 0));
+    assert!(r.wasted_cost_usd > 0.0, "{ctx}");
+    assert_eq!(findings(r), [SplicedStream], "{ctx}");
+}
+
+#[test]
+fn anthropic_content_inside_message_start_yields_calls_and_stop_reasons() {
+    let (d, r) = load(
+        "anthropic/message-start-content.chunks.txt",
+        Format::Anthropic,
+    );
+    assert_eq!(r.len(), 4);
+    for (turn, finish) in r
+        .iter()
+        .zip(["tool_use", "tool_use", "tool_use", "end_turn"])
+    {
+        assert_clean(turn, finish);
+    }
+    assert_eq!(calls_of(&r[1], 0), [("lookup_order", "toolu_p2")]);
+    assert_eq!(calls_of(&r[2], 0), [("lookup_order", "toolu_p3")]);
+    let calls = tool_calls(&d.events);
+    assert_eq!(json(&calls[0].2), json(r#"{"order":"ORD-1"}"#));
+    assert_eq!(r[1].attempts[0].usage.source, UsageSource::Reported);
+    assert_eq!(tokens(&r[3], 0), (1200, 6, 0, 0, 0));
+}
+
+#[test]
 fn anthropic_duplicate_message_start_crlf_sse_is_clean() {
     let (_, r) = load("anthropic/duplicate-message-start.sse", Format::Anthropic);
     assert_eq!(r.len(), 1);
@@ -421,6 +469,7 @@ fn spliced_stream_only_on_spliced_fixtures() {
         "openai-chat/id-change-splice.sse",
         "openai-responses/error-nested-then-retry.chunks.txt",
         "anthropic/spliced-message-start.chunks.txt",
+        "anthropic/spliced-thinking-only.chunks.txt",
         "gemini/response-id-change.chunks.txt",
     ];
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/providers");

@@ -521,6 +521,49 @@ fn stream_splice_is_a_retry_and_a_finding() {
     assert_eq!(kinds(r), vec![FindingKind::SplicedStream]);
 }
 
+#[test]
+fn a_splice_of_a_generation_that_left_no_event_still_makes_two_attempts() {
+    // The replaced generation streamed only reasoning: nothing of attempt 0 reached us.
+    let (out, reports) = run(r#"
+{"turn":"t","type":"turn_start","ts":1000,"provider":"anthropic"}
+{"turn":"t","type":"stream_splice","attempt":1,"ts":1500,"signal":"message_start id changed"}
+{"turn":"t","type":"finish","attempt":1,"ts":1900,"reason":"end_turn"}
+"#);
+    let r = &reports[0];
+    let got: Vec<(u32, Outcome, Option<i64>)> = r
+        .attempts
+        .iter()
+        .map(|a| (a.attempt, a.outcome, a.started_ms))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (0, Outcome::Abandoned, Some(1000)),
+            (1, Outcome::Completed, Some(1500))
+        ]
+    );
+    assert_eq!(r.retries, 1);
+    let retries = out
+        .iter()
+        .filter(|o| matches!(o, Output::Retry { .. }))
+        .count();
+    assert_eq!(retries, 1);
+}
+
+#[test]
+fn no_wasted_spend_is_positive_zero_not_negative_zero() {
+    let (_, reports) = run(r#"
+{"turn":"t","type":"finish","attempt":0,"reason":"stop"}
+"#);
+    let r = &reports[0];
+    assert!(
+        r.wasted_cost_usd.is_sign_positive(),
+        "{}",
+        r.wasted_cost_usd
+    );
+    assert!(r.cost_usd.is_sign_positive(), "{}", r.cost_usd);
+}
+
 /// Open turns are the correlator's memory: keep its per-turn structs from creeping up
 /// unnoticed (the benchmark reports the resulting bytes per open turn).
 #[test]

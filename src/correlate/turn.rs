@@ -173,6 +173,16 @@ impl TurnState {
                 let n = ev
                     .attempt
                     .unwrap_or_else(|| self.max_attempt().map_or(0, |m| m + 1));
+                if let Some(prev) = n.checked_sub(1)
+                    && self.index_of(prev).is_none()
+                    && self.max_attempt().is_none_or(|m| m < prev)
+                {
+                    // The replaced generation streamed nothing kept here (only reasoning, or a
+                    // call cut mid-arguments); it still existed and is billed.
+                    let start = self.first_ms.unwrap_or(ts);
+                    let i = self.ensure_attempt(prev, start, None, env, out);
+                    self.attempts[i].touch(ts);
+                }
                 self.ensure_attempt(n, ts, Some("spliced_stream"), env, out);
                 let finding = Finding::new(
                     FindingKind::SplicedStream,
@@ -575,12 +585,14 @@ impl TurnState {
         };
         let labels = self.labels();
         let attempts = self.attempt_reports(prices, labels.model.as_deref(), capture_content);
-        let cost_usd = attempts.iter().filter_map(|a| a.cost_usd).sum();
+        // Adding 0.0 turns the empty sum's -0.0 into 0.0 (no "-0.0" in JSON reports).
+        let cost_usd = attempts.iter().filter_map(|a| a.cost_usd).sum::<f64>() + 0.0;
         let wasted_cost_usd = attempts
             .iter()
             .filter(|a| a.outcome.is_wasted())
             .filter_map(|a| a.cost_usd)
-            .sum();
+            .sum::<f64>()
+            + 0.0;
         TurnReport {
             turn: self.id,
             model: labels.model,
