@@ -7,6 +7,8 @@
 
 pub mod acp;
 pub mod anthropic;
+pub mod claude_code;
+pub mod codex_exec;
 pub mod detect;
 pub mod envelope;
 pub mod gemini;

@@ -84,6 +84,9 @@ fn by_payload(v: &Value) -> Option<Format> {
     if obj.contains_key("turn") && ty.is_some() {
         return Some(Format::Native);
     }
+    if let Some(f) = agent_cli(obj, ty) {
+        return Some(f);
+    }
     if obj.contains_key("jsonrpc") {
         return Some(Format::Acp);
     }
@@ -109,6 +112,20 @@ fn by_payload(v: &Value) -> Option<Format> {
         Some(t) if t.starts_with("response.") => Some(Format::OpenAiResponses),
         Some(t) => by_event_name(t),
         None => None,
+    }
+}
+
+/// The coding agents' own outputs, by their event types.
+fn agent_cli(obj: &serde_json::Map<String, Value>, ty: Option<&str>) -> Option<Format> {
+    match ty? {
+        "thread.started" | "turn.started" | "turn.completed" | "turn.failed" | "item.started"
+        | "item.completed" | "item.updated" => Some(Format::CodexExec),
+        "system" | "assistant" | "user" | "result" if obj.contains_key("session_id") => {
+            // Claude Code's lines carry `session_id` and (except `result`) a `message` or
+            // `subtype`; gemini-cli's stream-json `result` has `stats` instead.
+            (!obj.contains_key("stats")).then_some(Format::ClaudeCode)
+        }
+        _ => None,
     }
 }
 

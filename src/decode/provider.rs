@@ -38,11 +38,15 @@ pub enum Format {
     Acp,
     /// gemini-cli telemetry log records (JSON lines or its pretty-printed outfile).
     GeminiCliTelemetry,
+    /// Claude Code's `--output-format stream-json` (and the Claude Agent SDK's stream).
+    ClaudeCode,
+    /// Codex's `codex exec --json` events.
+    CodexExec,
 }
 
 impl Format {
     /// Every format, `Auto` first.
-    pub const ALL: [Format; 9] = [
+    pub const ALL: [Format; 11] = [
         Format::Auto,
         Format::Native,
         Format::OpenAiChat,
@@ -52,6 +56,8 @@ impl Format {
         Format::GeminiCliResponses,
         Format::Acp,
         Format::GeminiCliTelemetry,
+        Format::ClaudeCode,
+        Format::CodexExec,
     ];
 
     /// The name used on the command line.
@@ -66,6 +72,8 @@ impl Format {
             Format::GeminiCliResponses => "gemini-cli-responses",
             Format::Acp => "acp",
             Format::GeminiCliTelemetry => "gemini-cli-telemetry",
+            Format::ClaudeCode => "claude-code",
+            Format::CodexExec => "codex-exec",
         }
     }
 }
@@ -79,7 +87,7 @@ impl fmt::Display for Format {
 /// A format name that is not one of [`Format::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown format `{0}` (expected one of: auto, native, openai-chat, openai-responses, anthropic, gemini, gemini-cli-responses, acp, gemini-cli-telemetry)"
+    "unknown format `{0}` (expected one of: auto, native, openai-chat, openai-responses, anthropic, gemini, gemini-cli-responses, acp, gemini-cli-telemetry, claude-code, codex-exec)"
 )]
 pub struct UnknownFormat(pub String);
 
@@ -130,6 +138,8 @@ pub fn stream_decoder(format: Format, stream_name: &str) -> Option<Box<dyn Strea
         Format::GeminiCliResponses => Box::new(super::gemini_cli::Decoder::new(ctx("gemini"))),
         Format::Acp => Box::new(super::acp::Decoder::default()),
         Format::GeminiCliTelemetry => Box::new(super::gemini_telemetry::Decoder::default()),
+        Format::ClaudeCode => Box::new(super::claude_code::Decoder::default()),
+        Format::CodexExec => Box::new(super::codex_exec::Decoder::default()),
     })
 }
 

@@ -1,0 +1,142 @@
+//! The real coding agents' own output files (`tests/fixtures/agents/<client>/<scenario>/`,
+//! recorded by `e2e/agents/run.sh --record` against a mock that cuts the first stream), read
+//! the way `check --format auto` reads them, and compared with the recording's `truth.json`:
+//! which attempts the first model call had and how each ended, which calls ran from which
+//! attempt (marker files), and the findings that ground truth implies. Every other model call
+//! of the session must be clean.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{correlate, decode, findings, summary};
+use retryscope::decode::Format;
+use retryscope::finding::FindingKind;
+use retryscope::report::{Outcome, TurnReport};
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/agents")
+}
+
+fn scenarios(client: &str) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root().join(client))
+        .unwrap_or_else(|e| panic!("{client}: {e}"))
+        .flatten()
+        .map(|d| d.path())
+        .filter(|p| p.join("truth.json").is_file())
+        .collect();
+    dirs.sort();
+    assert!(!dirs.is_empty(), "no recordings for {client}");
+    dirs
+}
+
+/// Decode one client file with `--format auto` semantics and correlate it.
+fn reports(file: &Path, want: Format) -> Vec<TurnReport> {
+    let bytes = std::fs::read(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("x");
+    let d = decode(name, &bytes, Format::Auto);
+    assert_eq!(d.format, want, "{}: detected format", file.display());
+    assert_eq!(d.errors, 0, "{}: bad lines", file.display());
+    correlate(&d.events)
+}
+
+/// What the ground truth says the first model call's turn must show.
+struct Expected {
+    /// Per attempt: finished, and the ids of the calls that really ran.
+    attempts: Vec<(bool, bool, Vec<String>)>,
+    findings: Vec<FindingKind>,
+}
+
+fn expected(truth: &Value) -> Expected {
+    let step1: Vec<&Value> = truth["main_requests"]
+        .as_array()
+        .expect("main_requests")
+        .iter()
+        .filter(|r| r["step"] == 1)
+        .collect();
+    let mut findings = Vec::new();
+    let mut attempts = Vec::new();
+    for r in &step1 {
+        let finished = r["finished"] == true;
+        let retried = r["retried"] == true;
+        let end = r["finish_sent_ms"].as_i64().or(r["ended_ms"].as_i64());
+        let mut ran = Vec::new();
+        for c in r["calls"].as_array().into_iter().flatten() {
+            if c["executed"] != true {
+                continue;
+            }
+            ran.push(c["id"].as_str().unwrap_or("").to_owned());
+            if !finished {
+                findings.push(if retried {
+                    FindingKind::AbandonedToolExecuted
+                } else {
+                    FindingKind::UnfinishedToolExecuted
+                });
+            }
+            // Ran before its attempt finished or broke: early, unless the retry came first.
+            let marker = c["marker_mtime_ms"].as_i64();
+            if let (Some(m), Some(end)) = (marker, end)
+                && m < end
+            {
+                findings.push(FindingKind::EarlyExecution);
+            }
+        }
+        attempts.push((finished, retried, ran));
+    }
+    if !attempts.iter().any(|a| a.0) {
+        findings.push(FindingKind::IncompleteTurn);
+    }
+    findings.sort();
+    Expected { attempts, findings }
+}
+
+/// Check the first model call's turn against the truth; every other turn must be clean.
+/// `ids` says whether the client's call ids can be compared with the mock's.
+fn check_scenario(dir: &Path, file: &str, want: Format, ids: bool) {
+    let truth: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("truth.json")).expect("truth"))
+            .expect("truth is JSON");
+    let exp = expected(&truth);
+    let rs = reports(&dir.join(file), want);
+    let scenario = dir.file_name().and_then(|n| n.to_str()).unwrap_or("?");
+    let first = rs
+        .iter()
+        .find(|r| !r.turn.contains('#') && !r.turn.contains('~'))
+        .unwrap_or_else(|| panic!("{scenario}: no first turn"));
+    let ctx = format!("{scenario}: {}", summary(first));
+    assert_eq!(first.attempts.len(), exp.attempts.len(), "{ctx}");
+    for (a, (finished, retried, ran)) in first.attempts.iter().zip(&exp.attempts) {
+        let want_outcome = match (finished, retried) {
+            (true, _) => vec![Outcome::Completed],
+            (false, true) => vec![Outcome::Abandoned],
+            (false, false) => vec![Outcome::Failed, Outcome::Open],
+        };
+        assert!(want_outcome.contains(&a.outcome), "{ctx}");
+        assert_eq!(a.executed.len(), ran.len(), "{ctx}");
+        if ids {
+            for (e, id) in a.executed.iter().zip(ran) {
+                assert!(e.id.ends_with(id.as_str()), "{ctx}: ran {} not {id}", e.id);
+            }
+        }
+    }
+    assert_eq!(findings(first), exp.findings, "{ctx}");
+    for r in rs.iter().filter(|r| r.turn != first.turn) {
+        assert!(r.findings.is_empty(), "{scenario}: {}", summary(r));
+    }
+}
+
+#[test]
+fn claude_code_stream_json_matches_ground_truth() {
+    for dir in scenarios("claude-code") {
+        check_scenario(&dir, "stream.jsonl", Format::ClaudeCode, true);
+    }
+}
+
+#[test]
+fn codex_exec_json_matches_ground_truth() {
+    // `codex exec --json` names calls by item id (`item_2`), not by the provider's call id.
+    for dir in scenarios("codex") {
+        check_scenario(&dir, "exec.jsonl", Format::CodexExec, false);
+    }
+}
