@@ -14,6 +14,7 @@ pub mod envelope;
 pub mod gemini;
 pub mod gemini_cli;
 pub mod gemini_telemetry;
+pub mod json_objects;
 pub mod native;
 pub mod openai_chat;
 pub mod openai_responses;

@@ -434,36 +434,6 @@ fn acp_v2_agent_message_replacement_resets() {
 }
 
 #[test]
-fn gemini_cli_telemetry_pretty_printed_retry() {
-    let (d, r) = load(
-        "gemini-cli-telemetry/retry-pretty.log",
-        Format::GeminiCliTelemetry,
-    );
-    assert_eq!(d.skips.unknown_types, 1, "the span record");
-    assert_eq!(r.len(), 1);
-    let r = &r[0];
-    let ctx = summary(r);
-    assert_eq!(r.turn, "p-1");
-    assert_eq!(r.model.as_deref(), Some("gemini-2.5-pro"));
-    assert_eq!(
-        outcomes(r),
-        [Outcome::Abandoned, Outcome::Completed],
-        "{ctx}"
-    );
-    assert_eq!(
-        r.attempts[0].error.as_deref(),
-        Some("ECONNRESET: read ECONNRESET")
-    );
-    assert_eq!(r.attempts[1].retry_reason.as_deref(), Some("ECONNRESET"));
-    assert_eq!(r.attempts[1].finish_reason.as_deref(), Some("STOP"));
-    assert_eq!(tokens(r, 1), (12303, 222, 4000, 0, 164));
-    assert_eq!(calls_of(r, 1), [("write_file", "p-1#1")]);
-    assert_eq!(r.attempts[1].executed.len(), 1);
-    assert!(r.findings.is_empty(), "{ctx}");
-    assert_eq!(r.started_ms, Some(1_760_000_000_100));
-}
-
-#[test]
 fn spliced_stream_only_on_spliced_fixtures() {
     let spliced = [
         "openai-chat/id-change-splice.sse",

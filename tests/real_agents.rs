@@ -140,3 +140,12 @@ fn codex_exec_json_matches_ground_truth() {
         check_scenario(&dir, "exec.jsonl", Format::CodexExec, false);
     }
 }
+
+#[test]
+fn gemini_cli_telemetry_outfile_matches_ground_truth() {
+    // The telemetry alone: the abandoned attempt's response is never logged, so its call is
+    // known only by the execution's tool and arguments (no provider id to compare).
+    for dir in scenarios("gemini-cli") {
+        check_scenario(&dir, "telemetry.log", Format::GeminiCliTelemetry, false);
+    }
+}

@@ -57,8 +57,17 @@ pub fn detect(head: &[u8]) -> Format {
         }
     }
     if pretty_object || text.contains("\"gemini_cli.") {
-        // Multi-line objects: the gemini-cli telemetry outfile.
-        if text.contains("\"event.name\"") || text.contains("\"gemini_cli.") {
+        // Multi-line objects: the gemini-cli telemetry outfile, whose first record may be a
+        // span or a metric record (OpenTelemetry JS field names) rather than a log record.
+        const MARKS: [&str; 6] = [
+            "\"event.name\"",
+            "\"gemini_cli.",
+            "\"_spanContext\"",
+            "\"hrTime\"",
+            "\"scopeMetrics\"",
+            "\"instrumentationScope\"",
+        ];
+        if MARKS.iter().any(|m| text.contains(m)) {
             return Format::GeminiCliTelemetry;
         }
     }
@@ -97,6 +106,8 @@ fn by_payload(v: &Value) -> Option<Format> {
         .get("attributes")
         .is_some_and(|a| a.get("event.name").is_some())
         || obj.contains_key("event.name")
+        || obj.contains_key("_spanContext")
+        || obj.contains_key("scopeMetrics")
     {
         return Some(Format::GeminiCliTelemetry);
     }
@@ -179,6 +190,24 @@ mod tests {
         for (head, want) in cases {
             assert_eq!(detect(head.as_bytes()), want, "{head}");
         }
+    }
+
+    #[test]
+    fn gemini_cli_outfile_starting_with_a_span_or_metric_record() {
+        // Regression: the real outfile starts with a span (often larger than the sniffed head
+        // holds), not a log record.
+        let span = "{\n  \"_spanContext\": {\n    \"traceId\": \"1c\",\n";
+        assert_eq!(detect(span.as_bytes()), Format::GeminiCliTelemetry);
+        let metric = "{\"resource\":{},\"scopeMetrics\":[]}\n";
+        assert_eq!(detect(metric.as_bytes()), Format::GeminiCliTelemetry);
+    }
+
+    #[test]
+    fn coding_agent_outputs() {
+        let claude = "{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"s\"}\n";
+        assert_eq!(detect(claude.as_bytes()), Format::ClaudeCode);
+        let codex = "{\"type\":\"thread.started\",\"thread_id\":\"t\"}\n";
+        assert_eq!(detect(codex.as_bytes()), Format::CodexExec);
     }
 
     #[test]
