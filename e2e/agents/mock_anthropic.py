@@ -78,7 +78,7 @@ def _text_block(index, parts, first_label):
 
 
 def events(script, tool, ids, body):
-    ev = [("meta", _start(ids))]
+    ev = [("start", _start(ids))]
     idx = 0
     ev += _text_block(idx, script["before"], "text")
     stop = "end_turn"
@@ -123,3 +123,7 @@ def write_side(h, route_, body):
                           "model": MODEL, "content": [{"type": "text", "text": "Marker file task"}],
                           "stop_reason": "end_turn", "stop_sequence": None,
                           "usage": {"input_tokens": 50, "output_tokens": 4}})
+
+
+def status_error():
+    return 529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}

@@ -119,4 +119,6 @@ def write_side(h, route_, body):
         h.send_json(200, resp)
 
 
-__all__ = ["route", "events", "error_events", "write_side", "script_text"]
+def status_error():
+    return 503, {"error": {"code": 503, "message": "The model is overloaded. Please try again later.",
+                           "status": "UNAVAILABLE"}}

@@ -109,8 +109,8 @@ def _message(s, ids, key, idx, parts, first_label):
 
 def events(script, tool, ids, body):
     s = _Seq()
-    ev = [("meta", s.ev("response.created", response=_resp(ids, "in_progress"))),
-          ("meta", s.ev("response.in_progress", response=_resp(ids, "in_progress")))]
+    ev = [("start", s.ev("response.created", response=_resp(ids, "in_progress"))),
+          ("start", s.ev("response.in_progress", response=_resp(ids, "in_progress")))]
     output = []
     m, item = _message(s, ids, "msg1", 0, script["before"], "text")
     ev += m
@@ -160,3 +160,8 @@ def write_side(h, route_, body):
         h.end_chunks()
     else:
         h.send_json(200, _resp(ids, "completed", [], None))
+
+
+def status_error():
+    return 500, {"error": {"message": "The server had an error while processing your request.",
+                           "type": "server_error", "param": None, "code": "server_error"}}

@@ -5,12 +5,16 @@ that cuts the first attempt of a scripted tool-calling turn and logs the ground 
 Listens on 127.0.0.1 only. Python 3 standard library only.
 
 A scenario is `clean` or `<point>-<mode>`:
-  point: after-tool     cut right after the complete tool call event
+  point: start          cut once the stream has started, before any content (the provider's
+                        start events only: message_start, response.created/in_progress)
+         after-tool     cut right after the complete tool call event
          mid-word       cut after a text fragment that ends in the middle of a word
          before-finish  cut just before the finish event (all content delivered)
   mode:  reset  TCP reset (SO_LINGER 0, then close)
          eof    clean end of the HTTP body (terminating chunk) with no finish event
          error  an in-stream error event in the provider's own format, then end of body
+         status (start only) no stream at all: an HTTP error status with the provider's
+                error body (Anthropic 529 overloaded_error, OpenAI 500, Gemini 503)
 
 The scripted turn: a request with no tool result is "step 1"; each one is a new attempt
 (1, 2, ...). An attempt streams text, one shell tool call whose command creates a marker file
@@ -37,8 +41,8 @@ import mock_gemini
 import mock_openai
 
 PROVIDERS = {"gemini": mock_gemini, "anthropic": mock_anthropic, "openai": mock_openai}
-POINTS = ("after-tool", "mid-word", "before-finish")
-MODES = ("reset", "eof", "error")
+POINTS = ("start", "after-tool", "mid-word", "before-finish")
+MODES = ("reset", "eof", "error", "status")
 
 
 class Cut(Exception):
@@ -46,12 +50,13 @@ class Cut(Exception):
 
 
 class State:
-    def __init__(self, provider, scenario, marker_dir, log_path, event_delay):
+    def __init__(self, provider, scenario, marker_dir, log_path, event_delay, tool_pause):
         self.provider = provider
         self.scenario = scenario
         self.marker_dir = marker_dir
         self.log_path = log_path
         self.event_delay = event_delay
+        self.tool_pause = tool_pause
         self.lock = threading.Lock()
         self.attempts = 0
         self.seq = 0
@@ -59,7 +64,7 @@ class State:
             self.point, self.mode = None, None
         else:
             point, _, mode = scenario.rpartition("-")
-            if point not in POINTS or mode not in MODES:
+            if point not in POINTS or mode not in MODES or (mode == "status" and point != "start"):
                 raise SystemExit(f"unknown scenario {scenario!r}")
             self.point, self.mode = point, mode
 
@@ -192,6 +197,8 @@ class Handler(BaseHTTPRequestHandler):
         }
         route = mod.route(method, self.path, body)
         rec["route"] = route["kind"]
+        if isinstance(body, dict) and "stream" in body:
+            rec["stream_requested"] = body.get("stream")
         if route["kind"] == "static":
             rec["status"] = route["status"]
             st.write_log(rec)
@@ -231,10 +238,17 @@ class Handler(BaseHTTPRequestHandler):
         """Writes the labelled SSE events, stopping at the cut point. Returns what happened:
         finished, or cut/<mode> with the label of the last event written."""
         st = self.server.state
+        if cut == ("start", "status"):
+            status, body = mod.status_error()
+            self.send_json(status, body)
+            return {"finished": False, "http_status": status, "events_written": [],
+                    "mode": "status", "ended_ms": int(time.time() * 1000)}
         self.start_sse()
         written = []
         try:
             for label, data in events:
+                if cut and cut[0] == "start" and label != "start":
+                    return self.do_cut(cut[1], mod, rec, written)
                 if cut and cut[0] == "before-finish" and label == "finish":
                     return self.do_cut(cut[1], mod, rec, written)
                 if label == "finish" and "finish_sent_ms" not in rec:
@@ -244,6 +258,10 @@ class Handler(BaseHTTPRequestHandler):
                 time.sleep(st.event_delay)
                 if cut and cut[0] == "after-tool" and label == "tool_done":
                     return self.do_cut(cut[1], mod, rec, written)
+                if label == "tool_done":
+                    # the model "thinks" before its next output: a client that runs a call
+                    # as soon as it is complete has run it by the time the finish event comes
+                    time.sleep(st.tool_pause)
                 if cut and cut[0] == "mid-word" and label == "mid_word":
                     return self.do_cut(cut[1], mod, rec, written)
             self.end_chunks()
@@ -275,11 +293,14 @@ def main():
     ap.add_argument("--log", required=True)
     ap.add_argument("--port-file", required=True, help="the chosen port is written here")
     ap.add_argument("--event-delay", type=float, default=0.02)
+    ap.add_argument("--tool-pause", type=float, default=1.0,
+                    help="pause after a complete tool call in an uncut stream (seconds)")
     a = ap.parse_args()
     os.makedirs(a.marker_dir, exist_ok=True)
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True
-    srv.state = State(a.provider, a.scenario, a.marker_dir, a.log, a.event_delay)
+    srv.state = State(a.provider, a.scenario, a.marker_dir, a.log, a.event_delay,
+                      a.tool_pause)
     tmp = a.port_file + ".tmp"
     with open(tmp, "w") as f:
         f.write(str(srv.server_address[1]))

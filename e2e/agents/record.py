@@ -148,7 +148,10 @@ def build_truth(client, scenario, log_path, marker_dir, run_info):
                 "started_ms": r.get("ts_ms"), "finished": bool(outcome.get("finished")),
                 "ended_ms": outcome.get("ended_ms"), "finish_sent_ms": r.get("finish_sent_ms"),
                 "cut": r.get("cut"), "text": r.get("text"),
-                "events_written": outcome.get("events_written"), "calls": []}
+                "events_written": outcome.get("events_written"),
+                "content_delivered": any(e in ("text", "mid_word", "tool_done")
+                                         for e in outcome.get("events_written") or []),
+                "http_status": outcome.get("http_status"), "calls": []}
         if r["step"] == 1:
             item["attempt"] = r["attempt"]
             later_step1 = [s for s in step1 if s["seq"] > r["seq"]]

@@ -27,7 +27,7 @@ case "${1:-}" in
   *) echo "usage: $0 [--record|--fixtures]" >&2; exit 2 ;;
 esac
 ALL_CLIENTS="gemini-cli claude-code codex"
-ALL_SCENARIOS="clean after-tool-reset after-tool-eof after-tool-error mid-word-reset mid-word-eof mid-word-error before-finish-reset before-finish-eof before-finish-error"
+ALL_SCENARIOS="clean start-status start-error after-tool-reset after-tool-eof after-tool-error mid-word-reset mid-word-eof mid-word-error before-finish-reset before-finish-eof before-finish-error"
 CLIENTS=${CLIENTS:-$ALL_CLIENTS}
 SCENARIOS=${SCENARIOS:-$ALL_SCENARIOS}
 
