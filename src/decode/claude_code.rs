@@ -36,6 +36,8 @@ struct Call {
     chars: u64,
     has_tool_use: bool,
     errored: bool,
+    /// Finished (a later call or the result came with no error).
+    done: bool,
     /// Executions seen after the message's latest block, not yet placed.
     held: Vec<Event<'static>>,
 }
@@ -109,7 +111,7 @@ impl Decoder {
         reason: Option<&str>,
     ) {
         let Some(c) = &self.call else { return };
-        if !c.errored {
+        if !c.errored && !c.done {
             let reason = reason
                 .unwrap_or(if c.has_tool_use {
                     "tool_use"
@@ -127,6 +129,40 @@ impl Decoder {
             );
         }
         self.flush_held(out);
+        if let Some(c) = &mut self.call {
+            c.done = true;
+        }
+    }
+
+    /// A request failed before streaming and is retried (`system/api_retry`): the failed
+    /// attempt is the current call's when it is still streaming, else a new call's first.
+    fn api_retry(&mut self, v: &Value, ts: Option<TimestampMs>, out: &mut Vec<Event<'static>>) {
+        let status = v
+            .get("error_status")
+            .filter(|e| !e.is_null())
+            .map(Value::to_string);
+        let reason = s(v, "error")
+            .map(str::to_owned)
+            .or_else(|| status.clone())
+            .unwrap_or_else(|| "api_retry".to_owned());
+        let open = self.call.as_ref().is_some_and(|c| !c.done && !c.errored);
+        if !open && self.retry_reason.is_none() {
+            self.new_call(String::new(), "", ts, out);
+        }
+        if self.call.as_ref().is_some_and(|c| !c.errored) {
+            self.emit(
+                out,
+                ts,
+                EventKind::Error {
+                    message: Cow::Owned(reason.clone()),
+                    code: status.map(Cow::Owned),
+                },
+            );
+            if let Some(c) = &mut self.call {
+                c.errored = true;
+            }
+        }
+        self.retry_reason = Some(reason);
     }
 
     fn assistant(&mut self, v: &Value, ts: Option<TimestampMs>, out: &mut Vec<Event<'static>>) {
@@ -339,17 +375,7 @@ impl Decoder {
             (Some("system"), Some("init")) => {
                 self.model = s(v, "model").map(str::to_owned);
             }
-            (Some("system"), Some("api_retry")) => {
-                let reason = s(v, "error")
-                    .map(str::to_owned)
-                    .or_else(|| {
-                        v.get("error_status")
-                            .filter(|e| !e.is_null())
-                            .map(Value::to_string)
-                    })
-                    .unwrap_or_else(|| "api_retry".to_owned());
-                self.retry_reason = Some(reason);
-            }
+            (Some("system"), Some("api_retry")) => self.api_retry(v, ts, out),
             (Some("system"), _) => {}
             (Some("assistant"), _) => self.assistant(v, ts, out),
             (Some("user"), _) => self.user(v, ts),
