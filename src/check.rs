@@ -15,10 +15,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::correlate::{Correlator, CorrelatorConfig, Output};
 use crate::cost::PriceTable;
+use crate::decode::gemini_join::{JoinFeed, SessionJoiner, Source};
 use crate::decode::{Format, StreamDecoder};
 use crate::finding::{FindingKind, Severity};
 use crate::input::{Line, LineReader};
@@ -330,6 +331,8 @@ fn sequential(
     let mut summary = Summary::default();
     let mut out = Vec::new();
     let mut done_bytes = 0u64;
+    // gemini-cli's telemetry and stream-json of one session are joined: held, then merged.
+    let joiner = Arc::new(Mutex::new(SessionJoiner::default()));
     for (name, format, prepared) in inputs {
         let reader: Box<dyn Read> = match prepared {
             parallel::Prepared::Stdin { head } => {
@@ -345,7 +348,12 @@ fn sequential(
             },
         };
         let mut decoder: Option<Box<dyn StreamDecoder>> =
-            crate::decode::stream_decoder(format, &stream_name(&name));
+            crate::decode::stream_decoder(format, &stream_name(&name)).map(|d| {
+                match Source::of(format) {
+                    Some(source) => Box::new(JoinFeed::new(d, source, joiner.clone())) as _,
+                    None => d,
+                }
+            });
         summary.inputs += 1;
         let mut lines = LineReader::new(reader, opts.max_line_bytes);
         let mut since_tick = 0u32;
@@ -400,6 +408,13 @@ fn sequential(
         }
         done_bytes += lines.consumed();
         observer.progress(done_bytes);
+    }
+    if let Ok(mut j) = joiner.lock()
+        && !j.is_empty()
+    {
+        let mut events = j.finish();
+        pipeline.observe_events(&mut events, &mut out);
+        drain(&mut out, &mut summary, observer);
     }
     pipeline.close_all(&mut out);
     drain(&mut out, &mut summary, observer);

@@ -13,6 +13,8 @@ pub mod detect;
 pub mod envelope;
 pub mod gemini;
 pub mod gemini_cli;
+pub mod gemini_join;
+pub mod gemini_stream_json;
 pub mod gemini_telemetry;
 pub mod json_objects;
 pub mod native;

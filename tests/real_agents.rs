@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use common::{correlate, decode, findings, summary};
 use retryscope::decode::Format;
+use retryscope::decode::gemini_join::{SessionJoiner, Source};
 use retryscope::finding::FindingKind;
 use retryscope::report::{Outcome, TurnReport};
 use serde_json::Value;
@@ -54,7 +55,7 @@ struct Expected {
 const SILENT_FIRST_ATTEMPT: [(&str, &str); 2] =
     [("claude-code", "start-error"), ("codex", "start-status")];
 
-fn expected(truth: &Value, silent_first: bool) -> Expected {
+fn expected(truth: &Value, silent_first: bool, sees_output: bool) -> Expected {
     let mut step1: Vec<&Value> = truth["main_requests"]
         .as_array()
         .expect("main_requests")
@@ -95,6 +96,17 @@ fn expected(truth: &Value, silent_first: bool) -> Expected {
                 findings.push(FindingKind::EarlyExecution);
             }
         }
+        // What the user saw carries the abandoned attempt's text: spliced.
+        let text = r["text"].as_str().unwrap_or("");
+        let shown = truth["visible_text"].as_str().unwrap_or("");
+        if sees_output
+            && retried
+            && r["content_delivered"] == true
+            && text.len() >= 12
+            && shown.contains(&text[..12])
+        {
+            findings.push(FindingKind::SplicedText);
+        }
         attempts.push((finished, retried, ran));
     }
     if !attempts.iter().any(|a| a.0) {
@@ -107,14 +119,19 @@ fn expected(truth: &Value, silent_first: bool) -> Expected {
 /// Check the first model call's turn against the truth; every other turn must be clean.
 /// `ids` says whether the client's call ids can be compared with the mock's.
 fn check_scenario(dir: &Path, file: &str, want: Format, ids: bool) {
+    let rs = reports(&dir.join(file), want);
+    check_reports(dir, &rs, ids, false);
+}
+
+/// Check reports of one recording; `sees_output` when the input shows what the user saw.
+fn check_reports(dir: &Path, rs: &[TurnReport], ids: bool, sees_output: bool) {
     let truth: Value =
         serde_json::from_slice(&std::fs::read(dir.join("truth.json")).expect("truth"))
             .expect("truth is JSON");
     let scenario = dir.file_name().and_then(|n| n.to_str()).unwrap_or("?");
     let client = truth["client"].as_str().unwrap_or("?");
     let silent = SILENT_FIRST_ATTEMPT.contains(&(client, scenario));
-    let exp = expected(&truth, silent);
-    let rs = reports(&dir.join(file), want);
+    let exp = expected(&truth, silent, sees_output);
     let first = rs
         .iter()
         .find(|r| !r.turn.contains('#') && !r.turn.contains('~'))
@@ -162,5 +179,52 @@ fn gemini_cli_telemetry_outfile_matches_ground_truth() {
     // known only by the execution's tool and arguments (no provider id to compare).
     for dir in scenarios("gemini-cli") {
         check_scenario(&dir, "telemetry.log", Format::GeminiCliTelemetry, false);
+    }
+}
+
+#[test]
+fn gemini_cli_telemetry_joined_with_stream_json_matches_ground_truth() {
+    // Joined: the telemetry's attempts, the stream-json's deltas, calls (with ids) and
+    // executions; the spliced text the user saw is found from the stream-json's output.
+    for dir in scenarios("gemini-cli") {
+        let mut joiner = SessionJoiner::default();
+        for (file, want, source) in [
+            (
+                "telemetry.log",
+                Format::GeminiCliTelemetry,
+                Source::Telemetry,
+            ),
+            (
+                "stream.jsonl",
+                Format::GeminiCliStreamJson,
+                Source::StreamJson,
+            ),
+        ] {
+            let path = dir.join(file);
+            let bytes = std::fs::read(&path).expect("read");
+            let mut d = decode(file, &bytes, Format::Auto);
+            assert_eq!(d.format, want, "{}", path.display());
+            assert_eq!(d.errors, 0, "{}", path.display());
+            joiner.push(source, &mut d.events);
+        }
+        let rs = correlate(&joiner.finish());
+        check_reports(&dir, &rs, true, true);
+    }
+}
+
+#[test]
+fn gemini_cli_stream_json_alone_is_readable_but_blind_to_retries() {
+    // Without the telemetry a retry leaves no trace: one attempt per model call, every call
+    // attributed to it. Still decoded without a bad line, and the clean run is clean.
+    for dir in scenarios("gemini-cli") {
+        let rs = reports(&dir.join("stream.jsonl"), Format::GeminiCliStreamJson);
+        assert!(
+            rs.iter().all(|r| r.attempts.len() == 1),
+            "{}",
+            dir.display()
+        );
+        if dir.ends_with("clean") {
+            assert!(rs.iter().all(|r| r.findings.is_empty()));
+        }
     }
 }

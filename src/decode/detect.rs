@@ -136,6 +136,13 @@ fn agent_cli(obj: &serde_json::Map<String, Value>, ty: Option<&str>) -> Option<F
             // `subtype`; gemini-cli's stream-json `result` has `stats` instead.
             (!obj.contains_key("stats")).then_some(Format::ClaudeCode)
         }
+        // gemini-cli's stream-json: `init` without a subtype, timestamped events.
+        "init" if obj.contains_key("session_id") && !obj.contains_key("subtype") => {
+            Some(Format::GeminiCliStreamJson)
+        }
+        "tool_use" if obj.contains_key("tool_id") => Some(Format::GeminiCliStreamJson),
+        "tool_result" if obj.contains_key("tool_id") => Some(Format::GeminiCliStreamJson),
+        "result" if obj.contains_key("stats") => Some(Format::GeminiCliStreamJson),
         _ => None,
     }
 }
@@ -208,6 +215,8 @@ mod tests {
         assert_eq!(detect(claude.as_bytes()), Format::ClaudeCode);
         let codex = "{\"type\":\"thread.started\",\"thread_id\":\"t\"}\n";
         assert_eq!(detect(codex.as_bytes()), Format::CodexExec);
+        let gemini = "{\"type\":\"init\",\"timestamp\":\"2026-12-02T15:53:54.007Z\",\"session_id\":\"s\",\"model\":\"auto\"}\n";
+        assert_eq!(detect(gemini.as_bytes()), Format::GeminiCliStreamJson);
     }
 
     #[test]

@@ -42,11 +42,13 @@ pub enum Format {
     ClaudeCode,
     /// Codex's `codex exec --json` events.
     CodexExec,
+    /// gemini-cli's `-o stream-json` output (joined with its telemetry outfile in `check`).
+    GeminiCliStreamJson,
 }
 
 impl Format {
     /// Every format, `Auto` first.
-    pub const ALL: [Format; 11] = [
+    pub const ALL: [Format; 12] = [
         Format::Auto,
         Format::Native,
         Format::OpenAiChat,
@@ -58,6 +60,7 @@ impl Format {
         Format::GeminiCliTelemetry,
         Format::ClaudeCode,
         Format::CodexExec,
+        Format::GeminiCliStreamJson,
     ];
 
     /// The name used on the command line.
@@ -74,6 +77,7 @@ impl Format {
             Format::GeminiCliTelemetry => "gemini-cli-telemetry",
             Format::ClaudeCode => "claude-code",
             Format::CodexExec => "codex-exec",
+            Format::GeminiCliStreamJson => "gemini-cli-stream-json",
         }
     }
 }
@@ -87,7 +91,7 @@ impl fmt::Display for Format {
 /// A format name that is not one of [`Format::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown format `{0}` (expected one of: auto, native, openai-chat, openai-responses, anthropic, gemini, gemini-cli-responses, acp, gemini-cli-telemetry, claude-code, codex-exec)"
+    "unknown format `{0}` (expected one of: auto, native, openai-chat, openai-responses, anthropic, gemini, gemini-cli-responses, acp, gemini-cli-telemetry, claude-code, codex-exec, gemini-cli-stream-json)"
 )]
 pub struct UnknownFormat(pub String);
 
@@ -140,6 +144,7 @@ pub fn stream_decoder(format: Format, stream_name: &str) -> Option<Box<dyn Strea
         Format::GeminiCliTelemetry => Box::new(super::gemini_telemetry::Decoder::default()),
         Format::ClaudeCode => Box::new(super::claude_code::Decoder::default()),
         Format::CodexExec => Box::new(super::codex_exec::Decoder::default()),
+        Format::GeminiCliStreamJson => Box::new(super::gemini_stream_json::Decoder::default()),
     })
 }
 
