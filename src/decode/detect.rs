@@ -56,7 +56,12 @@ pub fn detect(head: &[u8]) -> Format {
             break;
         }
     }
-    if pretty_object || text.contains("\"gemini_cli.") {
+    if pretty_object {
+        // The only multi-line-object format read is the telemetry outfile; `run` sniffs a
+        // tailed file from its first line alone, which is then just `{`.
+        return Format::GeminiCliTelemetry;
+    }
+    if text.contains("\"gemini_cli.") {
         // Multi-line objects: the gemini-cli telemetry outfile, whose first record may be a
         // span or a metric record (OpenTelemetry JS field names) rather than a log record.
         const MARKS: [&str; 6] = [
@@ -205,6 +210,11 @@ mod tests {
         // holds), not a log record.
         let span = "{\n  \"_spanContext\": {\n    \"traceId\": \"1c\",\n";
         assert_eq!(detect(span.as_bytes()), Format::GeminiCliTelemetry);
+        assert_eq!(
+            detect(b"{\n"),
+            Format::GeminiCliTelemetry,
+            "run sniffs one line"
+        );
         let metric = "{\"resource\":{},\"scopeMetrics\":[]}\n";
         assert_eq!(detect(metric.as_bytes()), Format::GeminiCliTelemetry);
     }
