@@ -49,7 +49,8 @@ pub struct CheckArgs {
     #[arg(long, short)]
     verbose: bool,
     /// Input format: auto, native, openai-chat, openai-responses, anthropic, gemini,
-    /// gemini-cli-responses, acp, gemini-cli-telemetry.
+    /// gemini-cli-responses, acp, gemini-cli-telemetry, gemini-cli-stream-json, claude-code,
+    /// codex-exec. gemini-cli's telemetry and stream-json of one session are joined.
     #[arg(long, default_value = "auto", value_name = "FORMAT")]
     format: retryscope::decode::Format,
     /// Correlate on one thread (large native inputs are otherwise sharded over two).
