@@ -8,8 +8,8 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::time::{Duration, Instant};
 
 use crate::config::DemoSettings;
+use crate::ingest::Source;
 use crate::input::{Line, LineReader};
-use crate::sink::metrics::Source as SourceKind;
 
 /// Which feed a line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,11 +21,19 @@ pub enum Feed {
 }
 
 impl Feed {
-    /// The metrics source label.
-    pub fn kind(self) -> SourceKind {
+    /// Where its lines come from.
+    pub fn source(self) -> Source {
         match self {
-            Feed::Stdin => SourceKind::Stdin,
-            Feed::Demo => SourceKind::Demo,
+            Feed::Stdin => Source::Stdin,
+            Feed::Demo => Source::Demo,
+        }
+    }
+
+    /// Its stream's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Feed::Stdin => "<stdin>",
+            Feed::Demo => "<demo>",
         }
     }
 }
@@ -77,15 +85,11 @@ fn read_stdin(tx: SyncSender<FeedItem>, max_line_bytes: usize) {
     let mut reader = LineReader::new(stdin.lock(), max_line_bytes);
     loop {
         let item = match reader.next_line() {
-            Ok(Some(Line::Complete { bytes, .. })) => {
-                if bytes.iter().all(u8::is_ascii_whitespace) {
-                    continue;
-                }
-                FeedItem::Line {
-                    feed: Feed::Stdin,
-                    bytes: bytes.to_vec(),
-                }
-            }
+            // Blank lines too: the ingest path decides what they mean (an SSE event's end).
+            Ok(Some(Line::Complete { bytes, .. })) => FeedItem::Line {
+                feed: Feed::Stdin,
+                bytes: bytes.to_vec(),
+            },
             Ok(Some(Line::TooLong { len, .. })) => FeedItem::TooLong {
                 feed: Feed::Stdin,
                 len,

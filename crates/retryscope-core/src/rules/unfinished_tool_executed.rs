@@ -1,5 +1,5 @@
-//! The `unfinished_tool_executed` rule: a non-read call ran although the attempt that produced
-//! it never finished, and no retry replaced that attempt.
+//! `unfinished_tool_executed` (high): a side-effecting call ran although the attempt that
+//! produced it never finished, and no retry replaced that attempt.
 //!
 //! The article's rule is to hold tool calls until their attempt's finish event. When a retry
 //! follows, the unfinished attempt is abandoned and its executions are
@@ -7,96 +7,81 @@
 //! rest, so no execution is reported under both kinds:
 //!
 //! - the attempt failed (a transport or stream error before its finish) and was not retried:
-//!   Claude Code printing "API Error" yet running the `tool_use` of the unfinished message;
+//!   Claude Code printing "API Error" yet running the `tool_use` of the unfinished message,
+//!   Codex running a command before `response.completed` and carrying on after the reconnect;
 //! - the attempt was still open when the turn closed: the stream was cut and nothing followed.
 //!
 //! Whether an attempt is replaced is only known when the turn closes, so the rule runs at
 //! close. Each finding carries the execution's own time, so trace sinks place it on that
 //! execution's span.
 
-use super::attempt::AttemptState;
-use crate::finding::{Finding, FindingKind};
+use super::{Call, Rule, Scope};
+use crate::finding::{Finding, FindingKind, Severity};
 use crate::report::{CloseReason, Outcome};
 
-/// Findings for every non-read execution of an attempt that ended neither completed nor
-/// abandoned, in attempt then execution order.
-pub fn unfinished_executions(
+/// The rule.
+pub const RULE: Rule = Rule {
+    kind: FindingKind::UnfinishedToolExecuted,
+    severity: Severity::High,
+    scope: Scope::Tool,
+    summary: "A tool call was executed although the attempt that requested it never finished and was not retried.",
+};
+
+/// At close: a finding for `call` (not a read), executed at `exec_ts` from `attempt`, when
+/// that attempt ended neither completed nor abandoned.
+pub fn on_close(
     turn: &str,
-    attempts: &[AttemptState],
+    attempt: u32,
+    outcome: Outcome,
+    call: Call<'_>,
+    exec_ts: i64,
     closed_by: CloseReason,
-) -> Vec<Finding> {
-    let mut findings = Vec::new();
-    for a in attempts {
-        let why = match a.outcome {
-            Outcome::Failed => "its attempt failed before finishing and was not retried",
-            Outcome::Open => match closed_by {
-                CloseReason::TurnEnd => "its attempt was still unfinished at turn end",
-                CloseReason::IdleTimeout => "its attempt was still unfinished at the idle timeout",
-                CloseReason::EndOfInput => "its attempt was still unfinished at end of input",
-                CloseReason::Evicted => "its attempt was still unfinished when evicted",
-            },
-            Outcome::Completed | Outcome::Abandoned => continue,
-        };
-        for exec in a.execs.iter().filter(|e| !e.read) {
-            findings.push(
-                Finding::new(
-                    FindingKind::UnfinishedToolExecuted,
-                    turn,
-                    Some(a.number),
-                    format!("executed although {why}"),
-                )
-                .with_call(&exec.name, &exec.id, exec.effect_key.as_deref())
-                .at(exec.ts_ms),
-            );
-        }
-    }
-    findings
+) -> Option<Finding> {
+    let why = match outcome {
+        Outcome::Failed => "its attempt failed before finishing and was not retried",
+        Outcome::Open => match closed_by {
+            CloseReason::TurnEnd => "its attempt was still unfinished at turn end",
+            CloseReason::IdleTimeout => "its attempt was still unfinished at the idle timeout",
+            CloseReason::EndOfInput => "its attempt was still unfinished at end of input",
+            CloseReason::Evicted => "its attempt was still unfinished when evicted",
+        },
+        Outcome::Completed | Outcome::Abandoned => return None,
+    };
+    Some(
+        Finding::new(
+            RULE.kind,
+            turn,
+            Some(attempt),
+            format!("executed although {why}"),
+        )
+        .with_call(call.tool, call.id, call.effect_key)
+        .at(exec_ts),
+    )
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::attempt::ExecState;
-    use super::super::intern::Interner;
     use super::*;
 
-    fn attempt(n: u32, outcome: Outcome, execs: &[(&str, bool)]) -> AttemptState {
-        let mut interner = Interner::default();
-        let mut a = AttemptState::new(n, 0);
-        a.outcome = outcome;
-        for (i, (id, read)) in execs.iter().enumerate() {
-            a.execs.push(ExecState {
-                id: (*id).to_owned(),
-                name: interner.get("shell"),
-                effect_key: Some(format!("k{i}")),
-                step: None,
-                read: *read,
-                status: None,
-                ts_ms: 100 + i as i64,
-                flagged_abandoned: false,
-            });
-        }
-        a
-    }
-
     #[test]
-    fn failed_and_open_attempts_report_their_writes_only() {
-        let attempts = [
-            attempt(0, Outcome::Abandoned, &[("a", false)]),
-            attempt(1, Outcome::Completed, &[("b", false)]),
-            attempt(2, Outcome::Failed, &[("c", false), ("r", true)]),
-        ];
-        let f = unfinished_executions("t", &attempts, CloseReason::EndOfInput);
-        assert_eq!(f.len(), 1);
-        assert_eq!(f[0].kind, FindingKind::UnfinishedToolExecuted);
-        assert_eq!(f[0].attempt, Some(2));
-        assert_eq!(f[0].call_id.as_deref(), Some("c"));
-        assert_eq!(f[0].ts_ms, Some(100), "placed at the execution's time");
-        assert!(f[0].evidence.contains("failed"), "{}", f[0].evidence);
-
-        let open = [attempt(0, Outcome::Open, &[("x", false), ("y", false)])];
-        let f = unfinished_executions("t", &open, CloseReason::TurnEnd);
-        assert_eq!(f.len(), 2);
-        assert!(f[1].evidence.ends_with("at turn end"), "{}", f[1].evidence);
+    fn only_failed_and_open_attempts_report() {
+        let call = Call {
+            tool: "shell",
+            id: "c",
+            effect_key: Some("k"),
+        };
+        let at = |o| on_close("t", 2, o, call, 100, CloseReason::TurnEnd);
+        assert!(at(Outcome::Completed).is_none());
+        assert!(at(Outcome::Abandoned).is_none());
+        let f = at(Outcome::Failed).expect("failed");
+        assert_eq!(f.kind, FindingKind::UnfinishedToolExecuted);
+        assert_eq!(
+            (f.attempt, f.call_id.as_deref(), f.ts_ms),
+            (Some(2), Some("c"), Some(100))
+        );
+        assert!(f.evidence.contains("failed"), "{}", f.evidence);
+        let f = at(Outcome::Open).expect("open");
+        assert!(f.evidence.ends_with("at turn end"), "{}", f.evidence);
     }
 
     /// Native lines through a whole correlator; the sorted finding kinds of each turn.

@@ -13,7 +13,6 @@ mod attribute;
 mod intern;
 mod splice;
 mod turn;
-mod unfinished;
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
