@@ -44,8 +44,9 @@ def implied_findings(truth):
       new attempt at the same step (a retry) was executed.
     - unfinished_tool_executed: a call of an attempt that never finished was executed, whether
       or not a retry followed (issue 10).
-    - early_execution: a call ran before its attempt's finish event was sent (or its attempt
-      never finished): marker mtime < finish_sent_ms.
+    - early_execution: a call ran while its attempt was still streaming: its marker file is
+      older than the attempt's end (the moment the finish event was sent, or the cut). A call
+      of a cut attempt that ran after the cut is unfinished_tool_executed only.
     - spliced_text: the visible output carries text of an abandoned attempt (its `[A<n>]` tag).
     - retry_cap_exceeded: more than 4 attempts at one step (retryscope's default cap).
     """
@@ -61,8 +62,8 @@ def implied_findings(truth):
                 kinds.add("abandoned_tool_executed")
             if not r["finished"]:
                 kinds.add("unfinished_tool_executed")
-                kinds.add("early_execution")
-            elif r.get("finish_sent_ms") and c["marker_mtime_ms"] < r["finish_sent_ms"]:
+            end = r.get("finish_sent_ms") if r["finished"] else r.get("ended_ms")
+            if end and c["marker_mtime_ms"] < end:
                 kinds.add("early_execution")
         if abandoned and f"[A{r['attempt']}]" in visible:
             kinds.add("spliced_text")

@@ -4,7 +4,7 @@ a top-level `error` object, as Google's endpoints send them."""
 
 import json
 
-from sse_util import script_text, sse
+from sse_util import sse
 
 MODEL_VERSION = "gemini-2.5-flash"
 SHELL_NAMES = ("run_shell_command",)

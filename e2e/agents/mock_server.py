@@ -271,8 +271,9 @@ class Handler(BaseHTTPRequestHandler):
                     "ended_ms": int(time.time() * 1000)}
 
     def do_cut(self, mode, mod, rec, written):
-        # give the client time to act on what it has (e.g. run a completed call)
-        time.sleep(0.3)
+        # give the client time to act on what it has (a client that runs a completed call
+        # at once has run it before the cut)
+        time.sleep(self.server.state.tool_pause)
         if mode == "reset":
             self.reset()
         elif mode == "eof":
@@ -294,7 +295,7 @@ def main():
     ap.add_argument("--port-file", required=True, help="the chosen port is written here")
     ap.add_argument("--event-delay", type=float, default=0.02)
     ap.add_argument("--tool-pause", type=float, default=1.0,
-                    help="pause after a complete tool call in an uncut stream (seconds)")
+                    help="pause after a complete tool call, and before a cut (seconds)")
     a = ap.parse_args()
     os.makedirs(a.marker_dir, exist_ok=True)
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

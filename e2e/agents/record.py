@@ -210,6 +210,23 @@ def visible_text(client, out):
     return "".join(parts)
 
 
+def compact_large_json(folder, limit=1_000_000):
+    """OTLP/JSON bodies over 1 MB (Codex's pretty-printed trace batches) are re-serialized
+    without whitespace: the same JSON value, smaller. Noted in a `.compacted` file beside."""
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if not name.endswith(".json") or os.path.getsize(path) <= limit:
+            continue
+        before = os.path.getsize(path)
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(value, f, separators=(",", ":"))
+        with open(path + ".compacted", "w") as f:
+            f.write(f"{name}: whitespace removed by record.py ({before} -> "
+                    f"{os.path.getsize(path)} bytes); the JSON value is unchanged\n")
+
+
 def record(client, scenario, bin_dir, out, timeout, otlp_receiver=None):
     tmp = tempfile.mkdtemp(prefix=f"rs-e2e-{client}-{scenario}-")
     home, work = os.path.join(tmp, "home"), os.path.join(tmp, "work")
@@ -247,6 +264,7 @@ def record(client, scenario, bin_dir, out, timeout, otlp_receiver=None):
         dst = os.path.join(out, "otlp")
         shutil.rmtree(dst, ignore_errors=True)
         shutil.copytree(os.path.join(tmp, "otlp"), dst)
+        compact_large_json(dst)
     shutil.rmtree(tmp, ignore_errors=True)
     return truth
 

@@ -7,10 +7,13 @@
 #   e2e/agents/run.sh                 install (cached), run every scenario fresh, check
 #   e2e/agents/run.sh --record        same, but write into tests/fixtures/agents/ (refresh)
 #   e2e/agents/run.sh --fixtures      no clients: check the committed recordings only
+#   e2e/agents/run.sh --record-otlp   record each client's OTLP/JSON telemetry export for the
+#                                     clean and after-tool-reset runs into otlp-<scenario>/
 #   CLIENTS="codex" SCENARIOS="clean after-tool-reset" e2e/agents/run.sh   a subset
 #
 # Environment: RETRYSCOPE_E2E_CACHE (npm install prefix, default ~/.cache/retryscope-e2e),
-# RETRYSCOPE_BIN (default target/debug/retryscope), E2E_TIMEOUT (seconds per client run).
+# RETRYSCOPE_BIN (default: target/debug/retryscope, built first), E2E_TIMEOUT (seconds per
+# client run).
 # The last line is `N passed, N failed`. Exit status 1 if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,8 +26,9 @@ MODE=fresh
 case "${1:-}" in
   --record) MODE=record ;;
   --fixtures) MODE=fixtures ;;
+  --record-otlp) MODE=otlp ;;
   "") ;;
-  *) echo "usage: $0 [--record|--fixtures]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--record|--fixtures|--record-otlp]" >&2; exit 2 ;;
 esac
 ALL_CLIENTS="gemini-cli claude-code codex"
 ALL_SCENARIOS="clean start-status start-error after-tool-reset after-tool-eof after-tool-error mid-word-reset mid-word-eof mid-word-error before-finish-reset before-finish-eof before-finish-error"
@@ -54,6 +58,18 @@ install_clients() {
   done
 }
 
+if [ "$MODE" = otlp ]; then
+  install_clients || exit 1
+  for c in $CLIENTS; do
+    for s in clean after-tool-reset; do
+      rm -rf "$ROOT/tests/fixtures/agents/$c/otlp-$s"
+      python3 "$HERE/record.py" --client "$c" --scenario "$s" --otlp \
+        --bin-dir "$CACHE/node_modules/.bin" --out "$ROOT/tests/fixtures/agents/$c/otlp-$s" \
+        --timeout "$TIMEOUT" || echo "$c otlp-$s: recording failed"
+    done
+  done
+  exit 0
+fi
 if [ "$MODE" = fixtures ]; then
   OUT=$ROOT/tests/fixtures/agents
 else
@@ -80,10 +96,11 @@ else
   for p in "${pids[@]}"; do wait "$p"; done
 fi
 
-if [ ! -x "$BIN" ]; then
-  echo "building retryscope"
-  cargo build --quiet || { echo "0 passed, 1 failed"; exit 1; }
+if [ -z "${RETRYSCOPE_BIN:-}" ]; then
+  # the default binary is built from this tree (a no-op when it is up to date)
+  cargo build --quiet --bin retryscope || { echo "0 passed, 1 failed"; exit 1; }
 fi
+[ -x "$BIN" ] || { echo "no retryscope binary at $BIN"; echo "0 passed, 1 failed"; exit 1; }
 args=()
 for c in $CLIENTS; do
   for s in $SCENARIOS; do

@@ -1,4 +1,4 @@
-"""Small helpers shared by the provider mocks: SSE framing and request inspection."""
+"""Small helpers shared by the provider mocks: SSE framing and argument fragments."""
 
 import json
 
@@ -13,7 +13,3 @@ def split_args(s):
     """A JSON argument string in two fragments, as providers stream them."""
     mid = max(1, len(s) // 2)
     return [s[:mid], s[mid:]]
-
-
-def script_text(script):
-    return "".join(script["before"]) + "".join(script["after"])
