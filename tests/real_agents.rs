@@ -20,12 +20,14 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/agents")
 }
 
-fn scenarios(client: &str) -> Vec<PathBuf> {
+/// The recordings of `client` that hold `file` (gemini-cli's `otlp-*` runs export their
+/// telemetry over OTLP instead of to an outfile).
+fn scenarios_with(client: &str, file: &str) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(root().join(client))
         .unwrap_or_else(|e| panic!("{client}: {e}"))
         .flatten()
         .map(|d| d.path())
-        .filter(|p| p.join("truth.json").is_file())
+        .filter(|p| p.join("truth.json").is_file() && p.join(file).is_file())
         .collect();
     dirs.sort();
     assert!(!dirs.is_empty(), "no recordings for {client}");
@@ -160,7 +162,7 @@ fn check_reports(dir: &Path, rs: &[TurnReport], ids: bool, sees_output: bool) {
 
 #[test]
 fn claude_code_stream_json_matches_ground_truth() {
-    for dir in scenarios("claude-code") {
+    for dir in scenarios_with("claude-code", "stream.jsonl") {
         check_scenario(&dir, "stream.jsonl", Format::ClaudeCode, true);
     }
 }
@@ -168,7 +170,7 @@ fn claude_code_stream_json_matches_ground_truth() {
 #[test]
 fn codex_exec_json_matches_ground_truth() {
     // `codex exec --json` names calls by item id (`item_2`), not by the provider's call id.
-    for dir in scenarios("codex") {
+    for dir in scenarios_with("codex", "exec.jsonl") {
         check_scenario(&dir, "exec.jsonl", Format::CodexExec, false);
     }
 }
@@ -177,7 +179,7 @@ fn codex_exec_json_matches_ground_truth() {
 fn gemini_cli_telemetry_outfile_matches_ground_truth() {
     // The telemetry alone: the abandoned attempt's response is never logged, so its call is
     // known only by the execution's tool and arguments (no provider id to compare).
-    for dir in scenarios("gemini-cli") {
+    for dir in scenarios_with("gemini-cli", "telemetry.log") {
         check_scenario(&dir, "telemetry.log", Format::GeminiCliTelemetry, false);
     }
 }
@@ -186,7 +188,7 @@ fn gemini_cli_telemetry_outfile_matches_ground_truth() {
 fn gemini_cli_telemetry_joined_with_stream_json_matches_ground_truth() {
     // Joined: the telemetry's attempts, the stream-json's deltas, calls (with ids) and
     // executions; the spliced text the user saw is found from the stream-json's output.
-    for dir in scenarios("gemini-cli") {
+    for dir in scenarios_with("gemini-cli", "telemetry.log") {
         let mut joiner = SessionJoiner::default();
         for (file, want, source) in [
             (
@@ -216,7 +218,7 @@ fn gemini_cli_telemetry_joined_with_stream_json_matches_ground_truth() {
 fn gemini_cli_stream_json_alone_is_readable_but_blind_to_retries() {
     // Without the telemetry a retry leaves no trace: one attempt per model call, every call
     // attributed to it. Still decoded without a bad line, and the clean run is clean.
-    for dir in scenarios("gemini-cli") {
+    for dir in scenarios_with("gemini-cli", "stream.jsonl") {
         let rs = reports(&dir.join("stream.jsonl"), Format::GeminiCliStreamJson);
         assert!(
             rs.iter().all(|r| r.attempts.len() == 1),
