@@ -164,6 +164,9 @@ fn agent_cli(obj: &serde_json::Map<String, Value>, ty: Option<&str>) -> Option<F
             Some(Format::GeminiCliStreamJson)
         }
         "tool_use" if obj.contains_key("tool_id") => Some(Format::GeminiCliStreamJson),
+        "message" if obj.contains_key("role") && obj.contains_key("timestamp") => {
+            Some(Format::GeminiCliStreamJson)
+        }
         "tool_result" if obj.contains_key("tool_id") => Some(Format::GeminiCliStreamJson),
         "result" if obj.contains_key("stats") => Some(Format::GeminiCliStreamJson),
         _ => None,
@@ -245,6 +248,29 @@ mod tests {
         assert_eq!(detect(codex.as_bytes()), Format::CodexExec);
         let gemini = "{\"type\":\"init\",\"timestamp\":\"2026-12-02T15:53:54.007Z\",\"session_id\":\"s\",\"model\":\"auto\"}\n";
         assert_eq!(detect(gemini.as_bytes()), Format::GeminiCliStreamJson);
+        // Files that start mid-session: a delta, a Claude Code assistant line, a Codex item,
+        // a Claude Code result line whose keys do not start with `type`.
+        let starts = [
+            (
+                "{\"type\":\"message\",\"timestamp\":\"t\",\"role\":\"assistant\",\"content\":\"a\",\"delta\":true}\n",
+                Format::GeminiCliStreamJson,
+            ),
+            (
+                "{\"type\":\"assistant\",\"message\":{},\"session_id\":\"s\"}\n",
+                Format::ClaudeCode,
+            ),
+            (
+                "{\"duration_api_ms\":1,\"type\":\"result\",\"session_id\":\"s\"}\n",
+                Format::ClaudeCode,
+            ),
+            (
+                "{\"type\":\"item.completed\",\"item\":{\"id\":\"item_0\",\"type\":\"error\"}}\n",
+                Format::CodexExec,
+            ),
+        ];
+        for (head, want) in starts {
+            assert_eq!(detect(head.as_bytes()), want, "{head}");
+        }
     }
 
     #[test]
