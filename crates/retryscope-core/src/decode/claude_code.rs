@@ -424,3 +424,57 @@ impl StreamDecoder for Decoder {
         self.skips
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::Format;
+    use super::super::provider::stream_decoder;
+    use super::*;
+
+    fn decode(lines: &[&str]) -> (Vec<Event<'static>>, usize, SkipCounts) {
+        let mut d = stream_decoder(Format::ClaudeCode, "x").expect("decoder");
+        let mut out = Vec::new();
+        let bad = lines
+            .iter()
+            .filter(|l| d.push_line(l.as_bytes(), &mut out).is_err())
+            .count();
+        d.finish(&mut out);
+        (out, bad, d.skips())
+    }
+
+    #[test]
+    fn an_execution_between_blocks_ran_early_one_after_the_last_block_after_the_finish() {
+        let a = |text: &str| {
+            format!(
+                r#"{{"type":"assistant","message":{{"id":"msg_1","model":"m","content":[{text}],"stop_reason":null,"usage":{{"input_tokens":9,"output_tokens":1}}}},"session_id":"s"}}"#
+            )
+        };
+        let tool = a(r#"{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"x"}}"#);
+        let more = a(r#"{"type":"text","text":"more"}"#);
+        let result = r#"{"type":"user","message":{"role":"user","content":[{"tool_use_id":"toolu_1","type":"tool_result","content":"","is_error":false}]},"session_id":"s"}"#;
+        let next = r#"{"type":"assistant","message":{"id":"msg_2","model":"m","content":[{"type":"text","text":"done"}]},"session_id":"s"}"#;
+        let kinds = |evs: &[Event<'static>]| -> Vec<&'static str> {
+            evs.iter().map(|e| e.kind.type_name()).collect()
+        };
+        // Result after the last block: the message finished first.
+        let (evs, bad, _) = decode(&[&tool, result, next]);
+        assert_eq!(bad, 0);
+        let k = kinds(&evs);
+        let finish = k.iter().position(|k| *k == "finish").expect("finish");
+        let exec = k.iter().position(|k| *k == "tool_exec").expect("exec");
+        assert!(finish < exec, "{k:?}");
+        // Result, then another block of the same message: it ran before the finish.
+        let (evs, _, _) = decode(&[&tool, result, &more, next]);
+        let k = kinds(&evs);
+        let finish = k.iter().position(|k| *k == "finish").expect("finish");
+        let exec = k.iter().position(|k| *k == "tool_exec").expect("exec");
+        assert!(exec < finish, "{k:?}");
+    }
+
+    #[test]
+    fn bad_lines_are_errors_and_unknown_types_are_counted() {
+        let (_, bad, skips) = decode(&["not json", "{\"type\":", r#"{"type":"telepathy"}"#, ""]);
+        assert_eq!(bad, 2);
+        assert_eq!(skips.unknown_types, 1);
+    }
+}

@@ -278,3 +278,48 @@ impl StreamDecoder for Decoder {
         self.skips
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::Format;
+    use super::super::provider::stream_decoder;
+    use super::*;
+
+    fn decode(lines: &[&str]) -> (Vec<(String, &'static str, Option<u32>)>, usize) {
+        let mut d = stream_decoder(Format::CodexExec, "x").expect("decoder");
+        let mut out = Vec::new();
+        let bad = lines
+            .iter()
+            .filter(|l| d.push_line(l.as_bytes(), &mut out).is_err())
+            .count();
+        d.finish(&mut out);
+        let evs = out
+            .iter()
+            .map(|e| (e.turn.to_string(), e.kind.type_name(), e.attempt))
+            .collect();
+        (evs, bad)
+    }
+
+    const START: &str = r#"{"type":"thread.started","thread_id":"t"}"#;
+    const TURN: &str = r#"{"type":"turn.started"}"#;
+    const RECONNECT: &str = r#"{"type":"error","message":"Reconnecting... 1/5 (stream disconnected before completion: x)"}"#;
+    const MSG: &str =
+        r#"{"type":"item.completed","item":{"id":"item_1","type":"agent_message","text":"hi"}}"#;
+    const DONE: &str = r#"{"type":"turn.completed","usage":{"input_tokens":9,"output_tokens":2}}"#;
+
+    #[test]
+    fn a_stream_error_before_any_item_is_a_retry_after_items_the_next_call() {
+        let (evs, bad) = decode(&[START, TURN, RECONNECT, MSG, DONE]);
+        assert_eq!(bad, 0);
+        assert!(evs.contains(&("t".to_owned(), "retry", Some(1))), "{evs:?}");
+        let (evs, _) = decode(&[START, TURN, MSG, RECONNECT, MSG, DONE]);
+        assert!(evs.iter().any(|e| e.0 == "t#2"), "{evs:?}");
+        assert!(!evs.iter().any(|e| e.1 == "retry"), "{evs:?}");
+    }
+
+    #[test]
+    fn bad_lines_are_errors() {
+        let (_, bad) = decode(&[START, "{oops", "[]", r#"{"type":"item.completed"}"#]);
+        assert_eq!(bad, 2);
+    }
+}
