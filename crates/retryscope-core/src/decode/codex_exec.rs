@@ -283,9 +283,11 @@ impl StreamDecoder for Decoder {
 mod tests {
     use super::super::Format;
     use super::super::provider::stream_decoder;
-    use super::*;
 
-    fn decode(lines: &[&str]) -> (Vec<(String, &'static str, Option<u32>)>, usize) {
+    /// (turn, event type, attempt) of each event.
+    type Seen = Vec<(String, &'static str, Option<u32>)>;
+
+    fn decode(lines: &[&str]) -> (Seen, usize) {
         let mut d = stream_decoder(Format::CodexExec, "x").expect("decoder");
         let mut out = Vec::new();
         let bad = lines
