@@ -8,12 +8,13 @@
 //! model call being streamed failed).
 //!
 //! Turns: one per model call: `<thread_id>`, then `<thread_id>#2`, ... Codex does not mark
-//! where one model call ends and the next begins, so a Codex turn is one call unless a stream
-//! error splits it: after the error, a call that had already produced items (Codex keeps and
-//! runs them) is over and what follows is the next call; a call that had produced nothing is
-//! retried (the next attempt of the same turn). `turn.completed` finishes the current call;
-//! its usage (the whole Codex turn's) is billed to it. Items carry no call ids: the item id
-//! stands in.
+//! where one model call ends and the next begins. Two things show it: a stream error (after
+//! it, a call that had already produced items, which Codex keeps and runs, is over and what
+//! follows is the next call; a call that had produced nothing is retried, the next attempt of
+//! the same turn); and a call that ran a tool is always followed by another call, whose
+//! answer is the last message before `turn.completed`. `turn.completed` finishes the current
+//! call; its usage (the completed responses' total) is billed to it. Items carry no call ids:
+//! the item id stands in.
 
 use std::borrow::Cow;
 
@@ -32,6 +33,11 @@ pub struct Decoder {
     attempt: u32,
     /// Items the current model call produced.
     items: u32,
+    /// The current call ran a tool (so another model call follows it).
+    ran_tool: bool,
+    /// The latest agent message, held: when the Codex turn completes right after it and the
+    /// call before it ran a tool, it is the next model call's answer.
+    pending: Option<String>,
     errored: bool,
     skips: SkipCounts,
 }
@@ -121,6 +127,7 @@ impl Decoder {
         });
         self.attempt = 0;
         self.items = 0;
+        self.ran_tool = false;
         self.errored = false;
         self.emit(
             out,
@@ -134,6 +141,20 @@ impl Decoder {
         );
     }
 
+    /// The held message belongs to the current call after all.
+    fn flush_pending(&mut self, out: &mut Vec<Event<'static>>) {
+        if let Some(text) = self.pending.take()
+            && !text.is_empty()
+        {
+            self.emit(
+                out,
+                EventKind::Text {
+                    text: Cow::Owned(text),
+                },
+            );
+        }
+    }
+
     fn item(&mut self, v: &Value, completed: bool, out: &mut Vec<Event<'static>>) {
         let Some(item) = v.get("item") else {
             self.skips.unknown_fields += 1;
@@ -143,11 +164,9 @@ impl Decoder {
         match s(item, "type") {
             Some("agent_message") if completed => {
                 self.ensure_call(out);
+                self.flush_pending(out);
                 self.items += 1;
-                let text = s(item, "text").unwrap_or("");
-                if !text.is_empty() {
-                    self.emit(out, EventKind::Text { text: owned(text) });
-                }
+                self.pending = Some(s(item, "text").unwrap_or("").to_owned());
             }
             // Client-side notices (e.g. missing model metadata) and reasoning summaries.
             Some("error" | "reasoning" | "todo_list" | "agent_message") => {}
@@ -157,7 +176,9 @@ impl Decoder {
                     return;
                 };
                 self.ensure_call(out);
+                self.flush_pending(out);
                 self.items += 1;
+                self.ran_tool = true;
                 // A tool item may be reported completed without a start (e.g. a file change).
                 self.emit(
                     out,
@@ -203,6 +224,8 @@ impl Decoder {
             }
             Some("error") => {
                 self.ensure_call(out);
+                // A message shown before the break belongs to the broken call.
+                self.flush_pending(out);
                 let message = s(v, "message").unwrap_or("").to_owned();
                 self.emit(
                     out,
@@ -215,6 +238,18 @@ impl Decoder {
             }
             Some("turn.completed") => {
                 self.ensure_call(out);
+                if self.ran_tool && !self.errored && self.pending.is_some() {
+                    // The call that ran a tool finished; its follow-up call gave the answer.
+                    self.emit(
+                        out,
+                        EventKind::Finish {
+                            reason: Cow::Borrowed("completed"),
+                        },
+                    );
+                    self.end_turn(out);
+                    self.ensure_call(out);
+                }
+                self.flush_pending(out);
                 if let Some(u) = v.get("usage") {
                     let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
                     let usage = Usage {
@@ -236,6 +271,7 @@ impl Decoder {
             }
             Some("turn.failed") => {
                 self.ensure_call(out);
+                self.flush_pending(out);
                 let err = v.get("error");
                 let message = err
                     .and_then(|e| s(e, "message"))
@@ -272,7 +308,10 @@ impl StreamDecoder for Decoder {
         Ok(())
     }
 
-    fn finish(&mut self, _out: &mut Vec<Event<'static>>) {}
+    fn finish(&mut self, out: &mut Vec<Event<'static>>) {
+        // Cut before `turn.completed`: a held message was shown by the call being streamed.
+        self.flush_pending(out);
+    }
 
     fn skips(&self) -> SkipCounts {
         self.skips
