@@ -33,6 +33,7 @@ import sys
 CLIENT_FILES = {
     "gemini-cli": ["telemetry.log", "stream.jsonl"],
     "claude-code": ["stream.jsonl"],
+    "claude-code-partial": ["stream.jsonl"],
     "codex": ["exec.jsonl"],
 }
 
@@ -81,7 +82,7 @@ def failure_signals(client, files):
     n = 0
     for path in files:
         text = open(path, encoding="utf-8", errors="replace").read()
-        if client == "claude-code":
+        if client.startswith("claude-code"):
             n += text.count('"subtype":"api_retry"') + text.count('"is_api_error_message":true')
         elif client == "codex":
             n += sum(1 for line in text.splitlines() if line.startswith('{"type":"error"'))
@@ -90,15 +91,17 @@ def failure_signals(client, files):
     return n
 
 
-def expected_attempts(truth, signals):
-    """The main requests an output can show: all, except content-less failed attempts beyond
-    what the client's failure signals account for."""
+def expected_attempts(truth, signals, output_text=""):
+    """The main requests an output can show: all, except content-less failed attempts whose
+    ids (message or response id) the output never names, beyond what the client's failure
+    signals account for."""
     main = truth["main_requests"]
     unfinished = [r for r in main if not r["finished"]]
     invisible = max(0, len(unfinished) - signals)
     out = []
     for r in main:
-        if invisible and not r["finished"] and not r.get("content_delivered", True):
+        named = any(isinstance(v, str) and v in output_text for v in (r.get("ids") or {}).values())
+        if invisible and not r["finished"] and not r.get("content_delivered", True) and not named:
             invisible -= 1
             continue
         out.append(r)
@@ -150,7 +153,8 @@ def check_dir(binary, d):
     res("readable", ok, f"exit {rc}, turns {(summary or {}).get('turns')}, bad lines {bad}"
         + (f", stderr: {stderr.strip()[:200]}" if stderr.strip() and not ok else ""))
 
-    main = expected_attempts(truth, failure_signals(client, files))
+    output_text = "".join(open(f, encoding="utf-8", errors="replace").read() for f in files)
+    main = expected_attempts(truth, failure_signals(client, files), output_text)
     hidden = len(truth["main_requests"]) - len(main)
     attempts = ordered_attempts(turns)
     want_unfinished = sum(1 for r in main if not r["finished"])

@@ -2,7 +2,7 @@
 """Runs one real client headless against the local mock for one scenario and saves what the
 client wrote plus the ground truth (truth.json) into an output folder.
 
-  record.py --client gemini-cli|claude-code|codex --scenario clean|<point>-<mode> \
+  record.py --client gemini-cli|claude-code|claude-code-partial|codex --scenario clean|<point>-<mode> \
             --bin-dir CACHE/node_modules/.bin --out DIR [--timeout 90]
 
 Each run gets a fresh temporary HOME, work folder and marker folder, so nothing leaks between
@@ -11,6 +11,7 @@ runs. The client only ever talks to the mock on 127.0.0.1.
 Files written to --out (what the client itself wrote is never edited):
   gemini-cli:  stream.jsonl (stdout of `-o stream-json`), telemetry.log (telemetry outfile)
   claude-code: stream.jsonl (stdout of `-p --output-format stream-json --verbose`)
+  claude-code-partial: the same with `--include-partial-messages` (raw stream events too)
   codex:       exec.jsonl (stdout of `codex exec --json`)
   all:         stderr.txt (the client's stderr), mock-log.jsonl (every request the mock
                served), truth.json (see build_truth)
@@ -28,8 +29,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROMPT = "Create the marker file."
-PROVIDER = {"gemini-cli": "gemini", "claude-code": "anthropic", "codex": "openai"}
-VERSIONS = {"gemini-cli": "0.61.0", "claude-code": "2.1.328", "codex": "0.169.0"}
+PROVIDER = {"gemini-cli": "gemini", "claude-code": "anthropic", "claude-code-partial": "anthropic",
+            "codex": "openai"}
+VERSIONS = {"gemini-cli": "0.61.0", "claude-code": "2.1.328", "claude-code-partial": "2.1.328",
+            "codex": "0.169.0"}
 
 
 def start_mock(provider, scenario, tmp, extra_env=None):
@@ -72,7 +75,7 @@ def setup_client(client, home, port, tmp, otlp=None):
             json.dump(settings, f, indent=2)
         env.update(GOOGLE_GEMINI_BASE_URL=base, GEMINI_API_KEY="mock-key")
         return ["gemini", "-o", "stream-json", "--yolo", "-p", PROMPT], env, "stream.jsonl"
-    if client == "claude-code":
+    if client in ("claude-code", "claude-code-partial"):
         env.update(ANTHROPIC_BASE_URL=base, ANTHROPIC_API_KEY="sk-ant-mock",
                    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1")
         if otlp:
@@ -82,8 +85,12 @@ def setup_client(client, home, port, tmp, otlp=None):
                        OTEL_LOG_USER_PROMPTS="1", OTEL_LOG_TOOL_DETAILS="1",
                        OTEL_METRIC_EXPORT_INTERVAL="1000", OTEL_LOGS_EXPORT_INTERVAL="500",
                        CLAUDE_CODE_ENHANCED_TELEMETRY_BETA="1")
-        return ["claude", "-p", PROMPT, "--output-format", "stream-json", "--verbose",
-                "--allowedTools", "Bash"], env, "stream.jsonl"
+        argv = ["claude", "-p", PROMPT, "--output-format", "stream-json", "--verbose",
+                "--allowedTools", "Bash"]
+        if client == "claude-code-partial":
+            # also print every raw stream event (message_start, ..., message_stop)
+            argv.append("--include-partial-messages")
+        return argv, env, "stream.jsonl"
     if client == "codex":
         os.makedirs(os.path.join(home, ".codex"), exist_ok=True)
         cfg = [
@@ -199,7 +206,7 @@ def visible_text(client, out):
             continue
         if client == "gemini-cli" and r.get("type") == "message" and r.get("role") == "assistant":
             parts.append(str(r.get("content") or ""))
-        elif client == "claude-code" and r.get("type") == "assistant":
+        elif client.startswith("claude-code") and r.get("type") == "assistant":
             for b in (r.get("message") or {}).get("content") or []:
                 if isinstance(b, dict) and b.get("type") == "text":
                     parts.append(b.get("text") or "")

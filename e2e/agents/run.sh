@@ -30,7 +30,7 @@ case "${1:-}" in
   "") ;;
   *) echo "usage: $0 [--record|--fixtures|--record-otlp]" >&2; exit 2 ;;
 esac
-ALL_CLIENTS="gemini-cli claude-code codex"
+ALL_CLIENTS="gemini-cli claude-code claude-code-partial codex"
 ALL_SCENARIOS="clean start-status start-error after-tool-reset after-tool-eof after-tool-error mid-word-reset mid-word-eof mid-word-error before-finish-reset before-finish-eof before-finish-error"
 CLIENTS=${CLIENTS:-$ALL_CLIENTS}
 SCENARIOS=${SCENARIOS:-$ALL_SCENARIOS}
@@ -61,6 +61,7 @@ install_clients() {
 if [ "$MODE" = otlp ]; then
   install_clients || exit 1
   for c in $CLIENTS; do
+    [ "$c" = claude-code-partial ] && continue # same telemetry as claude-code
     for s in clean after-tool-reset; do
       rm -rf "$ROOT/tests/fixtures/agents/$c/otlp-$s"
       python3 "$HERE/record.py" --client "$c" --scenario "$s" --otlp \

@@ -59,6 +59,14 @@ class ExpectedAttempts(unittest.TestCase):
         self.assertEqual(len(expect.expected_attempts(t, signals=0)), 2)
         self.assertEqual(len(expect.expected_attempts(t, signals=1)), 3)
 
+    def test_contentless_attempt_named_in_the_output_is_expected(self):
+        first = req(1, 1, finished=False, retried=True, content=False)
+        first["ids"] = {"message_id": "msg_1"}
+        t = {"main_requests": [first, req(1, 2), req(2)]}
+        out = '{"type":"stream_event","event":{"type":"message_start","message":{"id":"msg_1"}}}'
+        self.assertEqual(len(expect.expected_attempts(t, 0, out)), 3)
+        self.assertEqual(len(expect.expected_attempts(t, 0, "")), 2)
+
     def test_cut_attempt_with_content_is_always_expected(self):
         t = {"main_requests": [req(1, 1, finished=False, content=True), req(2)]}
         self.assertEqual(len(expect.expected_attempts(t, signals=0)), 2)
