@@ -230,3 +230,12 @@ fn gemini_cli_stream_json_alone_is_readable_but_blind_to_retries() {
         }
     }
 }
+
+#[test]
+fn claude_code_with_partial_messages_matches_ground_truth() {
+    // `--include-partial-messages` shows every attempt's message_start (the silent retry of
+    // start-error too), the real stop reason and the exact finish or cut.
+    for dir in scenarios_with("claude-code-partial", "stream.jsonl") {
+        check_scenario(&dir, "stream.jsonl", Format::ClaudeCode, true);
+    }
+}

@@ -6,7 +6,12 @@
 //! block arrives as its own line with `stop_reason: null`), the synthetic "API Error"
 //! assistant message (`model: "<synthetic>"` or an `error` field: the call failed),
 //! `user` `tool_result` blocks (executions, by `tool_use_id`), `result` (the last call's
-//! `stop_reason`, the end of the session's turn).
+//! `stop_reason`, the end of the session's turn), and with `--include-partial-messages` the
+//! `stream_event` lines: each attempt's `message_start` (also one that delivered nothing),
+//! `message_delta`'s stop reason, `message_stop` (the exact finish), and the synthetic
+//! `message_stop` with `abandoned_blocks` that marks a cut. A call that failed before any of
+//! its tool uses ran is retried: the next message is its next attempt, announced by
+//! `system/api_retry` or not.
 //!
 //! Turns: one per model call: `<session_id>`, then `<session_id>#2`, ... A retried call keeps
 //! its turn and becomes its next attempt. A call is finished when the next call starts or the
@@ -38,6 +43,10 @@ struct Call {
     errored: bool,
     /// Finished (a later call or the result came with no error).
     done: bool,
+    /// Executions of this call's tool uses seen so far.
+    results: u32,
+    /// `stop_reason` of a `message_delta` stream event (`--include-partial-messages`).
+    stop_reason: Option<String>,
     /// Executions seen after the message's latest block, not yet placed.
     held: Vec<Event<'static>>,
 }
@@ -266,6 +275,61 @@ impl Decoder {
         }
     }
 
+    /// A raw stream event (`--include-partial-messages`): exact attempt starts, stop reasons
+    /// and finishes, and cuts (a synthetic `message_stop` with `abandoned_blocks`). Text and
+    /// calls still come from the `assistant` lines.
+    fn stream_event(&mut self, v: &Value, ts: Option<TimestampMs>, out: &mut Vec<Event<'static>>) {
+        let Some(event) = v.get("event") else {
+            self.skips.unknown_fields += 1;
+            return;
+        };
+        match s(event, "type") {
+            Some("message_start") => {
+                let msg = event.get("message");
+                let id = msg.and_then(|m| s(m, "id")).unwrap_or("").to_owned();
+                let model = msg.and_then(|m| s(m, "model")).unwrap_or("").to_owned();
+                if !self.call.as_ref().is_some_and(|c| c.msg_id == id) {
+                    self.new_call(id, &model, ts, out);
+                }
+            }
+            Some("message_delta") => {
+                let reason = event
+                    .get("delta")
+                    .and_then(|d| s(d, "stop_reason"))
+                    .map(str::to_owned);
+                if let Some(c) = &mut self.call {
+                    c.stop_reason = reason.or(c.stop_reason.take());
+                }
+            }
+            Some("message_stop") => {
+                // Executions logged so far ran before the stop.
+                self.flush_held(out);
+                if v.get("abandoned_blocks").is_some_and(|b| !b.is_null()) {
+                    if self.call.as_ref().is_some_and(|c| !c.errored && !c.done) {
+                        self.emit_usage(out, ts);
+                        self.emit(
+                            out,
+                            ts,
+                            EventKind::Error {
+                                message: Cow::Borrowed(
+                                    "stream cut: message stopped without message_delta",
+                                ),
+                                code: Some(Cow::Borrowed("abandoned_blocks")),
+                            },
+                        );
+                    }
+                    if let Some(c) = &mut self.call {
+                        c.errored = true;
+                    }
+                } else {
+                    let reason = self.call.as_ref().and_then(|c| c.stop_reason.clone());
+                    self.finish_call(out, ts, reason.as_deref());
+                }
+            }
+            _ => {}
+        }
+    }
+
     fn new_call(
         &mut self,
         id: String,
@@ -273,7 +337,14 @@ impl Decoder {
         ts: Option<TimestampMs>,
         out: &mut Vec<Event<'static>>,
     ) {
-        if let Some(reason) = self.retry_reason.take()
+        // A call that failed before any of its tool uses ran is retried, announced or not
+        // (an in-stream error right after message_start is retried silently).
+        let silent_retry = self
+            .call
+            .as_ref()
+            .is_some_and(|c| c.errored && c.results == 0)
+            .then(|| "stream_error".to_owned());
+        if let Some(reason) = self.retry_reason.take().or(silent_retry)
             && let Some(c) = &mut self.call
         {
             // The same model call, retried.
@@ -359,6 +430,7 @@ impl Decoder {
                 },
             );
             if let Some(c) = &mut self.call {
+                c.results += 1;
                 c.held.push(exec);
             }
         }
@@ -378,6 +450,7 @@ impl Decoder {
             (Some("system"), Some("api_retry")) => self.api_retry(v, ts, out),
             (Some("system"), _) => {}
             (Some("assistant"), _) => self.assistant(v, ts, out),
+            (Some("stream_event"), _) => self.stream_event(v, ts, out),
             (Some("user"), _) => self.user(v, ts),
             (Some("result"), _) => {
                 let reason = s(v, "stop_reason");
