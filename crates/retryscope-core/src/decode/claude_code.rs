@@ -288,7 +288,7 @@ impl Decoder {
                 let msg = event.get("message");
                 let id = msg.and_then(|m| s(m, "id")).unwrap_or("").to_owned();
                 let model = msg.and_then(|m| s(m, "model")).unwrap_or("").to_owned();
-                if !self.call.as_ref().is_some_and(|c| c.msg_id == id) {
+                if self.call.as_ref().is_none_or(|c| c.msg_id != id) {
                     self.new_call(id, &model, ts, out);
                 }
             }
