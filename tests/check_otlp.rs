@@ -81,7 +81,7 @@ fn assert_naive_tree(received: &[(String, String, Span)]) -> Vec<(String, String
     let root = roots[0];
     assert_eq!(root.name, "invoke_agent help-desk");
     assert_eq!(attrs(&root.attributes)["retryscope.turn.id"], "bookstore-1");
-    assert_eq!(attrs(&root.attributes)["retryscope.findings.count"], "5");
+    assert_eq!(attrs(&root.attributes)["retryscope.findings.count"], "6");
     let children = |parent: &Span| -> Vec<&Span> {
         let mut c: Vec<&Span> = spans
             .iter()
@@ -117,7 +117,8 @@ fn assert_naive_tree(received: &[(String, String, Span)]) -> Vec<(String, String
             "duplicate_effect",
             "early_execution",
             "early_execution",
-            "spliced_text"
+            "spliced_text",
+            "unfinished_tool_executed"
         ]
     );
     let mut ids: Vec<(String, String)> = spans

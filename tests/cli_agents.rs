@@ -60,7 +60,14 @@ fn check_joins_gemini_cli_telemetry_and_stream_json_of_one_session() {
             !id.contains('#') && !id.contains('~')
         })
         .expect("the first model call");
-    assert_eq!(kinds(first), ["abandoned_tool_executed", "spliced_text"]);
+    assert_eq!(
+        kinds(first),
+        [
+            "abandoned_tool_executed",
+            "spliced_text",
+            "unfinished_tool_executed"
+        ]
+    );
     let ran: Vec<(u64, String)> = first["attempts"]
         .as_array()
         .unwrap()

@@ -75,7 +75,8 @@ fn bookstore_policies_json() {
             "duplicate_effect",
             "early_execution",
             "early_execution",
-            "spliced_text"
+            "spliced_text",
+            "unfinished_tool_executed"
         ]
     );
     assert_eq!(summary["turns"], 1);
@@ -93,7 +94,8 @@ fn bookstore_policies_json() {
             "abandoned_tool_executed",
             "duplicate_effect",
             "early_execution",
-            "early_execution"
+            "early_execution",
+            "unfinished_tool_executed"
         ]
     );
 
@@ -282,7 +284,7 @@ fn bad_lines_are_reported_counted_and_skipped_keeping_good_data() {
     assert_eq!(summary["bad_lines_by_reason"]["too_long"], 1);
     assert_eq!(summary["unknown_types"], 1);
     assert_eq!(turns.len(), 1, "the good turn survives");
-    assert_eq!(turns[0]["findings"].as_array().unwrap().len(), 5);
+    assert_eq!(turns[0]["findings"].as_array().unwrap().len(), 6);
 }
 
 #[test]
@@ -325,7 +327,7 @@ fn directories_and_stdin() {
         .unwrap();
     let out = child.wait_with_output().unwrap();
     let (turns, _) = json_lines(&out);
-    assert_eq!(finding_kinds(&turns[0]).len(), 4);
+    assert_eq!(finding_kinds(&turns[0]).len(), 5);
 }
 
 #[test]
@@ -376,7 +378,8 @@ fn retry_injection_examples() {
             "abandoned_tool_executed",
             "duplicate_effect",
             "early_execution",
-            "early_execution"
+            "early_execution",
+            "unfinished_tool_executed"
         ]
     );
     assert_eq!(

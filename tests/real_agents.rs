@@ -83,12 +83,13 @@ fn expected(truth: &Value, silent_first: bool, sees_output: bool) -> Expected {
                 continue;
             }
             ran.push(c["id"].as_str().unwrap_or("").to_owned());
+            // A call of an attempt that never finished ran: unfinished, retried or not; and
+            // abandoned too when a retry replaced the attempt.
             if !finished {
-                findings.push(if retried {
-                    FindingKind::AbandonedToolExecuted
-                } else {
-                    FindingKind::UnfinishedToolExecuted
-                });
+                findings.push(FindingKind::UnfinishedToolExecuted);
+                if retried {
+                    findings.push(FindingKind::AbandonedToolExecuted);
+                }
             }
             // Ran before its attempt finished or broke: early, unless the retry came first.
             let marker = c["marker_mtime_ms"].as_i64();

@@ -59,6 +59,7 @@ fn bookstore_naive_splices_and_refunds_twice() {
         kinds(r),
         vec![
             FindingKind::AbandonedToolExecuted,
+            FindingKind::UnfinishedToolExecuted,
             FindingKind::DuplicateEffect,
             FindingKind::SplicedText,
             FindingKind::EarlyExecution,
@@ -103,6 +104,7 @@ fn bookstore_reset_clean_text_but_refunds_twice() {
         kinds(&reports[0]),
         vec![
             FindingKind::AbandonedToolExecuted,
+            FindingKind::UnfinishedToolExecuted,
             FindingKind::DuplicateEffect,
             FindingKind::EarlyExecution,
             FindingKind::EarlyExecution,
@@ -150,9 +152,10 @@ fn execution_logged_after_the_retry_is_still_abandoned() {
 {"turn":"t","type":"finish","attempt":1,"reason":"stop"}
 "#);
     let f = &reports[0].findings;
-    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f.len(), 2, "{f:?}");
     assert_eq!(f[0].kind, FindingKind::AbandonedToolExecuted);
     assert_eq!(f[0].evidence, "executed after the attempt was abandoned");
+    assert_eq!(f[1].kind, FindingKind::UnfinishedToolExecuted);
     assert_eq!(
         f[0].effect_key.as_deref(),
         Some(reports[0].attempts[0].tool_calls[0].effect_key.as_str())
@@ -593,6 +596,16 @@ fn executions_without_call_ids_are_attributed_by_content() {
         .flat_map(|a| a.executed.iter().map(move |e| (a.attempt, e.id.as_str())))
         .collect();
     assert_eq!(ran, [(0, "g1"), (1, "g2")]);
-    assert_eq!(kinds(r), vec![FindingKind::AbandonedToolExecuted]);
-    assert_eq!(r.findings[0].call_id.as_deref(), Some("g1"));
+    assert_eq!(
+        kinds(r),
+        vec![
+            FindingKind::AbandonedToolExecuted,
+            FindingKind::UnfinishedToolExecuted
+        ]
+    );
+    assert!(
+        r.findings
+            .iter()
+            .all(|f| f.call_id.as_deref() == Some("g1"))
+    );
 }

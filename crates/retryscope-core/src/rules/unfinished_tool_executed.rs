@@ -1,15 +1,17 @@
 //! `unfinished_tool_executed` (high): a side-effecting call ran although the attempt that
-//! produced it never finished, and no retry replaced that attempt.
+//! produced it never finished (the stream was cut, failed or errored before its finish event),
+//! whether or not a retry followed.
 //!
-//! The article's rule is to hold tool calls until their attempt's finish event. When a retry
-//! follows, the unfinished attempt is abandoned and its executions are
-//! `abandoned_tool_executed` (critical, raised when the retry is seen); this rule covers the
-//! rest, so no execution is reported under both kinds:
+//! The article's rule is to hold tool calls until their attempt's finish event; this rule says
+//! the client broke it, in every case:
 //!
 //! - the attempt failed (a transport or stream error before its finish) and was not retried:
 //!   Claude Code printing "API Error" yet running the `tool_use` of the unfinished message,
 //!   Codex running a command before `response.completed` and carrying on after the reconnect;
-//! - the attempt was still open when the turn closed: the stream was cut and nothing followed.
+//! - the attempt was still open when the turn closed: the stream was cut and nothing followed;
+//! - a retry replaced the attempt: its execution is also `abandoned_tool_executed` (critical,
+//!   raised as soon as the retry is seen), which says what the retry made of it; this finding
+//!   says why it should never have run.
 //!
 //! Whether an attempt is replaced is only known when the turn closes, so the rule runs at
 //! close. Each finding carries the execution's own time, so trace sinks place it on that
@@ -24,11 +26,11 @@ pub const RULE: Rule = Rule {
     kind: FindingKind::UnfinishedToolExecuted,
     severity: Severity::High,
     scope: Scope::Tool,
-    summary: "A tool call was executed although the attempt that requested it never finished and was not retried.",
+    summary: "A tool call was executed although the attempt that requested it never finished (cut, failed or errored before its finish event).",
 };
 
 /// At close: a finding for `call` (not a read), executed at `exec_ts` from `attempt`, when
-/// that attempt ended neither completed nor abandoned.
+/// that attempt never completed.
 pub fn on_close(
     turn: &str,
     attempt: u32,
@@ -45,7 +47,8 @@ pub fn on_close(
             CloseReason::EndOfInput => "its attempt was still unfinished at end of input",
             CloseReason::Evicted => "its attempt was still unfinished when evicted",
         },
-        Outcome::Completed | Outcome::Abandoned => return None,
+        Outcome::Abandoned => "its attempt never finished (a retry replaced it)",
+        Outcome::Completed => return None,
     };
     Some(
         Finding::new(
@@ -72,7 +75,8 @@ mod tests {
         };
         let at = |o| on_close("t", 2, o, call, 100, CloseReason::TurnEnd);
         assert!(at(Outcome::Completed).is_none());
-        assert!(at(Outcome::Abandoned).is_none());
+        let f = at(Outcome::Abandoned).expect("abandoned");
+        assert!(f.evidence.contains("retry replaced"), "{}", f.evidence);
         let f = at(Outcome::Failed).expect("failed");
         assert_eq!(f.kind, FindingKind::UnfinishedToolExecuted);
         assert_eq!(
@@ -136,7 +140,7 @@ mod tests {
     }
 
     #[test]
-    fn an_abandoned_attempts_execution_is_reported_once_as_abandoned() {
+    fn an_abandoned_attempts_execution_is_abandoned_and_unfinished() {
         let turns = correlate(
             r#"
 {"turn":"t","type":"tool_call","attempt":0,"id":"a","name":"shell","args":{"c":"x"}}
@@ -152,6 +156,7 @@ mod tests {
             turns,
             [vec![
                 FindingKind::AbandonedToolExecuted,
+                FindingKind::UnfinishedToolExecuted,
                 FindingKind::EarlyExecution
             ]]
         );

@@ -262,7 +262,7 @@ fn naive_tree_attributes_events_and_statuses() {
     let (root, att0, c1, att1, c7) = (&spans[0], &spans[1], &spans[2], &spans[3], &spans[4]);
     assert_eq!(
         root.attributes,
-        expected_root_attrs(&r, 5, Some("critical"))
+        expected_root_attrs(&r, 6, Some("critical"))
     );
     assert_eq!(root.status, Status::Unset);
     assert!(root.events.is_empty());
@@ -284,7 +284,10 @@ fn naive_tree_attributes_events_and_statuses() {
     assert_eq!(c1.parent_span_id, att0.span_context.span_id());
     assert_eq!(c1.start_time, at(T0 + 1_000));
     assert_eq!(c1.attributes, exec_attrs("c1"));
-    assert_eq!(c1.status, Status::error("abandoned_tool_executed"));
+    assert_eq!(
+        c1.status,
+        Status::error("abandoned_tool_executed; unfinished_tool_executed")
+    );
     assert_eq!(
         event_summary(c1),
         vec![
@@ -306,6 +309,17 @@ fn naive_tree_attributes_events_and_statuses() {
                     "abandoned_tool_executed",
                     "critical",
                     "executed before the attempt was abandoned",
+                    0,
+                    Some("c1")
+                )
+            ),
+            (
+                FINDING_EVENT.to_owned(),
+                at(T0 + 1_000),
+                finding_attrs(
+                    "unfinished_tool_executed",
+                    "high",
+                    "executed although its attempt never finished (a retry replaced it)",
                     0,
                     Some("c1")
                 )
@@ -357,15 +371,18 @@ fn reset_has_no_splice_but_both_refunds_flagged() {
     check_common(&r, &spans);
     assert_eq!(
         spans[0].attributes,
-        expected_root_attrs(&r, 4, Some("critical"))
+        expected_root_attrs(&r, 5, Some("critical"))
     );
     assert_eq!(
         spans[1].status,
         Status::error("abandoned: ECONNRESET: connection reset by peer")
     );
     assert!(spans[1].events.is_empty());
-    assert_eq!(spans[2].status, Status::error("abandoned_tool_executed"));
-    assert_eq!(spans[2].events.len(), 2);
+    assert_eq!(
+        spans[2].status,
+        Status::error("abandoned_tool_executed; unfinished_tool_executed")
+    );
+    assert_eq!(spans[2].events.len(), 3);
     assert_eq!(spans[4].status, Status::error("duplicate_effect"));
     assert_eq!(spans[4].events.len(), 2);
 }
