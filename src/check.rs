@@ -5,6 +5,8 @@
 //! Closed turns are handed to a callback as they close (output streams, memory stays bounded);
 //! the [`Summary`] accumulates counts, findings and cost.
 
+pub mod html;
+pub mod human;
 mod parallel;
 pub mod render;
 

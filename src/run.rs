@@ -220,10 +220,7 @@ impl Engine {
         }
         // Operational span (see crate::telemetry): restore, open outputs, start sources.
         let start_span = tracing::info_span!("engine.start").entered();
-        let prices = Arc::new(match &self.cfg.prices {
-            Some(p) => PriceTable::load(p)?,
-            None => PriceTable::builtin(),
-        });
+        let prices = Arc::new(PriceTable::builtin_with(self.cfg.prices.as_deref())?);
         let ccfg = CorrelatorConfig {
             retry_cap: self.cfg.retry_cap,
             read_only_tools: self.cfg.read_only_tools.iter().cloned().collect(),

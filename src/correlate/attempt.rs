@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::intern::Sym;
 use crate::event::Usage;
-use crate::report::Outcome;
+use crate::report::{MAX_TIMELINE_MARKS, MarkKind, Outcome, TimelineMark};
 
 /// A streaming hash of a byte stream, eight bytes at a time: fragments hash exactly like
 /// their concatenation, whatever the split. Serializable, so open turns can be checkpointed.
@@ -152,6 +152,41 @@ pub struct AttemptState {
     pub execs: Vec<ExecState>,
     pub usage: Option<Usage>,
     pub usage_model: Option<Sym>,
+    /// Timeline marks, only when the correlator keeps them (boxed: one pointer otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marks: Option<Box<Marks>>,
+}
+
+/// An attempt's bounded timeline (see [`TimelineMark`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Marks {
+    pub list: Vec<TimelineMark>,
+    pub dropped: u32,
+}
+
+impl Marks {
+    /// Record an event; consecutive text events become one run.
+    pub fn push(&mut self, kind: MarkKind, ts: i64, chars: u64, call_id: Option<&str>) {
+        if kind == MarkKind::Text
+            && let Some(last) = self.list.last_mut()
+            && last.kind == MarkKind::Text
+        {
+            last.end_ms = Some(last.end_ms.unwrap_or(last.ts_ms).max(ts));
+            last.chars = Some(last.chars.unwrap_or(0) + chars);
+            return;
+        }
+        if self.list.len() >= MAX_TIMELINE_MARKS {
+            self.dropped = self.dropped.saturating_add(1);
+            return;
+        }
+        self.list.push(TimelineMark {
+            kind,
+            ts_ms: ts,
+            end_ms: None,
+            chars: (kind == MarkKind::Text).then_some(chars),
+            call_id: call_id.map(str::to_owned),
+        });
+    }
 }
 
 impl AttemptState {
@@ -172,6 +207,16 @@ impl AttemptState {
             execs: Vec::new(),
             usage: None,
             usage_model: None,
+            marks: None,
+        }
+    }
+
+    /// Put an event on the timeline when marks are kept (`keep`).
+    pub fn mark(&mut self, keep: bool, kind: MarkKind, ts: i64, chars: u64, call_id: Option<&str>) {
+        if keep {
+            self.marks
+                .get_or_insert_with(Default::default)
+                .push(kind, ts, chars, call_id);
         }
     }
 
