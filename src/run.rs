@@ -90,6 +90,8 @@ fn wall_ms() -> i64 {
 struct FileDecoders {
     format: crate::decode::Format,
     by_path: crate::fasthash::FastMap<PathBuf, Option<Box<dyn crate::decode::StreamDecoder>>>,
+    /// Line numbers of files this run read from their first byte (unknown after a resume).
+    line_numbers: crate::fasthash::FastMap<PathBuf, Option<u64>>,
 }
 
 impl FileDecoders {
@@ -97,7 +99,27 @@ impl FileDecoders {
         FileDecoders {
             format,
             by_path: Default::default(),
+            line_numbers: Default::default(),
         }
+    }
+
+    /// The 1-based number of the line ending at `end_offset`, when this run has read the file
+    /// from its start (a line starting at offset 0, also after a truncation, restarts the
+    /// count); `None` for files resumed mid-way.
+    fn line_number(&mut self, path: &std::path::Path, len: usize, end_offset: u64) -> Option<u64> {
+        // The newline, and a `\r` before it, are not in the line's bytes.
+        let starts_file = end_offset <= len as u64 + 2;
+        let slot = match self.line_numbers.get_mut(path) {
+            Some(slot) => slot,
+            None => self.line_numbers.entry(path.to_path_buf()).or_insert(None),
+        };
+        if starts_file {
+            *slot = Some(0);
+        }
+        if let Some(n) = slot {
+            *n += 1;
+        }
+        *slot
     }
 
     fn for_line(
@@ -116,7 +138,7 @@ impl FileDecoders {
                 .unwrap_or_default();
             let decoder = crate::decode::stream_decoder(format, &name);
             if decoder.is_some() {
-                tracing::info!(path = %path.display(), format = format.as_str(), "decoding a provider stream");
+                tracing::info!(path = %path.display(), format = %format.as_str(), "decoding a provider stream");
             }
             self.by_path.insert(path.to_path_buf(), decoder);
         }
@@ -157,7 +179,14 @@ impl TailerEvents for TailerReport<'_> {
     }
     fn file_rotated(&mut self, old_path: &std::path::Path, new_path: Option<&std::path::Path>) {
         self.metrics.inc_file_rotations();
-        tracing::info!(old = %old_path.display(), new = ?new_path, "file rotated; draining the old handle");
+        match new_path {
+            Some(new) => {
+                tracing::info!(old = %old_path.display(), new = %new.display(), "file rotated; draining the old handle")
+            }
+            None => {
+                tracing::info!(old = %old_path.display(), "file rotated away; draining the old handle")
+            }
+        }
     }
     fn file_truncated(&mut self, path: &std::path::Path, old_offset: u64, new_size: u64) {
         self.metrics.inc_file_truncations();
@@ -222,7 +251,7 @@ impl Engine {
         let start_span = tracing::info_span!("engine.start").entered();
         let prices = Arc::new(PriceTable::builtin_with(self.cfg.prices.as_deref())?);
         let ccfg = CorrelatorConfig {
-            retry_cap: self.cfg.retry_cap,
+            retry_cap: self.cfg.max_attempts,
             read_only_tools: self.cfg.read_only_tools.iter().cloned().collect(),
             idle_timeout_ms: Some(
                 i64::try_from(self.cfg.idle_timeout_secs.saturating_mul(1000)).unwrap_or(i64::MAX),
@@ -298,6 +327,7 @@ impl Engine {
         let mut last_tick = Instant::now();
         let mut last_checkpoint = Instant::now();
         let mut stdin_done = false;
+        let mut said_no_files = false;
         let mut file_decoders = FileDecoders::new(self.cfg.format()?);
         drop(start_span);
         ready.store(true, Ordering::SeqCst);
@@ -311,10 +341,12 @@ impl Engine {
                 let log_ref = &mut log;
                 let decoders = &mut file_decoders;
                 // Only the first bad line of a poll is kept for the (rate-limited) log.
-                let mut bad: Option<(String, String)> = None;
+                let mut bad: Option<(String, Option<u64>, u64, String)> = None;
                 let stats = t.poll(
                     &mut |line| {
                         metrics.add_events_read(SourceKind::File, 1);
+                        let number =
+                            decoders.line_number(line.path, line.bytes.len(), line.end_offset);
                         let decoder = decoders.for_line(line.path, line.bytes);
                         let result = match decoder {
                             Some(d) => pipeline_ref.stream_line(d, line.bytes, Some(now), out_ref),
@@ -323,7 +355,12 @@ impl Engine {
                         if let Some(e) = count_line(metrics, SourceKind::File, result)
                             && bad.is_none()
                         {
-                            bad = Some((line.path.display().to_string(), e.to_string()));
+                            bad = Some((
+                                line.path.display().to_string(),
+                                number,
+                                line.end_offset,
+                                e.to_string(),
+                            ));
                         }
                     },
                     &mut TailerReport {
@@ -331,13 +368,27 @@ impl Engine {
                         log: log_ref,
                     },
                 );
-                if let Some((path, err)) = bad
+                if let Some((path, number, end_offset, err)) = bad
                     && let Some(suppressed) = log.allow("bad_line")
                 {
-                    tracing::warn!(path, error = %err, suppressed, "skipped a bad line");
+                    match number {
+                        Some(line) => {
+                            tracing::warn!(path = %crate::sanitize::display(&path), line, error = %err, suppressed, "skipped a bad line")
+                        }
+                        None => {
+                            tracing::warn!(path = %crate::sanitize::display(&path), end_offset, error = %err, suppressed, "skipped a bad line")
+                        }
+                    }
                 }
                 summary.lines += stats.lines;
                 busy |= stats.throttled;
+                if t.files_watched() == 0 && !said_no_files {
+                    said_no_files = true;
+                    tracing::warn!(
+                        patterns = %crate::sanitize::display(&self.cfg.include.join(", ")),
+                        "no file matches the include patterns yet; waiting for one to appear"
+                    );
+                }
                 self.metrics.set_files_watched(t.files_watched() as u64);
                 self.metrics
                     .set_source_lag_bytes(SourceKind::File, t.lag_bytes());
@@ -348,7 +399,9 @@ impl Engine {
                     match rx.try_recv() {
                         Ok(item) => {
                             taken += 1;
-                            summary.lines += 1;
+                            if !matches!(item, FeedItem::End { .. }) {
+                                summary.lines += 1;
+                            }
                             self.feed_item(
                                 item,
                                 now,
@@ -452,14 +505,18 @@ impl Engine {
         stdin_done: &mut bool,
     ) {
         match item {
-            FeedItem::Line { feed, bytes } => {
+            FeedItem::Line {
+                feed,
+                number,
+                bytes,
+            } => {
                 let kind = feed.kind();
                 self.metrics.add_events_read(kind, 1);
                 let result = pipeline.native_line(&bytes, Some(now), out);
                 if let Some(e) = count_line(&self.metrics, kind, result)
                     && let Some(suppressed) = log.allow("bad_line")
                 {
-                    tracing::warn!(source = kind.as_str(), error = %e, suppressed, "skipped a bad line");
+                    tracing::warn!(source = %kind.as_str(), line = number, error = %e, suppressed, "skipped a bad line");
                 }
             }
             FeedItem::TooLong { feed, len } => {
@@ -468,7 +525,7 @@ impl Engine {
                     .add_bad_lines(feed.kind(), crate::decode::BadLineReason::TooLong, 1);
                 if let Some(suppressed) = log.allow("line_too_long") {
                     tracing::warn!(
-                        source = feed.kind().as_str(),
+                        source = %feed.kind().as_str(),
                         len,
                         suppressed,
                         "over-long line skipped"

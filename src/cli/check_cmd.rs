@@ -11,7 +11,7 @@ use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use retryscope::check::{self, BadLine, CheckObserver, CheckOptions, InputSpec, render};
+use retryscope::check::{self, BadLine, CheckObserver, CheckOptions, InputSpec, human, render};
 use retryscope::correlate::CorrelatorConfig;
 use retryscope::cost::PriceTable;
 use retryscope::finding::Severity;
@@ -20,6 +20,11 @@ use retryscope::sink::traces::{Protocol, TraceExportConfig, TraceSink};
 
 /// Flags of `check`.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Exit status: 0 fine; 1 a finding at or above --fail-on; 2 unusable \
+arguments or an unreadable input.\n\nAttempts are numbered as in the log's `attempt` field, \
+from 0: attempt 0 is the first try, attempt 1 the first retry."
+)]
 pub struct CheckArgs {
     /// Files, directories (read recursively) or `-` for stdin.
     #[arg(value_name = "FILE|DIR|-", required = true)]
@@ -141,11 +146,17 @@ impl Export {
         let exported = stats.spans_exported.load(Ordering::Relaxed);
         let dropped = stats.spans_dropped.load(Ordering::Relaxed);
         let failures = stats.export_failures.load(Ordering::Relaxed);
-        eprintln!("retryscope: traces: {exported} spans exported to {endpoint}, {dropped} dropped");
+        eprintln!(
+            "retryscope: traces: {} exported to {endpoint}, {} dropped",
+            human::count(exported, "span", "spans"),
+            human::thousands(dropped)
+        );
         if failures > 0 {
             eprintln!(
-                "retryscope: traces: export to {endpoint} failed ({failures} requests); \
-                 {dropped} spans were not delivered (is the collector reachable?)"
+                "retryscope: traces: export to {endpoint} failed ({}); {} not delivered (is the \
+                 collector reachable?)",
+                human::count(failures, "request", "requests"),
+                human::count(dropped, "span was", "spans were")
             );
         }
     }

@@ -63,6 +63,14 @@ impl Protocol {
             _ => None,
         }
     }
+
+    /// The `OTEL_EXPORTER_OTLP_PROTOCOL` spelling, for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Grpc => "grpc",
+            Protocol::HttpProtobuf => "http/protobuf",
+        }
+    }
 }
 
 /// Where and how to export turn traces. Export is off unless `endpoint` is set.
@@ -362,7 +370,7 @@ impl TraceSink {
         let worker = handle.spawn(worker.run());
         tracing::info!(
             endpoint = %endpoint,
-            protocol = ?cfg.protocol,
+            protocol = %cfg.protocol.as_str(),
             "exporting turn traces"
         );
         Ok(TraceSink {
