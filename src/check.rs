@@ -5,13 +5,13 @@
 //! Closed turns are handed to a callback as they close (output streams, memory stays bounded);
 //! the [`Summary`] accumulates counts, findings and cost.
 
+pub mod files;
 pub mod html;
 pub mod human;
 mod parallel;
 pub mod render;
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
@@ -162,19 +162,26 @@ impl Summary {
     }
 }
 
-/// Expand inputs: directories become their regular files, recursively, in name order.
+/// Expand inputs: directories become their regular files that look like logs (see
+/// [`files`]), recursively, in name order.
 pub fn expand_inputs(specs: &[InputSpec]) -> Vec<InputSpec> {
+    expand_inputs_listing_skipped(specs).0
+}
+
+/// [`expand_inputs`], also returning the files of directories skipped as not logs.
+pub fn expand_inputs_listing_skipped(specs: &[InputSpec]) -> (Vec<InputSpec>, Vec<PathBuf>) {
     let mut out = Vec::new();
+    let mut skipped = Vec::new();
     for spec in specs {
         match spec {
-            InputSpec::Path(p) if p.is_dir() => collect_dir(p, &mut out),
+            InputSpec::Path(p) if p.is_dir() => collect_dir(p, &mut out, &mut skipped),
             other => out.push(other.clone()),
         }
     }
-    out
+    (out, skipped)
 }
 
-fn collect_dir(dir: &Path, out: &mut Vec<InputSpec>) {
+fn collect_dir(dir: &Path, out: &mut Vec<InputSpec>, skipped: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         out.push(InputSpec::Path(dir.to_path_buf()));
         return;
@@ -183,9 +190,13 @@ fn collect_dir(dir: &Path, out: &mut Vec<InputSpec>) {
     paths.sort();
     for p in paths {
         if p.is_dir() {
-            collect_dir(&p, out);
+            collect_dir(&p, out, skipped);
         } else if p.is_file() {
-            out.push(InputSpec::Path(p));
+            if files::is_log_file(&p) {
+                out.push(InputSpec::Path(p));
+            } else {
+                skipped.push(p);
+            }
         }
     }
 }
@@ -285,7 +296,7 @@ pub fn check(
                 let format = pick_format(opts.format, &head);
                 (format, parallel::Prepared::Stdin { head })
             }),
-            InputSpec::Path(p) => File::open(p).and_then(|mut f| {
+            InputSpec::Path(p) => files::open(p).and_then(|mut f| {
                 let head = if opts.format == Format::Auto {
                     read_head(&mut f)?
                 } else {
@@ -305,7 +316,11 @@ pub fn check(
             }
         }
     }
-    let all_native = prepared.iter().all(|(_, f, _)| *f == Format::Native);
+    // Compressed inputs are read as one stream: they cannot be sharded by byte offsets.
+    let all_native = prepared.iter().all(|(_, f, p)| {
+        *f == Format::Native
+            && !matches!(p, parallel::Prepared::File { path } if files::is_gzip(path))
+    });
     let mut summary = if opts.parallel
         && all_native
         && cfg.idle_timeout_ms.is_none()
@@ -337,7 +352,7 @@ fn sequential(
             parallel::Prepared::Stdin { head } => {
                 Box::new(io::Cursor::new(head).chain(io::stdin()))
             }
-            parallel::Prepared::File { path } => match File::open(&path) {
+            parallel::Prepared::File { path } => match files::open(&path) {
                 Ok(f) => Box::new(f),
                 Err(e) => {
                     observer.unreadable(&name, &e);

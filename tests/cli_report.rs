@@ -303,3 +303,47 @@ fn html_into_a_missing_folder_fails_before_reading() {
         "retryscope: error: cannot create the HTML report /nonexistent-dir/report.html: No such file or directory (os error 2)\n"
     );
 }
+
+#[test]
+fn a_folder_contributes_its_logs_not_its_source_files() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let out = check(&["--summary", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("  inputs: 6  lines: 91  events: 91  bad lines: 0"));
+    let base = dir.to_str().unwrap();
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "retryscope: skipped 3 files in the given folders that do not look like logs (the \
+             first line is neither a JSON object nor a server-sent event): {base}/bench_check.rs, \
+             {base}/bench_run.rs, {base}/gen_log.rs\n"
+        )
+    );
+    // Named on the command line, a file is read whatever it holds.
+    let named = check(&["--summary", dir.join("gen_log.rs").to_str().unwrap()]);
+    assert!(stdout(&named).contains("bad lines: "), "{}", stdout(&named));
+    assert!(!stdout(&named).contains("bad lines: 0 "));
+}
+
+#[test]
+fn gzip_logs_are_read_like_plain_ones() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let plain = std::fs::read(example("naive.jsonl")).unwrap();
+    // A name without .gz: gzip is known by its magic bytes. Two members, as `cat a.gz b.gz`.
+    let gz_path = dir.path().join("naive.log");
+    let half = plain.len() / 2;
+    let cut = half + plain[half..].iter().position(|&b| b == b'\n').unwrap() + 1;
+    let mut bytes = Vec::new();
+    for part in [&plain[..cut], &plain[cut..]] {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(part).unwrap();
+        bytes.extend(gz.finish().unwrap());
+    }
+    std::fs::write(&gz_path, bytes).unwrap();
+    let out = check(&["--summary", gz_path.to_str().unwrap()]);
+    assert_eq!(stdout(&out), NAIVE_SUMMARY);
+    // In a folder too.
+    let out = check(&["--summary", dir.path().to_str().unwrap()]);
+    assert_eq!(stdout(&out), NAIVE_SUMMARY);
+}

@@ -293,7 +293,21 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         ..CorrelatorConfig::default()
     };
     let specs: Vec<InputSpec> = args.inputs.iter().map(|a| InputSpec::parse(a)).collect();
-    let inputs = check::expand_inputs(&specs);
+    let (inputs, skipped) = check::expand_inputs_listing_skipped(&specs);
+    if !skipped.is_empty() {
+        let shown: Vec<String> = skipped
+            .iter()
+            .take(5)
+            .map(|p| retryscope::sanitize::display(&p.display().to_string()).into_owned())
+            .collect();
+        eprintln!(
+            "retryscope: skipped {} in the given folders that do not look like logs (the first \
+             line is neither a JSON object nor a server-sent event): {}{}",
+            human::count(skipped.len() as u64, "file", "files"),
+            shown.join(", "),
+            if skipped.len() > 5 { ", …" } else { "" }
+        );
+    }
     let total = check::total_bytes(&inputs);
     let progress = (io::stderr().is_terminal() && total >= PROGRESS_MIN_BYTES).then(|| {
         let bar = ProgressBar::new(total);
