@@ -124,15 +124,19 @@ pub fn svg(r: &TurnReport) -> String {
         r#"<text class="lane-label" x="8" y="{}">findings</text>"#,
         TOP - 14.0
     );
+    // Numbers of findings at (nearly) the same place share one label: "2,5".
+    let mut labels: Vec<(f64, String)> = Vec::new();
     for (i, f) in by_severity(r).into_iter().enumerate() {
         let Some(ts) = f.ts_ms else { continue };
         let x = sc.x(ts);
+        match labels.iter_mut().find(|(lx, _)| (lx - x).abs() < 14.0) {
+            Some((_, text)) => text.push_str(&format!(",{}", i + 1)),
+            None => labels.push((x, (i + 1).to_string())),
+        }
         let _ = write!(
             s,
-            r#"<g class="finding-mark {cls}" data-kind="{kind}"><title>{num}. {sev} {kind}: {why}</title><line class="finding-guide" x1="{x:.1}" x2="{x:.1}" y1="{y1:.1}" y2="{y2:.1}"/><path d="M{x:.1} {ty:.1} l-6 -10 h12 z"/><text class="finding-num" x="{nx:.1}" y="{ny:.1}">{num}</text></g>"#,
+            r#"<g class="finding-mark {cls}" data-kind="{kind}"><title>{num}. {sev} {kind}: {why}</title><line class="finding-guide" x1="{x:.1}" x2="{x:.1}" y1="{y1:.1}" y2="{y2:.1}"/><path d="M{x:.1} {ty:.1} l-6 -10 h12 z"/></g>"#,
             num = i + 1,
-            nx = x + 8.0,
-            ny = TOP - 10.0,
             cls = severity_class(f.severity),
             kind = f.kind.as_str(),
             sev = f.severity.as_str().to_uppercase(),
@@ -140,6 +144,14 @@ pub fn svg(r: &TurnReport) -> String {
             y1 = TOP - 8.0,
             y2 = axis_y,
             ty = TOP - 8.0,
+        );
+    }
+    for (x, text) in labels {
+        let _ = write!(
+            s,
+            r#"<text class="finding-num" x="{:.1}" y="{:.1}">{text}</text>"#,
+            x + 8.0,
+            TOP - 10.0
         );
     }
     for (i, a) in r.attempts.iter().enumerate() {
