@@ -347,3 +347,40 @@ fn gzip_logs_are_read_like_plain_ones() {
     let out = check(&["--summary", dir.path().to_str().unwrap()]);
     assert_eq!(stdout(&out), NAIVE_SUMMARY);
 }
+
+/// Run `command` (a shell line) on a pseudo-terminal with `script`, returning what it printed.
+fn on_a_terminal(command: &str, no_color: Option<&str>) -> String {
+    let mut c = Command::new("script");
+    c.args(["-qec", command, "/dev/null"]).env("TERM", "xterm");
+    match no_color {
+        Some(v) => c.env("NO_COLOR", v),
+        None => c.env_remove("NO_COLOR"),
+    };
+    let out = c
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("util-linux script");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn on_a_terminal_severities_are_coloured_unless_no_color() {
+    let cmd = format!(
+        "{} check {}",
+        env!("CARGO_BIN_EXE_retryscope"),
+        example("naive.jsonl").display()
+    );
+    let coloured = on_a_terminal(&cmd, None);
+    assert!(
+        coloured.contains("\x1b[1;31mCRITICAL\x1b[0m"),
+        "{coloured:?}"
+    );
+    let plain = on_a_terminal(&cmd, Some("1"));
+    assert!(
+        plain.contains("CRITICAL abandoned_tool_executed"),
+        "{plain:?}"
+    );
+    assert!(!plain.contains('\x1b'), "{plain:?}");
+    let forced = on_a_terminal(&format!("{cmd} --color never"), None);
+    assert!(!forced.contains('\x1b'), "{forced:?}");
+}

@@ -378,3 +378,30 @@ fn os_errors_are_said_once() {
          No such file or directory (os error 2)\n"
     );
 }
+
+fn on_a_terminal(command: &str, no_color: Option<&str>) -> String {
+    let mut c = Command::new("script");
+    c.args(["-qec", command, "/dev/null"])
+        .env("TERM", "xterm")
+        .env_remove("RUST_LOG");
+    match no_color {
+        Some(v) => c.env("NO_COLOR", v),
+        None => c.env_remove("NO_COLOR"),
+    };
+    let out = c.stdin(Stdio::null()).output().expect("util-linux script");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn logs_on_a_terminal_are_coloured_unless_no_color() {
+    let cmd = format!(
+        "{} run - --exit-on-eof --metrics-addr 127.0.0.1:0 < /dev/null",
+        env!("CARGO_BIN_EXE_retryscope")
+    );
+    let coloured = on_a_terminal(&cmd, None);
+    assert!(coloured.contains("serving /metrics"), "{coloured:?}");
+    assert!(coloured.contains('\x1b'), "{coloured:?}");
+    let plain = on_a_terminal(&cmd, Some("1"));
+    assert!(plain.contains("serving /metrics"), "{plain:?}");
+    assert!(!plain.contains('\x1b'), "{plain:?}");
+}
