@@ -21,10 +21,11 @@ use std::sync::Arc;
 
 use crate::correlate::{Correlator, CorrelatorConfig, Output};
 use crate::cost::PriceTable;
-use crate::decode::{Format, StreamDecoder};
+use crate::decode::{self, Format};
 use crate::finding::{FindingKind, Severity};
+use crate::ingest::{Ingest, Note, Source};
 use crate::input::{Line, LineReader};
-use crate::pipeline::{InputCounters, Pipeline};
+use crate::pipeline::InputCounters;
 use crate::report::TurnReport;
 
 /// One input to check.
@@ -245,30 +246,28 @@ impl Default for CheckOptions {
     }
 }
 
-/// Bytes sniffed to detect an input's format.
-const SNIFF_BYTES: usize = 64 << 10;
-
 /// How often (in lines) the sequential path lets idle turns time out on its logical clock.
 const TICK_EVERY_LINES: u32 = 4096;
 
-fn stream_name(name: &str) -> String {
-    std::path::Path::new(name)
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| name.to_owned())
-}
-
-fn read_head(reader: &mut dyn Read) -> io::Result<Vec<u8>> {
-    let mut head = Vec::with_capacity(SNIFF_BYTES);
-    reader.take(SNIFF_BYTES as u64).read_to_end(&mut head)?;
-    Ok(head)
-}
-
-fn pick_format(requested: Format, head: &[u8]) -> Format {
-    match requested {
-        Format::Auto => crate::decode::detect(head),
-        explicit => explicit,
-    }
+/// Whether every input is a file in the native format: sharding needs that. Heads are sniffed
+/// with the same function the ingest path uses, so both paths agree on each input's format.
+fn all_native_files(inputs: &[InputSpec], requested: Format) -> bool {
+    inputs.iter().all(|input| match input {
+        InputSpec::Stdin => false,
+        // Compressed inputs are read as one stream: they cannot be sharded by byte offsets.
+        InputSpec::Path(p) if files::is_gzip(p) => false,
+        InputSpec::Path(_) if requested == Format::Native => true,
+        InputSpec::Path(_) if requested != Format::Auto => false,
+        InputSpec::Path(p) => {
+            let mut head = Vec::with_capacity(decode::detect::SNIFF_BYTES);
+            files::open(p)
+                .and_then(|f| {
+                    f.take(decode::detect::SNIFF_BYTES as u64)
+                        .read_to_end(&mut head)
+                })
+                .is_ok_and(|_| decode::detect(&head) == Format::Native)
+        }
+    })
 }
 
 /// Correlate `inputs` (already expanded) and return the summary.
@@ -283,77 +282,59 @@ pub fn check(
     opts: &CheckOptions,
     observer: &mut dyn CheckObserver,
 ) -> Summary {
-    // Detect every input's format first (files are reopened later; stdin keeps its head).
-    let mut prepared: Vec<(String, Format, parallel::Prepared)> = Vec::new();
-    let mut unreadable = Vec::new();
-    for input in inputs {
-        let name = match input {
-            InputSpec::Stdin => "<stdin>".to_owned(),
-            InputSpec::Path(p) => p.display().to_string(),
-        };
-        let sniffed = match input {
-            InputSpec::Stdin => read_head(&mut io::stdin().lock()).map(|head| {
-                let format = pick_format(opts.format, &head);
-                (format, parallel::Prepared::Stdin { head })
-            }),
-            InputSpec::Path(p) => files::open(p).and_then(|mut f| {
-                let head = if opts.format == Format::Auto {
-                    read_head(&mut f)?
-                } else {
-                    Vec::new()
-                };
-                Ok((
-                    pick_format(opts.format, &head),
-                    parallel::Prepared::File { path: p.clone() },
-                ))
-            }),
-        };
-        match sniffed {
-            Ok((format, p)) => prepared.push((name, format, p)),
-            Err(e) => {
-                observer.unreadable(&name, &e);
-                unreadable.push(name);
-            }
-        }
-    }
-    // Compressed inputs are read as one stream: they cannot be sharded by byte offsets.
-    let all_native = prepared.iter().all(|(_, f, p)| {
-        *f == Format::Native
-            && !matches!(p, parallel::Prepared::File { path } if files::is_gzip(path))
-    });
-    let mut summary = if opts.parallel
-        && all_native
+    if opts.parallel
         && cfg.idle_timeout_ms.is_none()
         && parallel::worthwhile(inputs, total_bytes(inputs))
+        && all_native_files(inputs, opts.format)
     {
-        let names = prepared.iter().map(|(n, _, _)| n.clone()).collect();
-        let inputs = prepared.into_iter().map(|(_, _, p)| p).collect();
+        let names = inputs.iter().map(input_name).collect();
         parallel::run(inputs, names, cfg, prices, opts.max_line_bytes, observer)
     } else {
-        sequential(prepared, Correlator::new(cfg, prices), opts, observer)
-    };
-    unreadable.extend(std::mem::take(&mut summary.unreadable_inputs));
-    summary.unreadable_inputs = unreadable;
-    summary
+        sequential(inputs, Correlator::new(cfg, prices), opts, observer)
+    }
+}
+
+fn input_name(input: &InputSpec) -> String {
+    match input {
+        InputSpec::Stdin => "<stdin>".to_owned(),
+        InputSpec::Path(p) => p.display().to_string(),
+    }
+}
+
+/// A bad line from the ingest path's notes, for the observer.
+fn collect_bad(note: Note<'_>, bad: &mut Vec<BadLine>) {
+    if let Note::Line {
+        name,
+        number,
+        outcome: Err(e),
+        ..
+    } = note
+    {
+        bad.push(BadLine {
+            input: name.to_owned(),
+            line: number,
+            reason: e.to_string(),
+        });
+    }
 }
 
 fn sequential(
-    inputs: Vec<(String, Format, parallel::Prepared)>,
+    inputs: &[InputSpec],
     correlator: Correlator,
     opts: &CheckOptions,
     observer: &mut dyn CheckObserver,
 ) -> Summary {
-    let mut pipeline = Pipeline::new(correlator);
+    let mut ingest = Ingest::new(correlator, opts.format);
     let mut summary = Summary::default();
     let mut out = Vec::new();
+    let mut bad = Vec::new();
     let mut done_bytes = 0u64;
-    for (name, format, prepared) in inputs {
-        let reader: Box<dyn Read> = match prepared {
-            parallel::Prepared::Stdin { head } => {
-                Box::new(io::Cursor::new(head).chain(io::stdin()))
-            }
-            parallel::Prepared::File { path } => match files::open(&path) {
-                Ok(f) => Box::new(f),
+    for input in inputs {
+        let name = input_name(input);
+        let (source, reader): (Source, Box<dyn Read>) = match input {
+            InputSpec::Stdin => (Source::Stdin, Box::new(io::stdin())),
+            InputSpec::Path(path) => match files::open(path) {
+                Ok(f) => (Source::File, f),
                 Err(e) => {
                     observer.unreadable(&name, &e);
                     summary.unreadable_inputs.push(name);
@@ -361,67 +342,60 @@ fn sequential(
                 }
             },
         };
-        let mut decoder: Option<Box<dyn StreamDecoder>> =
-            crate::decode::stream_decoder(format, &stream_name(&name));
+        let stream = ingest.stream(source, &name);
         summary.inputs += 1;
         let mut lines = LineReader::new(reader, opts.max_line_bytes);
         let mut since_tick = 0u32;
         loop {
-            let line = match lines.next_line() {
-                Ok(Some(line)) => line,
+            match lines.next_line() {
+                Ok(Some(Line::Complete { number, bytes })) => {
+                    ingest.line(stream, Some(number), bytes, None, &mut out, &mut |n| {
+                        collect_bad(n, &mut bad)
+                    });
+                }
+                Ok(Some(Line::TooLong { number, len })) => {
+                    ingest.too_long(stream, Some(number), len, &mut |n| collect_bad(n, &mut bad));
+                }
                 Ok(None) => break,
                 Err(e) => {
                     observer.unreadable(&name, &e);
                     summary.unreadable_inputs.push(name.clone());
                     break;
                 }
-            };
-            match line {
-                Line::Complete { number, bytes } => {
-                    let result = match decoder.as_deref_mut() {
-                        Some(d) => pipeline.stream_line(d, bytes, None, &mut out),
-                        None if bytes.iter().all(u8::is_ascii_whitespace) => continue,
-                        None => pipeline.native_line(bytes, None, &mut out),
-                    };
-                    if let Err(e) = result {
-                        observer.bad_line(&BadLine {
-                            input: name.clone(),
-                            line: number,
-                            reason: e.to_string(),
-                        });
-                    }
-                }
-                Line::TooLong { number, len } => {
-                    pipeline.too_long();
-                    observer.bad_line(&BadLine {
-                        input: name.clone(),
-                        line: number,
-                        reason: format!("too_long: line of {len} bytes skipped"),
-                    });
-                }
             }
             since_tick += 1;
             if since_tick == TICK_EVERY_LINES {
                 since_tick = 0;
-                let clock = pipeline.clock_ms();
-                pipeline.tick(clock, &mut out);
+                let clock = ingest.pipeline().clock_ms();
+                ingest.tick(clock, &mut out);
                 observer.progress(done_bytes + lines.consumed());
             }
-            if !out.is_empty() {
-                drain(&mut out, &mut summary, observer);
-            }
+            report(&mut bad, &mut out, &mut summary, observer);
         }
-        if let Some(d) = decoder.as_deref_mut() {
-            pipeline.stream_end(d, None, &mut out);
-            drain(&mut out, &mut summary, observer);
-        }
+        ingest.end(stream, None, &mut out, &mut |n| collect_bad(n, &mut bad));
+        report(&mut bad, &mut out, &mut summary, observer);
         done_bytes += lines.consumed();
         observer.progress(done_bytes);
     }
-    pipeline.close_all(&mut out);
-    drain(&mut out, &mut summary, observer);
-    summary.finish(pipeline.counters(), pipeline.correlator());
+    ingest.close_all(&mut out, &mut |n| collect_bad(n, &mut bad));
+    report(&mut bad, &mut out, &mut summary, observer);
+    summary.finish(ingest.counters(), ingest.correlator());
     summary
+}
+
+/// Hand bad lines, then closed turns, to the observer.
+fn report(
+    bad: &mut Vec<BadLine>,
+    out: &mut Vec<Output>,
+    summary: &mut Summary,
+    observer: &mut dyn CheckObserver,
+) {
+    for b in bad.drain(..) {
+        observer.bad_line(&b);
+    }
+    if !out.is_empty() {
+        drain(out, summary, observer);
+    }
 }
 
 fn drain(out: &mut Vec<Output>, summary: &mut Summary, observer: &mut dyn CheckObserver) {

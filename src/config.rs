@@ -8,52 +8,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// Where files without a checkpoint start.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ReadFromSetting {
-    /// Read existing files from their first byte.
-    #[default]
-    Beginning,
-    /// Skip what existing files already hold.
-    End,
-}
-
-impl std::str::FromStr for ReadFromSetting {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "beginning" => Ok(ReadFromSetting::Beginning),
-            "end" => Ok(ReadFromSetting::End),
-            other => Err(format!("`{other}` is not beginning or end")),
-        }
-    }
-}
-
-/// Caps on distinct label values (beyond a cap, values become `other`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct LabelLimits {
-    /// Distinct `model` values.
-    pub max_models: usize,
-    /// Distinct `provider` values.
-    pub max_providers: usize,
-    /// Distinct `tool` values.
-    pub max_tools: usize,
-    /// Distinct retry `reason` values.
-    pub max_reasons: usize,
-}
-
-impl Default for LabelLimits {
-    fn default() -> Self {
-        LabelLimits {
-            max_models: 50,
-            max_providers: 20,
-            max_tools: 100,
-            max_reasons: 30,
-        }
-    }
-}
+use crate::decode::Format;
+use crate::sink::metrics::MetricsConfig;
+use crate::sink::traces::Protocol;
+use crate::source::file::ReadFrom;
 
 /// OTLP trace export (off unless `endpoint` is set here, by flag or by environment).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,7 +20,7 @@ pub struct OtlpSettings {
     /// Collector endpoint, e.g. `http://127.0.0.1:4317` (gRPC) or `http://127.0.0.1:4318` (HTTP).
     pub endpoint: Option<String>,
     /// `grpc` or `http/protobuf`.
-    pub protocol: Option<String>,
+    pub protocol: Option<Protocol>,
     /// Extra request headers (e.g. authentication).
     pub headers: std::collections::BTreeMap<String, String>,
     /// Export timeout in seconds.
@@ -109,7 +67,7 @@ pub struct RunConfig {
     /// Glob patterns never to read (e.g. rotated copies under copytruncate).
     pub exclude: Vec<String>,
     /// Where files with no checkpoint start; files appearing later are always read whole.
-    pub read_from: ReadFromSetting,
+    pub read_from: ReadFrom,
     /// Directory for checkpoints; without it, a restart starts over.
     pub data_dir: Option<PathBuf>,
     /// Address of `/metrics`, `/healthz` and `/-/ready`.
@@ -138,9 +96,9 @@ pub struct RunConfig {
     pub prices: Option<PathBuf>,
     /// Input format of tailed files: `auto` (detected per file from its first line), `native`,
     /// or a provider format (`openai-chat`, `anthropic`, `gemini-cli-telemetry`, ...).
-    pub format: String,
+    pub format: Format,
     /// Label value caps.
-    pub labels: LabelLimits,
+    pub labels: MetricsConfig,
     /// Trace export.
     pub otlp: OtlpSettings,
     /// The demo fleet (`--demo`).
@@ -152,7 +110,7 @@ impl Default for RunConfig {
         RunConfig {
             include: Vec::new(),
             exclude: Vec::new(),
-            read_from: ReadFromSetting::Beginning,
+            read_from: ReadFrom::Beginning,
             data_dir: None,
             metrics_addr: "127.0.0.1:9464".to_owned(),
             idle_timeout_secs: 300,
@@ -165,8 +123,8 @@ impl Default for RunConfig {
             rotate_wait_secs: 5,
             findings_out: "-".to_owned(),
             prices: None,
-            format: "auto".to_owned(),
-            labels: LabelLimits::default(),
+            format: Format::Auto,
+            labels: MetricsConfig::default(),
             otlp: OtlpSettings::default(),
             demo: DemoSettings::default(),
         }
@@ -215,13 +173,6 @@ pub enum ConfigError {
 }
 
 impl RunConfig {
-    /// The configured input format.
-    pub fn format(&self) -> Result<crate::decode::Format, crate::run::RunError> {
-        self.format
-            .parse()
-            .map_err(|e: crate::decode::UnknownFormat| crate::run::RunError::Format(e.to_string()))
-    }
-
     /// Load and validate a TOML file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let name = path.display().to_string();
@@ -268,17 +219,6 @@ impl RunConfig {
                 "demo.turns_per_sec must be positive".to_owned(),
             ));
         }
-        if let Err(e) = self.format.parse::<crate::decode::Format>() {
-            return Err(ConfigError::Invalid(format!("format: {e}")));
-        }
-        if let Some(p) = &self.otlp.protocol
-            && p != "grpc"
-            && p != "http/protobuf"
-        {
-            return Err(ConfigError::Invalid(format!(
-                "otlp.protocol `{p}` is not grpc or http/protobuf"
-            )));
-        }
         Ok(())
     }
 }
@@ -318,7 +258,7 @@ retry_rate = 0.5
         )
         .unwrap();
         cfg.validate().unwrap();
-        assert_eq!(cfg.read_from, ReadFromSetting::End);
+        assert_eq!(cfg.read_from, ReadFrom::End);
         assert_eq!(cfg.labels.max_models, 10);
         assert_eq!(cfg.labels.max_tools, 100);
         assert_eq!(cfg.otlp.headers["authorization"], "Bearer x");

@@ -7,23 +7,18 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+// The core crate's modules, under the paths the rest of this crate has always used.
+pub use retryscope_core::{
+    correlate, cost, decode, effect, event, fasthash, finding, ingest, input, pipeline, report,
+    rfc3339, rules, sanitize,
+};
+
 pub mod check;
 pub mod config;
-pub mod correlate;
-pub mod cost;
-pub mod decode;
 pub mod demo;
-pub mod effect;
-pub mod event;
-pub mod fasthash;
-pub mod finding;
-pub mod input;
-pub mod pipeline;
+pub mod internal_events;
 pub mod ratelimit;
-pub mod report;
-pub mod rfc3339;
 pub mod run;
-pub mod sanitize;
 pub mod server;
 pub mod sink;
 pub mod source;

@@ -1,8 +1,26 @@
 //! Rate-limited logging of repeated errors: at most one message per key per interval, with the
 //! number suppressed since the last one.
+//!
+//! [`allow`] is the process's one limiter (10 s per key): every repeated warning goes through
+//! it, from any thread. [`RateLimitedLog`] is the mechanism, testable with a given clock.
 
 use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+/// How often one kind of warning may be logged.
+pub const INTERVAL: Duration = Duration::from_secs(10);
+
+/// `Some(suppressed)` when a warning for `key` may be logged now, with the number suppressed
+/// since the last one; `None` within [`INTERVAL`] of the last one.
+pub fn allow(key: &'static str) -> Option<u64> {
+    static LIMITER: OnceLock<Mutex<RateLimitedLog>> = OnceLock::new();
+    let limiter = LIMITER.get_or_init(|| Mutex::new(RateLimitedLog::new(INTERVAL)));
+    let mut limiter = limiter
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    limiter.allow(key)
+}
 
 /// Per-key rate limiter for log lines.
 #[derive(Debug)]

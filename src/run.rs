@@ -15,13 +15,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::config::{ReadFromSetting, RunConfig};
+use crate::config::RunConfig;
 use crate::correlate::{Correlator, CorrelatorConfig, Output};
 use crate::cost::PriceTable;
-use crate::pipeline::{LineOutcome, Pipeline};
+use crate::ingest::{Ingest, Note, Source, StreamId};
+use crate::internal_events::{
+    CheckpointFailed, CheckpointWritten, FindingWriteFailed, Ingested, InternalEvent, LineRead,
+    TailerReport,
+};
 use crate::sink::findings::FindingsSink;
-use crate::sink::metrics::{Metrics, Source as SourceKind};
-use crate::source::file::{FileTailer, FileTailerConfig, ReadFrom, TailerEvents};
+use crate::sink::metrics::Metrics;
+use crate::source::file::{FileTailer, FileTailerConfig};
 
 pub use checkpoint::{CHECKPOINT_FILE, Checkpoint};
 pub use feeds::{Feed, FeedItem};
@@ -57,9 +61,6 @@ pub enum RunError {
     /// The checkpoint's metric values do not fit this build.
     #[error("cannot restore metrics from the checkpoint: {0}")]
     MetricsRestore(String),
-    /// An unknown `format`.
-    #[error("{0}")]
-    Format(String),
     /// Nothing to read.
     #[error("no source: give files or globs, `-` for stdin, or --demo")]
     NoSource,
@@ -84,132 +85,18 @@ fn wall_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Per-file stream decoders for provider formats (native lines need none). Each file's format
-/// is the configured one, or detected from its first line. Provider decoder state is not in
-/// the checkpoint: after a restart, a provider stream resumes with a fresh decoder.
-struct FileDecoders {
-    format: crate::decode::Format,
-    by_path: crate::fasthash::FastMap<PathBuf, Option<Box<dyn crate::decode::StreamDecoder>>>,
-    /// Line numbers of files this run read from their first byte (unknown after a resume).
-    line_numbers: crate::fasthash::FastMap<PathBuf, Option<u64>>,
-}
-
-impl FileDecoders {
-    fn new(format: crate::decode::Format) -> Self {
-        FileDecoders {
-            format,
-            by_path: Default::default(),
-            line_numbers: Default::default(),
-        }
-    }
-
-    /// The 1-based number of the line ending at `end_offset`, when this run has read the file
-    /// from its start (a line starting at offset 0, also after a truncation, restarts the
-    /// count); `None` for files resumed mid-way.
-    fn line_number(&mut self, path: &std::path::Path, len: usize, end_offset: u64) -> Option<u64> {
-        // The newline, and a `\r` before it, are not in the line's bytes.
-        let starts_file = end_offset <= len as u64 + 2;
-        let slot = match self.line_numbers.get_mut(path) {
-            Some(slot) => slot,
-            None => self.line_numbers.entry(path.to_path_buf()).or_insert(None),
-        };
-        if starts_file {
-            *slot = Some(0);
-        }
-        if let Some(n) = slot {
-            *n += 1;
-        }
-        *slot
-    }
-
-    fn for_line(
-        &mut self,
-        path: &std::path::Path,
-        first_line: &[u8],
-    ) -> Option<&mut (dyn crate::decode::StreamDecoder + 'static)> {
-        if !self.by_path.contains_key(path) {
-            let format = match self.format {
-                crate::decode::Format::Auto => crate::decode::detect(first_line),
-                explicit => explicit,
-            };
-            let name = path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let decoder = crate::decode::stream_decoder(format, &name);
-            if decoder.is_some() {
-                tracing::info!(path = %path.display(), format = %format.as_str(), "decoding a provider stream");
-            }
-            self.by_path.insert(path.to_path_buf(), decoder);
-        }
-        self.by_path.get_mut(path)?.as_deref_mut()
-    }
-}
-
-/// Count a line by what became of it (an event, a skipped unknown type, a bad line); returns
-/// the error of a bad line for the caller to log.
-fn count_line(
-    metrics: &Metrics,
-    source: SourceKind,
-    result: Result<LineOutcome, crate::decode::DecodeError>,
-) -> Option<crate::decode::DecodeError> {
-    match result {
-        Ok(LineOutcome::Event) => metrics.add_events_decoded(source, 1),
-        Ok(LineOutcome::Skipped) => metrics.add_unknown_events(source, 1),
-        Err(e) => {
-            metrics.add_bad_lines(source, e.reason, 1);
-            return Some(e);
-        }
-    }
-    None
-}
-
-/// Tailer events to metrics and logs.
-struct TailerReport<'a> {
-    metrics: &'a Metrics,
-    log: &'a mut crate::ratelimit::RateLimitedLog,
-}
-
-impl TailerEvents for TailerReport<'_> {
-    fn file_added(&mut self, path: &std::path::Path, from_offset: u64) {
-        tracing::info!(path = %path.display(), from_offset, "watching file");
-    }
-    fn file_resumed(&mut self, path: &std::path::Path, offset: u64) {
-        tracing::info!(path = %path.display(), offset, "resumed file from checkpoint");
-    }
-    fn file_rotated(&mut self, old_path: &std::path::Path, new_path: Option<&std::path::Path>) {
-        self.metrics.inc_file_rotations();
-        match new_path {
-            Some(new) => {
-                tracing::info!(old = %old_path.display(), new = %new.display(), "file rotated; draining the old handle")
-            }
-            None => {
-                tracing::info!(old = %old_path.display(), "file rotated away; draining the old handle")
-            }
-        }
-    }
-    fn file_truncated(&mut self, path: &std::path::Path, old_offset: u64, new_size: u64) {
-        self.metrics.inc_file_truncations();
-        tracing::warn!(path = %path.display(), old_offset, new_size, "file truncated; reading again from the start");
-    }
-    fn file_drained_and_released(&mut self, path: &std::path::Path) {
-        tracing::info!(path = %path.display(), "rotated file drained and released");
-    }
-    fn line_too_long(&mut self, path: &std::path::Path, skipped_bytes: u64) {
-        self.metrics
-            .add_bad_lines(SourceKind::File, crate::decode::BadLineReason::TooLong, 1);
-        if let Some(suppressed) = self.log.allow("line_too_long") {
-            tracing::warn!(path = %path.display(), skipped_bytes, suppressed, "over-long line skipped");
-        }
-    }
-    fn read_error(&mut self, path: &std::path::Path, error: &std::io::Error) {
-        if let Some(suppressed) = self.log.allow("read_error") {
-            tracing::warn!(path = %path.display(), %error, suppressed, "cannot read file");
-        }
-    }
-    fn checkpoint_mismatch(&mut self, path: &std::path::Path) {
-        tracing::warn!(path = %path.display(), "checkpointed inode now holds another file; reading it from the start");
-    }
+/// Everything a checkpoint covers, owned by the engine thread between two polls: the ingest
+/// path (decoders, correlator, counters), the tailer's offsets and the findings output.
+struct Live {
+    ingest: Ingest,
+    tailer: Option<FileTailer>,
+    feed: Option<Receiver<FeedItem>>,
+    findings: FindingsSink,
+    checkpoint_path: Option<PathBuf>,
+    out: Vec<Output>,
+    summary: RunSummary,
+    /// Whether "no file matches" was said (once per run).
+    said_no_files: bool,
 }
 
 /// Everything the engine loop needs.
@@ -249,6 +136,46 @@ impl Engine {
         }
         // Operational span (see crate::telemetry): restore, open outputs, start sources.
         let start_span = tracing::info_span!("engine.start").entered();
+        let mut live = self.start(&shutdown)?;
+        drop(start_span);
+        ready.store(true, Ordering::SeqCst);
+        let poll_every = Duration::from_millis(self.cfg.poll_interval_ms);
+        let checkpoint_every = Duration::from_secs(self.cfg.checkpoint_interval_secs);
+        let mut last_tick = Instant::now();
+        let mut last_checkpoint = Instant::now();
+        while !shutdown.load(Ordering::SeqCst) {
+            let now = wall_ms();
+            let files_busy = self.poll_files(&mut live, now);
+            let (feeds_busy, stdin_ended) = self.poll_feeds(&mut live, now);
+            if stdin_ended && !self.sources.files && !self.sources.demo {
+                // stdin was the only source: its end is the end of input.
+                live.ingest
+                    .close_all(&mut live.out, &mut |n| Ingested(n).emit(&self.metrics));
+                self.deliver(&mut live);
+                if exit_on_eof {
+                    break;
+                }
+                self.sources.stdin = false;
+            }
+            if last_tick.elapsed() >= Duration::from_secs(1) {
+                last_tick = Instant::now();
+                self.tick(&mut live, now);
+            }
+            self.deliver(&mut live);
+            self.publish_stats(&live);
+            if live.checkpoint_path.is_some() && last_checkpoint.elapsed() >= checkpoint_every {
+                last_checkpoint = Instant::now();
+                self.write_checkpoint(&mut live);
+            }
+            if !files_busy && !feeds_busy {
+                std::thread::sleep(poll_every);
+            }
+        }
+        Ok((self.shut_down(live), self.traces.take()))
+    }
+
+    /// Restore the checkpoint (if any), open the findings output and start the sources.
+    fn start(&self, shutdown: &Arc<AtomicBool>) -> Result<Live, RunError> {
         let prices = Arc::new(PriceTable::builtin_with(self.cfg.prices.as_deref())?);
         let ccfg = CorrelatorConfig {
             retry_cap: self.cfg.max_attempts,
@@ -266,7 +193,8 @@ impl Engine {
             Some(path) => Checkpoint::load(path)?,
             None => None,
         };
-        let (mut pipeline, file_checkpoints, findings_offset) = match restored {
+        let format = self.cfg.format;
+        let (ingest, file_checkpoints, findings_offset) = match restored {
             Some(cp) => {
                 tracing::info!(
                     open_turns = cp.open_turns(),
@@ -276,32 +204,32 @@ impl Engine {
                 self.metrics
                     .restore(&cp.metrics)
                     .map_err(|e| RunError::MetricsRestore(e.to_string()))?;
-                let mut p = Pipeline::new(Correlator::restore(ccfg, prices, cp.correlator));
-                p.restore_counters(cp.counters, cp.clock_ms);
-                (p, cp.files, cp.findings_offset)
+                let mut ingest =
+                    Ingest::new(Correlator::restore(ccfg, prices, cp.correlator), format);
+                ingest
+                    .pipeline_mut()
+                    .restore_counters(cp.counters, cp.clock_ms);
+                (ingest, cp.files, cp.findings_offset)
             }
             None => (
-                Pipeline::new(Correlator::new(ccfg, prices)),
+                Ingest::new(Correlator::new(ccfg, prices), format),
                 Vec::new(),
                 None,
             ),
         };
-        let mut findings =
+        let findings =
             FindingsSink::open(&self.cfg.findings_out, findings_offset).map_err(|source| {
                 RunError::Findings {
                     target: self.cfg.findings_out.clone(),
                     source,
                 }
             })?;
-        let mut tailer = self.sources.files.then(|| {
+        let tailer = self.sources.files.then(|| {
             FileTailer::new(
                 FileTailerConfig {
                     include: self.cfg.include.clone(),
                     exclude: self.cfg.exclude.clone(),
-                    read_from: match self.cfg.read_from {
-                        ReadFromSetting::Beginning => ReadFrom::Beginning,
-                        ReadFromSetting::End => ReadFrom::End,
-                    },
+                    read_from: self.cfg.read_from,
                     max_line_bytes: self.cfg.max_line_bytes,
                     rotate_wait: Duration::from_secs(self.cfg.rotate_wait_secs),
                     ..FileTailerConfig::default()
@@ -309,251 +237,147 @@ impl Engine {
                 file_checkpoints,
             )
         });
-        let feed: Option<Receiver<FeedItem>> = if self.sources.stdin || self.sources.demo {
-            Some(feeds::start(
+        let feed = (self.sources.stdin || self.sources.demo).then(|| {
+            feeds::start(
                 self.sources.stdin,
                 self.sources.demo.then(|| self.cfg.demo.clone()),
                 self.cfg.max_line_bytes,
                 shutdown.clone(),
-            ))
-        } else {
-            None
+            )
+        });
+        Ok(Live {
+            ingest,
+            tailer,
+            feed,
+            findings,
+            checkpoint_path,
+            out: Vec::new(),
+            summary: RunSummary::default(),
+            said_no_files: false,
+        })
+    }
+
+    /// Read what the tailed files have new; `true` when there is more to read right away.
+    fn poll_files(&self, live: &mut Live, now: i64) -> bool {
+        let Live {
+            ingest,
+            tailer: Some(tailer),
+            out,
+            summary,
+            said_no_files,
+            ..
+        } = live
+        else {
+            return false;
         };
-        let mut log = crate::ratelimit::RateLimitedLog::new(Duration::from_secs(10));
-        let mut out: Vec<Output> = Vec::new();
-        let mut summary = RunSummary::default();
-        let poll_every = Duration::from_millis(self.cfg.poll_interval_ms);
-        let checkpoint_every = Duration::from_secs(self.cfg.checkpoint_interval_secs);
-        let mut last_tick = Instant::now();
-        let mut last_checkpoint = Instant::now();
-        let mut stdin_done = false;
-        let mut said_no_files = false;
-        let mut file_decoders = FileDecoders::new(self.cfg.format()?);
-        drop(start_span);
-        ready.store(true, Ordering::SeqCst);
-        while !shutdown.load(Ordering::SeqCst) {
-            let now = wall_ms();
-            let mut busy = false;
-            if let Some(t) = tailer.as_mut() {
-                let metrics = &self.metrics;
-                let pipeline_ref = &mut pipeline;
-                let out_ref = &mut out;
-                let log_ref = &mut log;
-                let decoders = &mut file_decoders;
-                // Only the first bad line of a poll is kept for the (rate-limited) log.
-                let mut bad: Option<(String, Option<u64>, u64, String)> = None;
-                let stats = t.poll(
-                    &mut |line| {
-                        metrics.add_events_read(SourceKind::File, 1);
-                        let number =
-                            decoders.line_number(line.path, line.bytes.len(), line.end_offset);
-                        let decoder = decoders.for_line(line.path, line.bytes);
-                        let result = match decoder {
-                            Some(d) => pipeline_ref.stream_line(d, line.bytes, Some(now), out_ref),
-                            None => pipeline_ref.native_line(line.bytes, Some(now), out_ref),
-                        };
-                        if let Some(e) = count_line(metrics, SourceKind::File, result)
-                            && bad.is_none()
-                        {
-                            bad = Some((
-                                line.path.display().to_string(),
-                                number,
-                                line.end_offset,
-                                e.to_string(),
-                            ));
-                        }
-                    },
-                    &mut TailerReport {
-                        metrics,
-                        log: log_ref,
-                    },
-                );
-                if let Some((path, number, end_offset, err)) = bad
-                    && let Some(suppressed) = log.allow("bad_line")
-                {
-                    match number {
-                        Some(line) => {
-                            tracing::warn!(path = %crate::sanitize::display(&path), line, error = %err, suppressed, "skipped a bad line")
-                        }
-                        None => {
-                            tracing::warn!(path = %crate::sanitize::display(&path), end_offset, error = %err, suppressed, "skipped a bad line")
-                        }
+        let metrics = &*self.metrics;
+        let mut too_long = Vec::new();
+        // One stream per path; the last path's handle is kept, since lines of one file come
+        // in runs.
+        let mut last: Option<(PathBuf, StreamId)> = None;
+        let stats = tailer.poll(
+            &mut |line| {
+                LineRead {
+                    source: Source::File,
+                }
+                .emit(metrics);
+                let stream = match &last {
+                    Some((path, id)) if path == line.path => *id,
+                    _ => {
+                        let id = ingest.stream(Source::File, &line.path.display().to_string());
+                        last = Some((line.path.to_path_buf(), id));
+                        id
                     }
-                }
-                summary.lines += stats.lines;
-                busy |= stats.throttled;
-                if t.files_watched() == 0 && !said_no_files {
-                    said_no_files = true;
-                    tracing::warn!(
-                        patterns = %crate::sanitize::display(&self.cfg.include.join(", ")),
-                        "no file matches the include patterns yet; waiting for one to appear"
-                    );
-                }
-                self.metrics.set_files_watched(t.files_watched() as u64);
-                self.metrics
-                    .set_source_lag_bytes(SourceKind::File, t.lag_bytes());
-            }
-            if let Some(rx) = &feed {
-                let mut taken = 0;
-                while taken < 10_000 {
-                    match rx.try_recv() {
-                        Ok(item) => {
-                            taken += 1;
-                            if !matches!(item, FeedItem::End { .. }) {
-                                summary.lines += 1;
-                            }
-                            self.feed_item(
-                                item,
-                                now,
-                                &mut pipeline,
-                                &mut out,
-                                &mut log,
-                                &mut stdin_done,
-                            );
-                        }
-                        Err(TryRecvError::Empty) => break,
-                        Err(TryRecvError::Disconnected) => {
-                            stdin_done = self.sources.stdin;
-                            break;
-                        }
-                    }
-                }
-                busy |= taken == 10_000;
-            }
-            if stdin_done && !self.sources.files && !self.sources.demo {
-                // stdin was the only source: its end is the end of input.
-                pipeline.close_all(&mut out);
-                self.deliver(&mut out, &mut findings, &mut log);
-                if exit_on_eof {
+                };
+                ingest.line(stream, None, line.bytes, Some(now), out, &mut |n| {
+                    Ingested(n).emit(metrics)
+                });
+            },
+            &mut TailerReport {
+                metrics,
+                too_long: &mut too_long,
+            },
+        );
+        for (path, len) in too_long {
+            let stream = ingest.stream(Source::File, &path.display().to_string());
+            ingest.too_long(stream, None, len, &mut |n| Ingested(n).emit(metrics));
+        }
+        summary.lines += stats.lines;
+        if tailer.files_watched() == 0 && !*said_no_files {
+            *said_no_files = true;
+            tracing::warn!(
+                patterns = %crate::sanitize::display(&self.cfg.include.join(", ")),
+                "no file matches the include patterns yet; waiting for one to appear"
+            );
+        }
+        metrics.set_files_watched(tailer.files_watched() as u64);
+        metrics.set_source_lag_bytes(Source::File, tailer.lag_bytes());
+        stats.throttled
+    }
+
+    /// Take what stdin and the demo fleet sent; returns (more waiting, stdin ended).
+    fn poll_feeds(&self, live: &mut Live, now: i64) -> (bool, bool) {
+        const MAX_ITEMS_PER_POLL: usize = 10_000;
+        let Some(rx) = &live.feed else {
+            return (false, false);
+        };
+        let metrics = &*self.metrics;
+        let mut stdin_ended = false;
+        let mut taken = 0;
+        while taken < MAX_ITEMS_PER_POLL {
+            let item = match rx.try_recv() {
+                Ok(item) => item,
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    stdin_ended = self.sources.stdin;
                     break;
                 }
-                stdin_done = false;
-                self.sources.stdin = false;
-            }
-            if last_tick.elapsed() >= Duration::from_secs(1) {
-                last_tick = Instant::now();
-                pipeline.tick(now, &mut out);
-            }
-            self.deliver(&mut out, &mut findings, &mut log);
-            self.metrics.set_correlator_stats(
-                &pipeline.correlator().stats(),
-                pipeline.correlator().open_turns(),
-            );
-            if let Some(ts) = &self.traces {
-                let s = ts.stats();
-                self.metrics.set_otlp(
-                    s.spans_exported.load(Ordering::Relaxed),
-                    s.spans_dropped.load(Ordering::Relaxed),
-                    s.export_failures.load(Ordering::Relaxed),
-                );
-            }
-            if let Some(path) = &checkpoint_path
-                && last_checkpoint.elapsed() >= checkpoint_every
-            {
-                last_checkpoint = Instant::now();
-                self.write_checkpoint(
-                    path,
-                    &pipeline,
-                    tailer.as_ref(),
-                    &mut findings,
-                    &mut summary,
-                );
-            }
-            if !busy {
-                std::thread::sleep(poll_every);
+            };
+            taken += 1;
+            let note = &mut |n: Note<'_>| Ingested(n).emit(metrics);
+            match item {
+                FeedItem::Line { feed, bytes } => {
+                    live.summary.lines += 1;
+                    LineRead {
+                        source: feed.source(),
+                    }
+                    .emit(metrics);
+                    let stream = live.ingest.stream(feed.source(), feed.name());
+                    live.ingest
+                        .line(stream, None, &bytes, Some(now), &mut live.out, note);
+                }
+                FeedItem::TooLong { feed, len } => {
+                    live.summary.lines += 1;
+                    let stream = live.ingest.stream(feed.source(), feed.name());
+                    live.ingest.too_long(stream, None, len, note);
+                }
+                FeedItem::End { feed } => {
+                    let stream = live.ingest.stream(feed.source(), feed.name());
+                    live.ingest.end(stream, Some(now), &mut live.out, note);
+                    stdin_ended |= feed == Feed::Stdin;
+                }
             }
         }
-        // Shutdown: with a data dir, open turns stay open in the checkpoint for the next run;
-        // without one, they are closed now so nothing is lost from the outputs.
-        let _shutdown_span = tracing::info_span!(
-            "engine.shutdown",
-            lines = summary.lines,
-            open_turns = pipeline.correlator().open_turns()
-        )
-        .entered();
-        if let Some(path) = &checkpoint_path {
-            self.deliver(&mut out, &mut findings, &mut log);
-            summary.open_turns_checkpointed = pipeline.correlator().open_turns();
-            self.write_checkpoint(
-                path,
-                &pipeline,
-                tailer.as_ref(),
-                &mut findings,
-                &mut summary,
-            );
-        } else {
-            pipeline.close_all(&mut out);
-            self.deliver(&mut out, &mut findings, &mut log);
-        }
-        self.metrics.set_correlator_stats(
-            &pipeline.correlator().stats(),
-            pipeline.correlator().open_turns(),
-        );
-        if let Err(e) = findings.flush() {
-            tracing::warn!(error = %e, "cannot flush findings");
-        }
-        Ok((summary, self.traces.take()))
+        (taken == MAX_ITEMS_PER_POLL, stdin_ended)
     }
 
-    fn feed_item(
-        &self,
-        item: FeedItem,
-        now: i64,
-        pipeline: &mut Pipeline,
-        out: &mut Vec<Output>,
-        log: &mut crate::ratelimit::RateLimitedLog,
-        stdin_done: &mut bool,
-    ) {
-        match item {
-            FeedItem::Line {
-                feed,
-                number,
-                bytes,
-            } => {
-                let kind = feed.kind();
-                self.metrics.add_events_read(kind, 1);
-                let result = pipeline.native_line(&bytes, Some(now), out);
-                if let Some(e) = count_line(&self.metrics, kind, result)
-                    && let Some(suppressed) = log.allow("bad_line")
-                {
-                    tracing::warn!(source = %kind.as_str(), line = number, error = %e, suppressed, "skipped a bad line");
-                }
-            }
-            FeedItem::TooLong { feed, len } => {
-                pipeline.too_long();
-                self.metrics
-                    .add_bad_lines(feed.kind(), crate::decode::BadLineReason::TooLong, 1);
-                if let Some(suppressed) = log.allow("line_too_long") {
-                    tracing::warn!(
-                        source = %feed.kind().as_str(),
-                        len,
-                        suppressed,
-                        "over-long line skipped"
-                    );
-                }
-            }
-            FeedItem::End { feed } => {
-                if feed == Feed::Stdin {
-                    *stdin_done = true;
-                }
-            }
-        }
+    /// Once a second: decide the format of streams that went quiet while sniffing, and let
+    /// idle turns time out.
+    fn tick(&self, live: &mut Live, now: i64) {
+        let metrics = &*self.metrics;
+        live.ingest
+            .settle_idle(Some(now), &mut live.out, &mut |n| Ingested(n).emit(metrics));
+        live.ingest.tick(now, &mut live.out);
     }
 
-    fn deliver(
-        &self,
-        out: &mut Vec<Output>,
-        findings: &mut FindingsSink,
-        log: &mut crate::ratelimit::RateLimitedLog,
-    ) {
-        for o in out.drain(..) {
+    /// Hand what the correlator produced to the sinks.
+    fn deliver(&self, live: &mut Live) {
+        for o in live.out.drain(..) {
             self.metrics.observe(&o);
             match &o {
                 Output::Finding(f) => {
-                    if let Err(e) = findings.write(f)
-                        && let Some(suppressed) = log.allow("findings_write")
-                    {
-                        tracing::warn!(error = %e, suppressed, "cannot write a finding");
+                    if let Err(error) = live.findings.write(f) {
+                        FindingWriteFailed { error: &error }.emit(&self.metrics);
                     }
                 }
                 Output::TurnClosed(report) => {
@@ -566,30 +390,75 @@ impl Engine {
         }
     }
 
-    fn write_checkpoint(
-        &self,
-        path: &std::path::Path,
-        pipeline: &Pipeline,
-        tailer: Option<&FileTailer>,
-        findings: &mut FindingsSink,
-        summary: &mut RunSummary,
-    ) {
-        let _span = tracing::info_span!(
-            "checkpoint.write",
-            open_turns = pipeline.correlator().open_turns()
+    /// Gauges and counters that mirror the correlator's and the exporter's own state.
+    fn publish_stats(&self, live: &Live) {
+        let correlator = live.ingest.correlator();
+        self.metrics
+            .set_correlator_stats(&correlator.stats(), correlator.open_turns());
+        if let Some(ts) = &self.traces {
+            let s = ts.stats();
+            self.metrics.set_otlp(
+                s.spans_exported.load(Ordering::Relaxed),
+                s.spans_dropped.load(Ordering::Relaxed),
+                s.export_failures.load(Ordering::Relaxed),
+            );
+        }
+    }
+
+    /// Shutdown: with a data dir, open turns stay open in the checkpoint for the next run;
+    /// without one, they are closed now so nothing is lost from the outputs.
+    fn shut_down(&self, mut live: Live) -> RunSummary {
+        let _shutdown_span = tracing::info_span!(
+            "engine.shutdown",
+            lines = live.summary.lines,
+            open_turns = live.ingest.correlator().open_turns()
         )
         .entered();
-        let findings_offset = match findings.checkpoint_offset() {
+        if live.checkpoint_path.is_some() {
+            self.deliver(&mut live);
+            live.summary.open_turns_checkpointed = live.ingest.correlator().open_turns();
+            self.write_checkpoint(&mut live);
+        } else {
+            let metrics = &*self.metrics;
+            live.ingest
+                .close_all(&mut live.out, &mut |n| Ingested(n).emit(metrics));
+            self.deliver(&mut live);
+        }
+        self.publish_stats(&live);
+        if let Err(error) = live.findings.flush() {
+            FindingWriteFailed { error: &error }.emit(&self.metrics);
+        }
+        live.summary
+    }
+
+    fn write_checkpoint(&self, live: &mut Live) {
+        let Some(path) = &live.checkpoint_path else {
+            return;
+        };
+        let _span = tracing::info_span!(
+            "checkpoint.write",
+            open_turns = live.ingest.correlator().open_turns()
+        )
+        .entered();
+        let findings_offset = match live.findings.checkpoint_offset() {
             Ok(o) => o,
-            Err(e) => {
-                self.metrics.inc_checkpoint_failures();
-                tracing::warn!(error = %e, "cannot sync findings; checkpoint skipped");
+            Err(error) => {
+                CheckpointFailed {
+                    what: "cannot sync findings",
+                    error: &error,
+                }
+                .emit(&self.metrics);
                 return;
             }
         };
+        let pipeline = live.ingest.pipeline();
         let cp = Checkpoint {
             version: checkpoint::VERSION,
-            files: tailer.map(|t| t.checkpoints()).unwrap_or_default(),
+            files: live
+                .tailer
+                .as_ref()
+                .map(|t| t.checkpoints())
+                .unwrap_or_default(),
             correlator: pipeline.correlator().snapshot(),
             counters: pipeline.counters().clone(),
             clock_ms: pipeline.clock_ms(),
@@ -598,13 +467,14 @@ impl Engine {
         };
         match cp.write(path) {
             Ok(()) => {
-                summary.checkpoints += 1;
-                self.metrics.inc_checkpoint_writes();
+                live.summary.checkpoints += 1;
+                CheckpointWritten.emit(&self.metrics);
             }
-            Err(e) => {
-                self.metrics.inc_checkpoint_failures();
-                tracing::warn!(path = %path.display(), error = %e, "checkpoint write failed");
+            Err(error) => CheckpointFailed {
+                what: "checkpoint write failed",
+                error: &error,
             }
+            .emit(&self.metrics),
         }
     }
 }

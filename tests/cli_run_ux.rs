@@ -160,9 +160,8 @@ fn validate_rejects_what_run_would_reject() {
             ),
         ),
         (
-            "otlp.protocol = \"grpcc\"\n".to_owned(),
-            "retryscope: error: invalid config: otlp.protocol `grpcc` is not grpc or http/protobuf\n"
-                .to_owned(),
+            format!("findings_out = \"{d}\"\n"),
+            format!("retryscope: error: findings_out `{d}` is a directory; give a file name\n"),
         ),
     ];
     for (body, message) in cases {
@@ -283,8 +282,9 @@ fn stdin_counts_its_lines_and_bad_lines_have_line_numbers() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let logs = log_lines(&out);
     assert!(
-        logs.iter().any(|l| l
-            .starts_with("WARN retryscope::run: skipped a bad line source=stdin line=17 error=")),
+        logs.iter().any(|l| l.starts_with(
+            "WARN retryscope::internal_events: skipped a bad line input=<stdin> line=17 error="
+        )),
         "{logs:#?}"
     );
     assert!(

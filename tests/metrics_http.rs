@@ -132,7 +132,9 @@ fn feed_naive(metrics: &Metrics) {
     for o in out.drain(..) {
         metrics.observe(&o);
     }
-    metrics.set_input_counters(Source::File, pipeline.counters());
+    let counters = pipeline.counters();
+    metrics.add_events_read(Source::File, counters.lines);
+    metrics.add_events_decoded(Source::File, counters.events);
     let c = pipeline.correlator();
     metrics.set_correlator_stats(&c.stats(), c.open_turns());
 }

@@ -587,7 +587,7 @@ fn corrupt_or_empty_checkpoints_start_fresh_with_a_clear_log_line() {
         // The shutdown checkpoint replaced the bad one with a good one.
         let text = std::fs::read_to_string(data.join("checkpoint.json")).unwrap();
         assert!(
-            text.starts_with("{\"version\":1"),
+            text.starts_with("{\"version\":2"),
             "{}",
             &text[..40.min(text.len())]
         );

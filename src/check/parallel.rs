@@ -17,20 +17,17 @@ use std::sync::mpsc::{SyncSender, sync_channel};
 use super::{BadLine, CheckObserver, InputSpec, Summary};
 use crate::correlate::{Correlator, CorrelatorConfig, CorrelatorStats, Output};
 use crate::cost::PriceTable;
+use crate::decode::{Format, native};
+use crate::fasthash;
+use crate::ingest::{Ingest, Note, Source};
 use crate::input::{Line, LineReader};
-use crate::pipeline::{InputCounters, Pipeline};
+use crate::pipeline::InputCounters;
 use crate::report::TurnReport;
 
 /// Workers; fixed (not the core count) so that results never depend on the machine.
 const SHARDS: usize = 2;
 /// Global lines per result batch (the same boundaries in every worker).
 const BATCH_LINES: u64 = 8192;
-
-/// An input ready to read: a file path, or stdin with the bytes already sniffed from it.
-pub(super) enum Prepared {
-    File { path: std::path::PathBuf },
-    Stdin { head: Vec<u8> },
-}
 
 enum Item {
     Turn(Box<TurnReport>),
@@ -63,7 +60,7 @@ enum Message {
 
 /// Run the sharded check over files. `names[i]` names input `i` in messages.
 pub(super) fn run(
-    inputs: Vec<Prepared>,
+    inputs: &[InputSpec],
     names: Vec<String>,
     cfg: CorrelatorConfig,
     prices: Arc<PriceTable>,
@@ -72,10 +69,10 @@ pub(super) fn run(
 ) -> Summary {
     let paths: Arc<Vec<Option<std::path::PathBuf>>> = Arc::new(
         inputs
-            .into_iter()
+            .iter()
             .map(|p| match p {
-                Prepared::File { path } => Some(path),
-                Prepared::Stdin { .. } => None,
+                InputSpec::Path(path) => Some(path.clone()),
+                InputSpec::Stdin => None,
             })
             .collect(),
     );
@@ -167,7 +164,8 @@ fn worker(
     correlator: Correlator,
     progress: &AtomicU64,
 ) {
-    let mut pipeline = Pipeline::new(correlator);
+    // Only native lines reach the workers (see `check`), read through the one ingest path.
+    let mut ingest = Ingest::new(correlator, Format::Native);
     let mut out: Vec<Output> = Vec::new();
     let mut items: Vec<(u8, u64, Item)> = Vec::new();
     let mut global: u64 = 0;
@@ -200,6 +198,8 @@ fn worker(
             }
         };
         opened += 1;
+        let name = path.display().to_string();
+        let stream = ingest.stream(Source::File, &name);
         let mut lines = LineReader::new(file, max_line_bytes);
         loop {
             let line = match lines.next_line() {
@@ -233,18 +233,27 @@ fn worker(
                         clock = clock.max(ts);
                     }
                     if owner == shard {
-                        pipeline.set_sequence_hint(global);
-                        if let Err(e) = pipeline.native_line(bytes, Some(clock), &mut out) {
-                            items.push((
-                                0,
-                                global,
-                                Item::Bad {
-                                    input,
-                                    line: number,
-                                    reason: e.to_string(),
-                                },
-                            ));
-                        }
+                        ingest.pipeline_mut().set_sequence_hint(global);
+                        ingest.line(
+                            stream,
+                            Some(number),
+                            bytes,
+                            Some(clock),
+                            &mut out,
+                            &mut |n| {
+                                if let Some(reason) = bad_reason(n) {
+                                    items.push((
+                                        0,
+                                        global,
+                                        Item::Bad {
+                                            input,
+                                            line: number,
+                                            reason,
+                                        },
+                                    ));
+                                }
+                            },
+                        );
                         for o in out.drain(..) {
                             if let Output::TurnClosed(report) = o {
                                 items.push((0, global, Item::Turn(report)));
@@ -254,16 +263,19 @@ fn worker(
                 }
                 Line::TooLong { number, len } => {
                     if shard == 0 {
-                        pipeline.too_long();
-                        items.push((
-                            0,
-                            global,
-                            Item::Bad {
-                                input,
-                                line: number,
-                                reason: format!("too_long: line of {len} bytes skipped"),
-                            },
-                        ));
+                        ingest.too_long(stream, Some(number), len, &mut |n| {
+                            if let Some(reason) = bad_reason(n) {
+                                items.push((
+                                    0,
+                                    global,
+                                    Item::Bad {
+                                        input,
+                                        line: number,
+                                        reason,
+                                    },
+                                ));
+                            }
+                        });
                     }
                 }
             }
@@ -281,7 +293,7 @@ fn worker(
     if !flush(&mut items) {
         return;
     }
-    pipeline.close_all(&mut out);
+    ingest.close_all(&mut out, &mut |_| {});
     let items = out
         .drain(..)
         .filter_map(|o| match o {
@@ -291,8 +303,8 @@ fn worker(
         .collect();
     let _ = results.send(Message::Batch(Batch { items }));
     let _ = results.send(Message::Done(Box::new(Final {
-        counters: pipeline.counters().clone(),
-        stats: pipeline.correlator().stats(),
+        counters: ingest.counters().clone(),
+        stats: ingest.correlator().stats(),
         opened,
     })));
 }
@@ -301,41 +313,31 @@ fn worker(
 /// line has none, so that it reports the error) and the line's `ts`, if it has a valid one.
 fn route(line: &[u8]) -> (usize, Option<i64>) {
     let (turn, ts) = top_level_turn_and_ts(line);
-    let ts = ts.and_then(parse_ts);
+    let ts = ts.and_then(native::ts_token);
     let Some(raw) = turn else {
         return (0, ts);
     };
     let hash = if raw.first() == Some(&b'"') && raw.contains(&b'\\') {
         match serde_json::from_slice::<String>(raw) {
-            Ok(s) => fnv(s.as_bytes()),
+            Ok(s) => fasthash::fnv1a(s.as_bytes()),
             Err(_) => return (0, ts),
         }
     } else if raw.first() == Some(&b'"') && raw.len() >= 2 {
-        fnv(&raw[1..raw.len() - 1])
+        fasthash::fnv1a(&raw[1..raw.len() - 1])
     } else {
-        fnv(raw)
+        fasthash::fnv1a(raw)
     };
     ((hash % SHARDS as u64) as usize, ts)
 }
 
-/// `ts` as the native decoder reads it: integer (or float) milliseconds, or RFC 3339.
-fn parse_ts(raw: &[u8]) -> Option<i64> {
-    let text = std::str::from_utf8(raw).ok()?;
-    if let Some(inner) = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
-        return crate::rfc3339::parse_ms(inner);
+/// A bad line's reason, from the ingest path's note.
+fn bad_reason(note: Note<'_>) -> Option<String> {
+    match note {
+        Note::Line {
+            outcome: Err(e), ..
+        } => Some(e.to_string()),
+        _ => None,
     }
-    text.parse::<i64>().ok().or_else(|| {
-        text.parse::<f64>()
-            .ok()
-            .filter(|v| v.is_finite() && v.abs() < 9.0e15)
-            .map(|v| v as i64)
-    })
-}
-
-fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 /// The raw JSON tokens of the top-level `turn` and `ts` values (a string with its quotes, or a

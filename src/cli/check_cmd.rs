@@ -90,7 +90,7 @@ pub struct CheckArgs {
     capture_content: bool,
 }
 
-fn parse_protocol(s: &str) -> Result<Protocol, String> {
+pub(crate) fn parse_protocol(s: &str) -> Result<Protocol, String> {
     Protocol::parse(s).ok_or_else(|| format!("`{s}` is not grpc or http/protobuf"))
 }
 

@@ -10,10 +10,11 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use retryscope::config::{ReadFromSetting, RunConfig};
+use retryscope::config::RunConfig;
 use retryscope::run::{Engine, Sources};
-use retryscope::sink::metrics::{Metrics, MetricsConfig};
+use retryscope::sink::metrics::Metrics;
 use retryscope::sink::traces::{Protocol, TraceExportConfig, TraceSink};
+use retryscope::source::file::ReadFrom;
 
 /// Flags of `run`; each overrides the config file.
 #[derive(Debug, Args)]
@@ -37,7 +38,7 @@ pub struct RunArgs {
     data_dir: Option<PathBuf>,
     /// Where files with no checkpoint start [default: beginning].
     #[arg(long, value_name = "beginning|end")]
-    read_from: Option<ReadFromSetting>,
+    read_from: Option<ReadFrom>,
     /// Close turns idle this long (seconds) [default: 300].
     #[arg(long, value_name = "N")]
     idle_timeout_secs: Option<u64>,
@@ -59,10 +60,10 @@ pub struct RunArgs {
     /// file's price).
     #[arg(long, value_name = "FILE")]
     prices: Option<PathBuf>,
-    /// Format of tailed files: auto (detected per file), native, openai-chat,
+    /// Format of tailed files and stdin: auto (detected per input), native, openai-chat,
     /// openai-responses, anthropic, gemini, gemini-cli-responses, acp, gemini-cli-telemetry.
     #[arg(long, value_name = "FORMAT")]
-    format: Option<String>,
+    format: Option<retryscope::decode::Format>,
     /// Run the built-in demo fleet of synthetic agents.
     #[arg(long)]
     demo: bool,
@@ -76,8 +77,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "URL")]
     otlp_endpoint: Option<String>,
     /// OTLP protocol: grpc or http/protobuf.
-    #[arg(long, value_name = "PROTOCOL")]
-    otlp_protocol: Option<String>,
+    #[arg(long, value_name = "PROTOCOL", value_parser = crate::cli::check_cmd::parse_protocol)]
+    otlp_protocol: Option<Protocol>,
     /// Put the first characters of each attempt's text (the attempt text prefix) in the
     /// exported traces (off by default: only counts and lengths leave the process).
     #[arg(long)]
@@ -145,8 +146,8 @@ fn merge(args: &RunArgs) -> anyhow::Result<(RunConfig, Sources)> {
     if let Some(v) = &args.prices {
         cfg.prices = Some(v.clone());
     }
-    if let Some(v) = &args.format {
-        cfg.format = v.clone();
+    if let Some(v) = args.format {
+        cfg.format = v;
     }
     if let Some(v) = args.demo_retry_rate {
         cfg.demo.retry_rate = v;
@@ -157,8 +158,8 @@ fn merge(args: &RunArgs) -> anyhow::Result<(RunConfig, Sources)> {
     if let Some(v) = &args.otlp_endpoint {
         cfg.otlp.endpoint = Some(v.clone());
     }
-    if let Some(v) = &args.otlp_protocol {
-        cfg.otlp.protocol = Some(v.clone());
+    if let Some(v) = args.otlp_protocol {
+        cfg.otlp.protocol = Some(v);
     }
     cfg.otlp.capture_content |= args.capture_content;
     cfg.validate()?;
@@ -235,9 +236,8 @@ fn trace_config(cfg: &RunConfig) -> anyhow::Result<Option<TraceExportConfig>> {
     if let Some(e) = &cfg.otlp.endpoint {
         t.endpoint = Some(e.clone());
     }
-    if let Some(p) = &cfg.otlp.protocol {
-        // `validate` has rejected anything else.
-        t.protocol = Protocol::parse(p).unwrap_or_default();
+    if let Some(p) = cfg.otlp.protocol {
+        t.protocol = p;
     }
     for (k, v) in &cfg.otlp.headers {
         t.headers.push((k.clone(), v.clone()));
@@ -291,15 +291,7 @@ async fn serve(
     traces: Option<TraceExportConfig>,
     exit_on_eof: bool,
 ) -> anyhow::Result<ExitCode> {
-    let metrics = Arc::new(
-        Metrics::new(MetricsConfig {
-            max_models: cfg.labels.max_models,
-            max_providers: cfg.labels.max_providers,
-            max_tools: cfg.labels.max_tools,
-            max_reasons: cfg.labels.max_reasons,
-        })
-        .context("registering metrics")?,
-    );
+    let metrics = Arc::new(Metrics::new(cfg.labels.clone()).context("registering metrics")?);
     warn_about_includes(&cfg.include);
     let listener = tokio::net::TcpListener::bind(&cfg.metrics_addr)
         .await

@@ -15,8 +15,11 @@ use crate::source::file::FileCheckpoint;
 /// Name of the checkpoint file inside the data directory.
 pub const CHECKPOINT_FILE: &str = "checkpoint.json";
 
-/// The format version this build writes and reads.
-pub const VERSION: u32 = 1;
+/// The format version this build writes. Version 1 (whose metrics snapshot carried unused
+/// input baselines) is still read.
+pub const VERSION: u32 = 2;
+/// The oldest version this build reads.
+pub const OLDEST_VERSION: u32 = 1;
 
 /// Everything needed to resume without losing or double-counting anything.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -78,7 +81,7 @@ impl Checkpoint {
             }
         };
         match serde_json::from_slice::<Checkpoint>(&bytes) {
-            Ok(cp) if cp.version == VERSION => Ok(Some(cp)),
+            Ok(cp) if (OLDEST_VERSION..=VERSION).contains(&cp.version) => Ok(Some(cp)),
             Ok(cp) => {
                 tracing::warn!(path = %path.display(), version = cp.version, "checkpoint has another version; starting fresh");
                 Ok(None)

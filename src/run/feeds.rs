@@ -8,8 +8,8 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::time::{Duration, Instant};
 
 use crate::config::DemoSettings;
+use crate::ingest::Source;
 use crate::input::{Line, LineReader};
-use crate::sink::metrics::Source as SourceKind;
 
 /// Which feed a line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,11 +21,19 @@ pub enum Feed {
 }
 
 impl Feed {
-    /// The metrics source label.
-    pub fn kind(self) -> SourceKind {
+    /// Where its lines come from.
+    pub fn source(self) -> Source {
         match self {
-            Feed::Stdin => SourceKind::Stdin,
-            Feed::Demo => SourceKind::Demo,
+            Feed::Stdin => Source::Stdin,
+            Feed::Demo => Source::Demo,
+        }
+    }
+
+    /// Its stream's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Feed::Stdin => "<stdin>",
+            Feed::Demo => "<demo>",
         }
     }
 }
@@ -37,8 +45,6 @@ pub enum FeedItem {
     Line {
         /// From where.
         feed: Feed,
-        /// 1-based line number in the feed.
-        number: u64,
         /// The bytes, without the newline.
         bytes: Vec<u8>,
     },
@@ -79,16 +85,11 @@ fn read_stdin(tx: SyncSender<FeedItem>, max_line_bytes: usize) {
     let mut reader = LineReader::new(stdin.lock(), max_line_bytes);
     loop {
         let item = match reader.next_line() {
-            Ok(Some(Line::Complete { bytes, number })) => {
-                if bytes.iter().all(u8::is_ascii_whitespace) {
-                    continue;
-                }
-                FeedItem::Line {
-                    feed: Feed::Stdin,
-                    number,
-                    bytes: bytes.to_vec(),
-                }
-            }
+            // Blank lines too: the ingest path decides what they mean (an SSE event's end).
+            Ok(Some(Line::Complete { bytes, .. })) => FeedItem::Line {
+                feed: Feed::Stdin,
+                bytes: bytes.to_vec(),
+            },
             Ok(Some(Line::TooLong { len, .. })) => FeedItem::TooLong {
                 feed: Feed::Stdin,
                 len,
@@ -118,7 +119,6 @@ fn run_demo(tx: SyncSender<FeedItem>, settings: DemoSettings, shutdown: Arc<Atom
     let mut fleet = crate::demo::Fleet::new(cfg);
     let started = Instant::now();
     let mut buf: Vec<u8> = Vec::new();
-    let mut number = 0u64;
     while !shutdown.load(Ordering::SeqCst) {
         let due = (started.elapsed().as_secs_f64() * settings.turns_per_sec).floor() as u64;
         let new_turns = due.saturating_sub(fleet.stats().turns_started);
@@ -131,10 +131,8 @@ fn run_demo(tx: SyncSender<FeedItem>, settings: DemoSettings, shutdown: Arc<Atom
             break;
         }
         for line in buf.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-            number += 1;
             let item = FeedItem::Line {
                 feed: Feed::Demo,
-                number,
                 bytes: line.to_vec(),
             };
             if tx.send(item).is_err() {

@@ -31,12 +31,14 @@ use prometheus::{Encoder, Registry, TextEncoder};
 use crate::correlate::{CorrelatorStats, Output};
 use crate::decode::BadLineReason;
 use crate::finding::{Finding, FindingKind};
-use crate::pipeline::InputCounters;
 use crate::report::{Outcome, TurnReport, TurnStatus, UsageSource};
 
 pub use family::{ATTEMPTS_BUCKETS, DURATION_BUCKETS, FAMILIES, Family, Kind};
 pub use guard::{Admitted, LabelGuard, MAX_LABEL_CHARS, OTHER, UNKNOWN, sanitize};
-pub use snapshot::{Float, HistogramSnapshot, MetricsSnapshot, SNAPSHOT_VERSION, ValueSnapshot};
+pub use snapshot::{
+    Float, HistogramSnapshot, MetricsSnapshot, OLDEST_SNAPSHOT_VERSION, SNAPSHOT_VERSION,
+    ValueSnapshot,
+};
 
 use family::F;
 use state::{Baselines, Hist, Series, StateCollector, Table, delta, lock};
@@ -53,33 +55,15 @@ pub const TOKEN_TYPES: [&str; 5] = [
     "reasoning",
 ];
 
-/// Where input comes from (the `source` label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Source {
-    /// Tailed files.
-    File,
-    /// Standard input.
-    Stdin,
-    /// The built-in demo generator.
-    Demo,
-}
+/// Where input comes from (the `source` label): the ingest path's bounded set.
+pub use crate::ingest::Source;
 
-impl Source {
-    /// Every source, for pre-registering series.
-    pub const ALL: [Source; 3] = [Source::File, Source::Stdin, Source::Demo];
+/// The `kind` label values of `retryscope_file_errors_total`.
+pub const FILE_ERROR_KINDS: [&str; 3] = ["read", "checkpoint_mismatch", "checkpoint_orphaned"];
 
-    /// The label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Source::File => "file",
-            Source::Stdin => "stdin",
-            Source::Demo => "demo",
-        }
-    }
-}
-
-/// Label caps.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Label caps (the config file's `[labels]` table).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct MetricsConfig {
     /// Distinct `model` values before `other`.
     pub max_models: usize,
@@ -172,6 +156,9 @@ impl Inner {
                 &[k.as_str(), k.severity().as_str(), ""],
             );
         }
+        for kind in FILE_ERROR_KINDS {
+            t.touch(F::FileErrors as usize, &[kind]);
+        }
         for s in Source::ALL {
             let s = s.as_str();
             t.touch(F::EventsRead as usize, &[s]);
@@ -186,6 +173,7 @@ impl Inner {
             F::OpenTurns,
             F::EvictedTurns,
             F::LateEvents,
+            F::AfterCloseEvents,
             F::FilesWatched,
             F::FileRotations,
             F::FileTruncations,
@@ -390,48 +378,16 @@ impl Metrics {
         lock(&self.inner).add(F::UnknownEvents, &[source.as_str()], n as f64);
     }
 
-    /// Move the input series of `source` by the growth of the pipeline's cumulative
-    /// [`InputCounters`] since the last call for that source: lines → `events_read`, events →
-    /// `events_decoded`, bad lines by reason, unknown types → `unknown_events`. Use either
-    /// this or the `add_*` methods for a source, not both. The baselines are part of the
-    /// snapshot, so checkpoint the metrics together with the pipeline's counters.
-    pub fn set_input_counters(&self, source: Source, c: &InputCounters) {
-        let mut inner = lock(&self.inner);
-        let inner = &mut *inner;
-        let s = source.as_str();
-        let base = inner.base.input.entry(s.to_owned()).or_default();
-        let mut moves: Vec<(F, Option<&'static str>, u64)> = Vec::new();
-        let mut step = |key: &str, now: u64| delta(base.entry(key.to_owned()).or_insert(0), now);
-        moves.push((F::EventsRead, None, step("lines", c.lines)));
-        moves.push((F::EventsDecoded, None, step("events", c.events)));
-        moves.push((
-            F::UnknownEvents,
-            None,
-            step("unknown_types", c.skips.unknown_types),
-        ));
-        for r in BadLineReason::ALL {
-            let now = c.bad_lines.get(r.as_str()).copied().unwrap_or(0);
-            moves.push((F::BadLines, Some(r.as_str()), step(r.as_str(), now)));
-        }
-        for (f, reason, d) in moves {
-            if d == 0 {
-                continue;
-            }
-            match reason {
-                Some(r) => inner.add(f, &[s, r], d as f64),
-                None => inner.add(f, &[s], d as f64),
-            }
-        }
-    }
-
-    /// Set `retryscope_open_turns` and move `retryscope_evicted_turns_total` and
-    /// `retryscope_late_events_total` by the growth of the correlator's cumulative stats since
+    /// Set `retryscope_open_turns` and move `retryscope_evicted_turns_total`,
+    /// `retryscope_late_events_total` and `retryscope_after_close_events_total` by the growth of the correlator's cumulative stats since
     /// the last call. Call it on every tick (and after each batch of events).
     pub fn set_correlator_stats(&self, stats: &CorrelatorStats, open_turns: usize) {
         let mut inner = lock(&self.inner);
         let inner = &mut *inner;
         let late = delta(&mut inner.base.late_events, stats.late_events);
         let evicted = delta(&mut inner.base.evicted_turns, stats.evicted_turns);
+        let after_close = delta(&mut inner.base.after_close_events, stats.after_close_events);
+        inner.add(F::AfterCloseEvents, &[], after_close as f64);
         inner.add(F::LateEvents, &[], late as f64);
         inner.add(F::EvictedTurns, &[], evicted as f64);
         inner
@@ -454,6 +410,11 @@ impl Metrics {
     /// Count one file truncation.
     pub fn inc_file_truncations(&self) {
         lock(&self.inner).add(F::FileTruncations, &[], 1.0);
+    }
+
+    /// Count one problem with a tailed file (`kind`: one of [`FILE_ERROR_KINDS`]).
+    pub fn inc_file_errors(&self, kind: &'static str) {
+        lock(&self.inner).add(F::FileErrors, &[kind], 1.0);
     }
 
     /// Set `retryscope_source_lag_bytes{source}`.
@@ -560,7 +521,7 @@ impl Metrics {
                 .collect(),
             last_late_events: inner.base.late_events,
             last_evicted_turns: inner.base.evicted_turns,
-            last_input: inner.base.input.clone(),
+            last_after_close_events: inner.base.after_close_events,
         }
     }
 
@@ -568,7 +529,7 @@ impl Metrics {
     /// Series the snapshot lacks but this version pre-registers are present at zero. On error
     /// the state is unchanged.
     pub fn restore(&self, snap: &MetricsSnapshot) -> Result<(), MetricsError> {
-        if snap.version != SNAPSHOT_VERSION {
+        if !(OLDEST_SNAPSHOT_VERSION..=SNAPSHOT_VERSION).contains(&snap.version) {
             return Err(MetricsError::Snapshot(format!(
                 "version {} (expected {SNAPSHOT_VERSION})",
                 snap.version
@@ -629,7 +590,7 @@ impl Metrics {
         }
         fresh.base.late_events = snap.last_late_events;
         fresh.base.evicted_turns = snap.last_evicted_turns;
-        fresh.base.input = snap.last_input.clone();
+        fresh.base.after_close_events = snap.last_after_close_events;
         // Keep the process-local OTLP baseline: the exporter did not restart with the snapshot.
         let mut inner = lock(&self.inner);
         fresh.base.otlp = inner.base.otlp;

@@ -52,7 +52,8 @@ use watched::{FileId, State, Watched, fingerprint_matches, last_line_start};
 const CHUNK_BYTES: usize = 64 * 1024;
 
 /// Where to start files that have no checkpoint and exist at the first scan.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ReadFrom {
     /// From offset 0.
     #[default]
@@ -60,6 +61,17 @@ pub enum ReadFrom {
     /// From the start of the file's last (possibly incomplete) line: lines already complete
     /// are skipped, a line being written is delivered once complete.
     End,
+}
+
+impl std::str::FromStr for ReadFrom {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "beginning" => Ok(ReadFrom::Beginning),
+            "end" => Ok(ReadFrom::End),
+            other => Err(format!("`{other}` is not beginning or end")),
+        }
+    }
 }
 
 /// How the tailer chooses and reads files.
@@ -138,35 +150,45 @@ pub struct PollStats {
 }
 
 /// How the tailer reports what happens to files. It never touches metrics itself; every
-/// method defaults to doing nothing.
-#[allow(unused_variables)]
+/// method is required, so a new event cannot go unhandled (the app's answer is
+/// `internal_events::TailerReport`).
 pub trait TailerEvents {
     /// A file is watched from `from_offset` (a new file, or one whose checkpoint did not match).
-    fn file_added(&mut self, path: &Path, from_offset: u64) {}
+    fn file_added(&mut self, path: &Path, from_offset: u64);
     /// A file is watched again from its checkpoint.
-    fn file_resumed(&mut self, path: &Path, offset: u64) {}
+    fn file_resumed(&mut self, path: &Path, offset: u64);
     /// A watched file left `old_path`: renamed to `new_path`, or gone from its directory.
-    fn file_rotated(&mut self, old_path: &Path, new_path: Option<&Path>) {}
+    fn file_rotated(&mut self, old_path: &Path, new_path: Option<&Path>);
     /// A file shrank below (or changed before) the read position; reading restarts at 0.
-    fn file_truncated(&mut self, path: &Path, old_offset: u64, new_size: u64) {}
+    fn file_truncated(&mut self, path: &Path, old_offset: u64, new_size: u64);
     /// A rotated-away or deleted file was read to its end and closed.
-    fn file_drained_and_released(&mut self, path: &Path) {}
+    fn file_drained_and_released(&mut self, path: &Path);
     /// A line longer than `max_line_bytes` was skipped.
-    fn line_too_long(&mut self, path: &Path, skipped_bytes: u64) {}
+    fn line_too_long(&mut self, path: &Path, skipped_bytes: u64);
     /// Reading or checking a file failed; it is retried at the next poll.
-    fn read_error(&mut self, path: &Path, error: &io::Error) {}
+    fn read_error(&mut self, path: &Path, error: &io::Error);
     /// A checkpoint's inode exists but its first bytes differ: the inode was reused, the file
     /// is read from 0.
-    fn checkpoint_mismatch(&mut self, path: &Path) {}
+    fn checkpoint_mismatch(&mut self, path: &Path);
     /// A checkpoint's file was not found at startup (deleted while down): unread lines of it
     /// are lost.
-    fn checkpoint_orphaned(&mut self, path: &Path, offset: u64) {}
+    fn checkpoint_orphaned(&mut self, path: &Path, offset: u64);
 }
 
-/// Events that go nowhere.
+/// Events that go nowhere (for tests and tools that only want the lines).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NoEvents;
-impl TailerEvents for NoEvents {}
+impl TailerEvents for NoEvents {
+    fn file_added(&mut self, _: &Path, _: u64) {}
+    fn file_resumed(&mut self, _: &Path, _: u64) {}
+    fn file_rotated(&mut self, _: &Path, _: Option<&Path>) {}
+    fn file_truncated(&mut self, _: &Path, _: u64, _: u64) {}
+    fn file_drained_and_released(&mut self, _: &Path) {}
+    fn line_too_long(&mut self, _: &Path, _: u64) {}
+    fn read_error(&mut self, _: &Path, _: &io::Error) {}
+    fn checkpoint_mismatch(&mut self, _: &Path) {}
+    fn checkpoint_orphaned(&mut self, _: &Path, _: u64) {}
+}
 
 /// The tailer. See the module docs.
 pub struct FileTailer {

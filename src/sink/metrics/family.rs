@@ -93,6 +93,10 @@ families! {
         "Tailed files that were rotated.";
     FileTruncations => "retryscope_file_truncations_total", Counter, [],
         "Tailed files that were truncated.";
+    FileErrors => "retryscope_file_errors_total", Counter, ["kind"],
+        "Problems with tailed files: read (a read or open failed; retried), checkpoint_mismatch (a checkpointed inode holds another file), checkpoint_orphaned (a checkpointed file is gone: its unread lines are lost).";
+    AfterCloseEvents => "retryscope_after_close_events_total", Counter, [],
+        "Events for turns already closed (dropped).";
     SourceLag => "retryscope_source_lag_bytes", Gauge, ["source"],
         "Bytes written to a source but not yet read.";
     CheckpointWrites => "retryscope_checkpoint_writes_total", Counter, [],

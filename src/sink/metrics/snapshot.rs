@@ -10,12 +10,15 @@ use std::fmt;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// Snapshot format version.
-pub const SNAPSHOT_VERSION: u32 = 1;
+/// Snapshot format version. Version 1 also carried per-source input baselines for a setter
+/// nothing called; it is still read (the field is ignored).
+pub const SNAPSHOT_VERSION: u32 = 2;
+/// The oldest version this build restores.
+pub const OLDEST_SNAPSHOT_VERSION: u32 = 1;
 
 /// Everything needed to restore [`super::Metrics`] exactly: every series, the label guards'
 /// admitted values, and the baselines of the delta setters that are fed from checkpointed
-/// state (correlator stats and input counters; not the process-local OTLP counters).
+/// state (correlator stats; not the process-local OTLP counters).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MetricsSnapshot {
     /// Format version ([`SNAPSHOT_VERSION`]).
@@ -30,8 +33,9 @@ pub struct MetricsSnapshot {
     pub last_late_events: u64,
     /// Last `evicted_turns` passed to `set_correlator_stats`.
     pub last_evicted_turns: u64,
-    /// Per source, the last input counters passed to `set_input_counters`.
-    pub last_input: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Last `after_close_events` passed to `set_correlator_stats`.
+    #[serde(default)]
+    pub last_after_close_events: u64,
 }
 
 /// One counter or gauge series.

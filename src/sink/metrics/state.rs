@@ -210,8 +210,8 @@ pub struct Baselines {
     pub late_events: u64,
     /// `CorrelatorStats::evicted_turns` at the last call.
     pub evicted_turns: u64,
-    /// Per source: `InputCounters` at the last call, flattened to name → value.
-    pub input: BTreeMap<String, BTreeMap<String, u64>>,
+    /// `CorrelatorStats::after_close_events` at the last call.
+    pub after_close_events: u64,
     /// OTLP exporter counters at the last call (process-local: never snapshotted).
     pub otlp: [u64; 3],
 }

@@ -406,17 +406,12 @@ fn health_deltas_move_counters_by_growth_only() {
         Some(2.0)
     );
 
-    let mut c = InputCounters {
-        lines: 10,
-        events: 8,
-        ..InputCounters::default()
-    };
-    c.bad_lines.insert("invalid_json".into(), 2);
-    c.skips.unknown_types = 1;
-    m.set_input_counters(Source::File, &c);
-    c.lines = 12;
-    c.events = 10;
-    m.set_input_counters(Source::File, &c);
+    m.add_events_read(Source::File, 10);
+    m.add_events_decoded(Source::File, 8);
+    m.add_bad_lines(Source::File, BadLineReason::InvalidJson, 2);
+    m.add_unknown_events(Source::File, 1);
+    m.add_events_read(Source::File, 2);
+    m.add_events_decoded(Source::File, 2);
     m.add_events_read(Source::Stdin, 5);
     m.add_bad_lines(Source::Stdin, BadLineReason::TooLong, 1);
     assert_eq!(
@@ -442,6 +437,16 @@ fn health_deltas_move_counters_by_growth_only() {
     assert_eq!(
         m.value("retryscope_bad_lines_total", &["stdin", "too_long"]),
         Some(1.0)
+    );
+
+    m.inc_file_errors("checkpoint_orphaned");
+    assert_eq!(
+        m.value("retryscope_file_errors_total", &["checkpoint_orphaned"]),
+        Some(1.0)
+    );
+    assert_eq!(
+        m.value("retryscope_file_errors_total", &["read"]),
+        Some(0.0)
     );
 
     m.set_files_watched(3);
@@ -545,6 +550,21 @@ fn kill_and_restore_mid_stream_ends_like_an_uninterrupted_run() {
         }
         assert_eq!(text(&second), text(&straight), "cut at {cut}");
     }
+}
+
+#[test]
+fn a_version_1_snapshot_with_its_unused_input_baselines_still_restores() {
+    let m = busy();
+    let mut v1 = serde_json::to_value(m.snapshot()).unwrap();
+    v1["version"] = 1.into();
+    v1["last_input"] = serde_json::json!({"file": {"lines": 3}});
+    if let Some(o) = v1.as_object_mut() {
+        o.remove("last_after_close_events");
+    }
+    let snap: MetricsSnapshot = serde_json::from_value(v1).unwrap();
+    let fresh = metrics();
+    fresh.restore(&snap).unwrap();
+    assert_eq!(text(&fresh), text(&m));
 }
 
 #[test]

@@ -54,21 +54,36 @@ pub enum Protocol {
     HttpProtobuf,
 }
 
+impl serde::Serialize for Protocol {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Protocol {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Protocol::parse(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!("`{name}` is not grpc or http/protobuf"))
+        })
+    }
+}
+
 impl Protocol {
+    /// The `OTEL_EXPORTER_OTLP_PROTOCOL` spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Grpc => "grpc",
+            Protocol::HttpProtobuf => "http/protobuf",
+        }
+    }
+
     /// Parse the `OTEL_EXPORTER_OTLP_PROTOCOL` spelling.
     pub fn parse(s: &str) -> Option<Protocol> {
         match s.trim() {
             "grpc" => Some(Protocol::Grpc),
             "http/protobuf" => Some(Protocol::HttpProtobuf),
             _ => None,
-        }
-    }
-
-    /// The `OTEL_EXPORTER_OTLP_PROTOCOL` spelling, for logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Grpc => "grpc",
-            Protocol::HttpProtobuf => "http/protobuf",
         }
     }
 }
@@ -261,47 +276,6 @@ impl TraceStats {
     }
 }
 
-/// Logs at most once per period, with how many times it was asked since the last log.
-#[derive(Debug)]
-struct WarnLimit {
-    origin: std::time::Instant,
-    period_ms: u64,
-    next_ms: AtomicU64,
-    pending: AtomicU64,
-}
-
-impl WarnLimit {
-    fn new(period: Duration) -> Self {
-        WarnLimit {
-            origin: std::time::Instant::now(),
-            period_ms: u64::try_from(period.as_millis()).unwrap_or(u64::MAX),
-            next_ms: AtomicU64::new(0),
-            pending: AtomicU64::new(0),
-        }
-    }
-
-    /// Record one occurrence; `Some(n)` when it is time to log `n` occurrences.
-    fn hit(&self) -> Option<u64> {
-        self.pending.fetch_add(1, Ordering::Relaxed);
-        let now = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let next = self.next_ms.load(Ordering::Relaxed);
-        if now < next {
-            return None;
-        }
-        self.next_ms
-            .compare_exchange(
-                next,
-                now.saturating_add(self.period_ms),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            )
-            .ok()
-            .map(|_| self.pending.swap(0, Ordering::Relaxed))
-    }
-}
-
-const WARN_PERIOD: Duration = Duration::from_secs(10);
-
 /// Exports closed turns as OTLP traces in the background. See the module docs.
 #[derive(Debug)]
 pub struct TraceSink {
@@ -317,7 +291,6 @@ struct Running {
     worker: JoinHandle<()>,
     /// Spans handed to the queue and not yet counted as exported or dropped.
     pending: Arc<AtomicU64>,
-    drop_warn: WarnLimit,
 }
 
 impl TraceSink {
@@ -365,7 +338,6 @@ impl TraceSink {
             max_batch: cfg.max_batch,
             stats: stats.clone(),
             pending: pending.clone(),
-            fail_warn: WarnLimit::new(WARN_PERIOD),
         };
         let worker = handle.spawn(worker.run());
         tracing::info!(
@@ -379,7 +351,6 @@ impl TraceSink {
                 deadline,
                 worker,
                 pending,
-                drop_warn: WarnLimit::new(WARN_PERIOD),
             }),
             stats,
             opts,
@@ -406,14 +377,14 @@ impl TraceSink {
         TraceStats::add(&self.stats.spans_submitted, n);
         // Skip building spans that could not be queued anyway.
         if running.tx.capacity() == 0 {
-            self.drop_turn(running, n);
+            self.drop_turn(n);
             return;
         }
         let spans = turn_spans(report, &self.opts);
         running.pending.fetch_add(n as u64, Ordering::Relaxed);
         if running.tx.try_send(spans).is_err() {
             running.pending.fetch_sub(n as u64, Ordering::Relaxed);
-            self.drop_turn(running, n);
+            self.drop_turn(n);
         }
     }
 
@@ -437,15 +408,15 @@ impl TraceSink {
         running.pending.fetch_add(n as u64, Ordering::Relaxed);
         if running.tx.blocking_send(spans).is_err() {
             running.pending.fetch_sub(n as u64, Ordering::Relaxed);
-            self.drop_turn(running, n);
+            self.drop_turn(n);
         }
     }
 
-    fn drop_turn(&self, running: &Running, spans: usize) {
+    fn drop_turn(&self, spans: usize) {
         TraceStats::add(&self.stats.spans_dropped, spans);
-        if let Some(turns) = running.drop_warn.hit() {
+        if let Some(suppressed) = crate::ratelimit::allow("otlp_queue_full") {
             tracing::warn!(
-                turns,
+                suppressed,
                 "trace export queue full or closed; dropping turns (backend slow or down?)"
             );
         }
@@ -526,7 +497,6 @@ struct Worker {
     max_batch: usize,
     stats: Arc<TraceStats>,
     pending: Arc<AtomicU64>,
-    fail_warn: WarnLimit,
 }
 
 impl Worker {
@@ -600,8 +570,8 @@ impl Worker {
             Err(e) => {
                 self.stats.export_failures.fetch_add(1, Ordering::Relaxed);
                 self.lose(n);
-                if let Some(failures) = self.fail_warn.hit() {
-                    tracing::warn!(failures, error = %e, "trace export failed; spans dropped");
+                if let Some(suppressed) = crate::ratelimit::allow("otlp_export_failed") {
+                    tracing::warn!(suppressed, error = %e, "trace export failed; spans dropped");
                 }
             }
         }
@@ -726,16 +696,6 @@ mod tests {
             shown.contains("\"b\"") && !shown.contains("\"2\""),
             "{shown}"
         );
-    }
-
-    #[test]
-    fn warnings_are_rate_limited_with_a_count() {
-        let limit = WarnLimit::new(Duration::from_millis(100));
-        assert_eq!(limit.hit(), Some(1));
-        assert_eq!(limit.hit(), None);
-        assert_eq!(limit.hit(), None);
-        std::thread::sleep(Duration::from_millis(120));
-        assert_eq!(limit.hit(), Some(3));
     }
 
     #[tokio::test]

@@ -311,25 +311,10 @@ fn place_findings(report: &TurnReport) -> Placed<'_> {
     placed
 }
 
-/// Which span a finding kind belongs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Scope {
-    /// The root: a property of the whole turn (even when it names an attempt).
-    Turn,
-    /// The attempt it names.
-    Attempt,
-    /// The execution of the call it names (else its attempt, else the root).
-    Tool,
-}
+use crate::rules::Scope;
 
 fn scope(kind: FindingKind) -> Scope {
-    match kind {
-        FindingKind::AbandonedToolExecuted
-        | FindingKind::DuplicateEffect
-        | FindingKind::EarlyExecution => Scope::Tool,
-        FindingKind::SplicedText | FindingKind::SplicedStream => Scope::Attempt,
-        FindingKind::RetryCapExceeded | FindingKind::IncompleteTurn => Scope::Turn,
-    }
+    crate::rules::rule(kind).scope
 }
 
 /// The execution a tool finding is about: in its attempt first (the one at the finding's

@@ -29,15 +29,7 @@ impl FileId {
     }
 }
 
-/// FNV-1a, 64 bit.
-pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
+pub(crate) use crate::fasthash::fnv1a;
 
 /// Read up to `len` bytes from the start of `file` (fewer at EOF).
 pub(crate) fn read_prefix(file: &File, len: usize) -> io::Result<Vec<u8>> {

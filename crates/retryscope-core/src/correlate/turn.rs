@@ -17,11 +17,12 @@ pub struct Env<'a> {
 use crate::cost::{PriceTable, estimate_tokens};
 use crate::effect::{canonical_args, effect_key};
 use crate::event::{EffectClass, Event, EventKind, Usage};
-use crate::finding::{Finding, FindingKind};
+use crate::finding::Finding;
 use crate::report::{
     AttemptReport, CallReport, CloseReason, ExecReport, MarkKind, Outcome, TurnReport, TurnStatus,
     UsageReport, UsageSource,
 };
+use crate::rules;
 
 /// Canonical arguments longer than this are not kept (their key still is).
 const MAX_KEPT_ARGS_BYTES: usize = 1024;
@@ -177,13 +178,7 @@ impl TurnState {
                     .attempt
                     .unwrap_or_else(|| self.max_attempt().map_or(0, |m| m + 1));
                 self.ensure_attempt(n, ts, Some("spliced_stream"), env, out);
-                let finding = Finding::new(
-                    FindingKind::SplicedStream,
-                    &self.id,
-                    Some(n),
-                    format!("stream carries a retried generation: {signal}"),
-                )
-                .at(ts);
+                let finding = rules::spliced_stream::on_splice(&self.id, n, signal, ts);
                 self.emit(finding, out);
             }
             kind => {
@@ -234,19 +229,11 @@ impl TurnState {
                 reason: reason.map(str::to_owned),
             });
         }
-        if n >= env.cfg.retry_cap && !self.cap_flagged {
+        if !self.cap_flagged
+            && let Some(finding) =
+                rules::retry_cap_exceeded::on_new_attempt(&self.id, n, env.cfg.retry_cap, ts)
+        {
             self.cap_flagged = true;
-            let finding = Finding::new(
-                FindingKind::RetryCapExceeded,
-                &self.id,
-                Some(n),
-                format!(
-                    "attempt {n} is over the cap of {} attempt{}",
-                    env.cfg.retry_cap,
-                    if env.cfg.retry_cap == 1 { "" } else { "s" }
-                ),
-            )
-            .at(ts);
             self.emit(finding, out);
         }
         if newest {
@@ -268,16 +255,12 @@ impl TurnState {
         for exec in attempt.execs.iter_mut() {
             if !exec.read && !exec.flagged_abandoned {
                 exec.flagged_abandoned = true;
-                findings.push(
-                    Finding::new(
-                        FindingKind::AbandonedToolExecuted,
-                        &self.id,
-                        Some(number),
-                        "executed before the attempt was abandoned".to_owned(),
-                    )
-                    .with_call(&exec.name, &exec.id, exec.effect_key.as_deref())
-                    .at(ts),
-                );
+                findings.push(rules::abandoned_tool_executed::on_abandon(
+                    &self.id,
+                    number,
+                    exec.call(),
+                    ts,
+                ));
             }
         }
         for f in findings {
@@ -423,26 +406,18 @@ impl TurnState {
         let outcome = self.attempts[idx].outcome;
         if !exec.read {
             if outcome == Outcome::Open {
-                let f = Finding::new(
-                    FindingKind::EarlyExecution,
-                    &self.id,
-                    Some(number),
-                    "executed before its attempt finished".to_owned(),
-                )
-                .with_call(&exec.name, &exec.id, exec.effect_key.as_deref())
-                .at(ts);
+                let f =
+                    rules::early_execution::on_exec_while_open(&self.id, number, exec.call(), ts);
                 self.emit(f, out);
             }
             if outcome == Outcome::Abandoned {
                 exec.flagged_abandoned = true;
-                let f = Finding::new(
-                    FindingKind::AbandonedToolExecuted,
+                let f = rules::abandoned_tool_executed::on_exec_after(
                     &self.id,
-                    Some(number),
-                    "executed after the attempt was abandoned".to_owned(),
-                )
-                .with_call(&exec.name, &exec.id, exec.effect_key.as_deref())
-                .at(ts);
+                    number,
+                    exec.call(),
+                    ts,
+                );
                 self.emit(f, out);
             }
         }
@@ -466,14 +441,18 @@ impl TurnState {
         if let Some((_, first_attempt, first_call)) =
             self.effects.iter().find(|(k, _, _)| k == key).cloned()
         {
-            let f = Finding::new(
-                FindingKind::DuplicateEffect,
+            let call = rules::Call {
+                effect_key: Some(key),
+                ..exec.call()
+            };
+            let f = rules::duplicate_effect::on_repeat(
                 &self.id,
-                Some(number),
-                format!("same effect as call {first_call} of attempt {first_attempt}"),
-            )
-            .with_call(&exec.name, &exec.id, Some(key))
-            .at(ts);
+                number,
+                call,
+                first_attempt,
+                &first_call,
+                ts,
+            );
             self.emit(f, out);
         } else {
             first_exact(&mut self.effects);
@@ -534,42 +513,28 @@ impl TurnState {
             .or_else(|| self.attempts.len().checked_sub(1));
         // Spliced text: judged by the output when the client logged one, else by resets.
         let spliced = match (&self.output, final_idx) {
-            (Some(output), Some(fi)) => {
-                spliced_attempt(output, &self.attempts, &self.attempts[fi]).map(|a| (a, "output"))
-            }
+            (Some(output), Some(fi)) => spliced_attempt(output, &self.attempts, &self.attempts[fi])
+                .map(|a| (a, rules::spliced_text::Proof::Output)),
             (Some(_), None) => None,
             (None, _) => self
                 .no_reset_attempt
-                .map(|(_, earlier)| (earlier, "no_reset")),
+                .map(|(_, earlier)| (earlier, rules::spliced_text::Proof::NoReset)),
         };
-        if let Some((attempt, evidence)) = spliced {
-            let f = Finding::new(
-                FindingKind::SplicedText,
-                &self.id,
-                Some(attempt),
-                evidence.to_owned(),
-            )
-            .at(end_ts);
+        if let Some((attempt, proof)) = spliced {
+            let f = rules::spliced_text::on_close(&self.id, attempt, proof, end_ts);
             self.emit(f, out);
         }
         let any_completed = self
             .attempts
             .iter()
             .any(|a| a.outcome == Outcome::Completed);
-        if !any_completed {
-            let f = Finding::new(
-                FindingKind::IncompleteTurn,
-                &self.id,
-                self.max_attempt(),
-                match closed_by {
-                    CloseReason::TurnEnd => "turn ended with no finished attempt",
-                    CloseReason::IdleTimeout => "idle timeout with no finished attempt",
-                    CloseReason::EndOfInput => "input ended with no finished attempt",
-                    CloseReason::Evicted => "evicted with no finished attempt",
-                }
-                .to_owned(),
-            )
-            .at(end_ts);
+        if let Some(f) = rules::incomplete_turn::on_close(
+            &self.id,
+            any_completed,
+            self.max_attempt(),
+            closed_by,
+            end_ts,
+        ) {
             self.emit(f, out);
         }
         let status = if any_completed {

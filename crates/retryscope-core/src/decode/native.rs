@@ -147,6 +147,12 @@ impl<'de> de::Deserialize<'de> for Id<'de> {
 /// `ts`: an RFC 3339 string or integer Unix milliseconds.
 struct Ts(TimestampMs);
 
+/// A raw JSON `ts` token (a quoted string or a number) read exactly as a native line's `ts`
+/// is: the one timestamp parser, also used by `check`'s shard router.
+pub fn ts_token(raw: &[u8]) -> Option<TimestampMs> {
+    serde_json::from_slice::<Ts>(raw).ok().map(|t| t.0)
+}
+
 impl<'de> de::Deserialize<'de> for Ts {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;

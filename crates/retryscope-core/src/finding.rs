@@ -1,4 +1,5 @@
-//! Findings: what went wrong in a turn, as a closed set of kinds with fixed severities.
+//! Findings: what went wrong in a turn, as a closed set of kinds with fixed severities. When
+//! each kind fires, and what its evidence says, is its rule's business ([`crate::rules`]).
 
 use std::fmt;
 use std::str::FromStr;
@@ -102,14 +103,9 @@ impl FindingKind {
         }
     }
 
-    /// The fixed severity of this kind.
+    /// The fixed severity of this kind (its rule's).
     pub fn severity(self) -> Severity {
-        match self {
-            FindingKind::AbandonedToolExecuted | FindingKind::DuplicateEffect => Severity::Critical,
-            FindingKind::SplicedText | FindingKind::SplicedStream => Severity::High,
-            FindingKind::EarlyExecution | FindingKind::RetryCapExceeded => Severity::Warning,
-            FindingKind::IncompleteTurn => Severity::Info,
-        }
+        crate::rules::rule(self).severity
     }
 }
 

@@ -1,4 +1,6 @@
-//! A fast, per-process seeded hasher for the correlator's maps keyed by turn ids.
+//! Every hash retryscope computes: a fast, per-process seeded hasher for the correlator's
+//! maps keyed by turn ids, and [`fnv1a`], the stable hash for what is persisted or must be the
+//! same in every process.
 //!
 //! SipHash (the std default) showed up at ~5% of `check` time. This word-at-a-time
 //! multiply-rotate hash (the FxHash construction) is several times faster; a random per-process
@@ -76,6 +78,15 @@ impl BuildHasher for FastState {
     fn build_hasher(&self) -> FastHasher {
         FastHasher(self.0)
     }
+}
+
+/// FNV-1a, 64 bit: a hash that never changes across processes or versions, for values that
+/// are persisted (file fingerprints in checkpoints) or must not depend on the process (which
+/// `check` worker owns a turn).
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// A `HashMap` with the fast hasher.

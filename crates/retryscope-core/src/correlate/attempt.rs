@@ -133,6 +133,17 @@ pub struct ExecState {
     pub flagged_abandoned: bool,
 }
 
+impl ExecState {
+    /// The call this execution ran, as the rules name it.
+    pub fn call(&self) -> crate::rules::Call<'_> {
+        crate::rules::Call {
+            tool: &self.name,
+            id: &self.id,
+            effect_key: self.effect_key.as_deref(),
+        }
+    }
+}
+
 /// One attempt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AttemptState {

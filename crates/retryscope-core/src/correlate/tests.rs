@@ -47,9 +47,9 @@ fn kinds(r: &TurnReport) -> Vec<FindingKind> {
     k
 }
 
-const NAIVE: &str = include_str!("../../examples/bookstore/naive.jsonl");
-const RESET: &str = include_str!("../../examples/bookstore/reset.jsonl");
-const LATE: &str = include_str!("../../examples/bookstore/reset-late-exec.jsonl");
+const NAIVE: &str = include_str!("../../../../examples/bookstore/naive.jsonl");
+const RESET: &str = include_str!("../../../../examples/bookstore/reset.jsonl");
+const LATE: &str = include_str!("../../../../examples/bookstore/reset-late-exec.jsonl");
 
 #[test]
 fn bookstore_naive_splices_and_refunds_twice() {

@@ -10,33 +10,52 @@ use super::provider::Format;
 
 /// How many payloads to look at before giving up.
 const MAX_PAYLOADS: usize = 16;
+/// How many non-blank lines to look at before giving up (a text file has no payloads at all).
+const MAX_LINES: usize = 64;
+/// How many bytes to look at before giving up.
+pub const SNIFF_BYTES: usize = 64 * 1024;
 
-/// Sniff the format from the first bytes (up to 64 KiB) of a stream. Never returns `Auto`;
-/// returns `Native` when unsure.
+/// Sniff the format from the first bytes (up to [`SNIFF_BYTES`]) of a whole stream. Never
+/// returns `Auto`; returns `Native` when unsure.
 pub fn detect(head: &[u8]) -> Format {
-    let head = &head[..head.len().min(64 * 1024)];
+    sniff(head, true).unwrap_or(Format::Native)
+}
+
+/// Sniff the format from the first bytes of a stream that may still grow: `Some` once a
+/// record says which format it is, or once `at_end` (the stream ended, or the caller holds as
+/// much as it will) or the look-ahead budget is spent, when the answer is the best guess;
+/// `None` while more input could still decide. [`detect`] and the ingest path's incremental
+/// sniffing both answer through here, so a file and a live stream get the same format.
+pub fn sniff(head: &[u8], at_end: bool) -> Option<Format> {
+    let head = &head[..head.len().min(SNIFF_BYTES)];
+    let budget_spent = head.len() == SNIFF_BYTES;
     // A cut may split a UTF-8 sequence: use the valid prefix.
     let text = match std::str::from_utf8(head) {
         Ok(t) => t,
         Err(e) => std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or(""),
     };
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let mut seen = 0;
+    let mut payloads = 0;
+    let mut lines = 0;
     let mut pretty_object = false;
     for line in text.lines() {
         let line = line.trim();
         if line.is_empty() || line.starts_with(':') {
             continue;
         }
+        lines += 1;
+        if lines > MAX_LINES {
+            break;
+        }
         if let Some(name) = line.strip_prefix("event:") {
             if let Some(f) = by_event_name(name.trim()) {
-                return f;
+                return Some(f);
             }
             continue;
         }
         let payload = line.strip_prefix("data:").map_or(line, str::trim);
         if payload == "[DONE]" {
-            return Format::OpenAiChat;
+            return Some(Format::OpenAiChat);
         }
         if !payload.starts_with('{') {
             continue;
@@ -46,23 +65,24 @@ pub fn detect(head: &[u8]) -> Format {
             break;
         }
         let Ok(v) = serde_json::from_str::<Value>(payload) else {
-            continue; // cut at the 64 KiB boundary, or not JSON
+            continue; // cut at the look-ahead boundary, or not JSON
         };
         if let Some(f) = by_payload(&v) {
-            return f;
+            return Some(f);
         }
-        seen += 1;
-        if seen >= MAX_PAYLOADS {
+        payloads += 1;
+        if payloads >= MAX_PAYLOADS {
             break;
         }
     }
-    if pretty_object || text.contains("\"gemini_cli.") {
-        // Multi-line objects: the gemini-cli telemetry outfile.
-        if text.contains("\"event.name\"") || text.contains("\"gemini_cli.") {
-            return Format::GeminiCliTelemetry;
-        }
+    // Multi-line objects: the gemini-cli telemetry outfile.
+    if (pretty_object || text.contains("\"gemini_cli."))
+        && (text.contains("\"event.name\"") || text.contains("\"gemini_cli."))
+    {
+        return Some(Format::GeminiCliTelemetry);
     }
-    Format::Native
+    let spent = budget_spent || lines > MAX_LINES || payloads >= MAX_PAYLOADS;
+    (at_end || spent).then_some(Format::Native)
 }
 
 fn by_event_name(name: &str) -> Option<Format> {
@@ -162,6 +182,19 @@ mod tests {
         for (head, want) in cases {
             assert_eq!(detect(head.as_bytes()), want, "{head}");
         }
+    }
+
+    #[test]
+    fn sniffing_waits_for_a_deciding_record_then_answers_like_detect() {
+        let pretty = "{\n  \"hrTime\": [1, 2],\n";
+        assert_eq!(sniff(pretty.as_bytes(), false), None);
+        assert_eq!(sniff(b"{\"unknown\":1}\n", false), None);
+        assert_eq!(sniff(b"{\"unknown\":1}\n", true), Some(Format::Native));
+        let text = "not a log line\n".repeat(MAX_LINES + 1);
+        assert_eq!(sniff(text.as_bytes(), false), Some(Format::Native));
+        let full =
+            format!("{pretty}  \"attributes\": {{\"event.name\": \"gemini_cli.api_request\"");
+        assert_eq!(sniff(full.as_bytes(), false), Some(detect(full.as_bytes())));
     }
 
     #[test]

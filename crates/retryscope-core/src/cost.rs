@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use crate::event::Usage;
 
-const DEFAULT_TABLE: &str = include_str!("../prices/default.json");
+const DEFAULT_TABLE: &str = include_str!("../../../prices/default.json");
 
 /// USD per token for one model.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -83,6 +83,19 @@ impl fmt::Display for Format {
 )]
 pub struct UnknownFormat(pub String);
 
+impl serde::Serialize for Format {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Format {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = Cow::<str>::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl FromStr for Format {
     type Err = UnknownFormat;
     fn from_str(s: &str) -> Result<Self, Self::Err> {

@@ -1,0 +1,393 @@
+//! The one ingest path: every source (files, stdin, the demo fleet, and those to come) hands
+//! its lines here, and every format is chosen, framed and decoded here, so a line means the
+//! same thing whichever way it arrived.
+//!
+//! Owns: the streams (one per input: a file, stdin, a feed), each stream's format (forced, or
+//! sniffed from its first records with [`decode::detect::sniff`], holding lines until a record
+//! decides), the blank-line policy, the per-stream provider decoders, and the [`Pipeline`]
+//! (correlator and input counters). It reports every line's fate through a callback, with the
+//! stream, its name and the line number, so callers count and log without re-deciding anything.
+//!
+//! Blank-line policy: in the native format a blank (or whitespace-only) line is not a record:
+//! skipped, not counted. Provider streams get every line, since SSE ends an event on a blank
+//! line.
+
+use std::fmt;
+
+use crate::correlate::{Correlator, Output};
+use crate::decode::{self, BadLineReason, DecodeError, Format, StreamDecoder};
+use crate::fasthash::FastMap;
+use crate::pipeline::{InputCounters, LineOutcome, Pipeline};
+
+/// Where a stream comes from: a bounded set, used as a metric label by the sinks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// Tailed or named files.
+    File,
+    /// Standard input.
+    Stdin,
+    /// The built-in demo fleet.
+    Demo,
+}
+
+impl Source {
+    /// Every source, for pre-registering series.
+    pub const ALL: [Source; 3] = [Source::File, Source::Stdin, Source::Demo];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::File => "file",
+            Source::Stdin => "stdin",
+            Source::Demo => "demo",
+        }
+    }
+}
+
+/// A stream's handle, valid until [`Ingest::end`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StreamId(u32);
+
+/// What the ingest path tells its caller, as it happens.
+#[derive(Debug)]
+pub enum Note<'a> {
+    /// A line's fate: an event, a skipped record, or a bad line with its reason.
+    Line {
+        /// The stream.
+        source: Source,
+        /// The stream's name (a path, `<stdin>`).
+        name: &'a str,
+        /// The line's number in the stream (1-based; counted from where reading started).
+        number: u64,
+        /// What became of it.
+        outcome: Result<LineOutcome, DecodeError>,
+    },
+    /// A stream's format was decided (sniffed or forced), before its first line is decoded.
+    Format {
+        /// The stream.
+        source: Source,
+        /// The stream's name.
+        name: &'a str,
+        /// The format.
+        format: Format,
+    },
+}
+
+/// Lines held while a stream's format is not known yet.
+#[derive(Default)]
+struct Held {
+    lines: Vec<(u64, Vec<u8>)>,
+    head: Vec<u8>,
+    /// No line arrived since the last [`Ingest::settle_idle`].
+    idle: bool,
+}
+
+enum Decoding {
+    Sniffing(Held),
+    Native,
+    Provider(Box<dyn StreamDecoder>),
+}
+
+struct Stream {
+    name: String,
+    source: Source,
+    lines: u64,
+    format: Option<Format>,
+    decoding: Decoding,
+}
+
+/// Lines of any number of streams, of any format, into one correlator.
+pub struct Ingest {
+    pipeline: Pipeline,
+    format: Format,
+    streams: Vec<Option<Stream>>,
+    /// Open streams by name, one map per [`Source`].
+    by_name: [FastMap<String, StreamId>; Source::ALL.len()],
+}
+
+impl fmt::Debug for Ingest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ingest")
+            .field("pipeline", &self.pipeline)
+            .field("format", &self.format)
+            .field("streams", &self.streams.iter().flatten().count())
+            .finish()
+    }
+}
+
+impl Ingest {
+    /// An ingest path into `correlator`, every stream read as `format` ([`Format::Auto`]:
+    /// sniffed per stream).
+    pub fn new(correlator: Correlator, format: Format) -> Self {
+        Ingest {
+            pipeline: Pipeline::new(correlator),
+            format,
+            streams: Vec::new(),
+            by_name: Default::default(),
+        }
+    }
+
+    /// The pipeline (correlator, counters, logical clock).
+    pub fn pipeline(&self) -> &Pipeline {
+        &self.pipeline
+    }
+
+    /// The pipeline, to restore a checkpoint or number turns.
+    pub fn pipeline_mut(&mut self) -> &mut Pipeline {
+        &mut self.pipeline
+    }
+
+    /// The correlator.
+    pub fn correlator(&self) -> &Correlator {
+        self.pipeline.correlator()
+    }
+
+    /// Input counters so far.
+    pub fn counters(&self) -> &InputCounters {
+        self.pipeline.counters()
+    }
+
+    /// The stream called `name` from `source`, opened on first use.
+    pub fn stream(&mut self, source: Source, name: &str) -> StreamId {
+        if let Some(id) = self.by_name[source as usize].get(name) {
+            return *id;
+        }
+        let (format, decoding) = match self.format {
+            Format::Auto => (None, Decoding::Sniffing(Held::default())),
+            forced => (Some(forced), decoding_for(forced, name)),
+        };
+        let stream = Stream {
+            name: name.to_owned(),
+            source,
+            lines: 0,
+            format,
+            decoding,
+        };
+        let id = match self.streams.iter().position(Option::is_none) {
+            Some(free) => {
+                self.streams[free] = Some(stream);
+                StreamId(free as u32)
+            }
+            None => {
+                self.streams.push(Some(stream));
+                StreamId((self.streams.len() - 1) as u32)
+            }
+        };
+        self.by_name[source as usize].insert(name.to_owned(), id);
+        id
+    }
+
+    /// The format a stream is read as, once decided.
+    pub fn format_of(&self, id: StreamId) -> Option<Format> {
+        self.streams.get(id.0 as usize)?.as_ref()?.format
+    }
+
+    /// One line of a stream (without its newline; a trailing `\r` is tolerated), arriving at
+    /// `arrival_ms` (`None`: the logical clock stands in). `number` is its line number when
+    /// the caller knows it; otherwise the stream counts.
+    pub fn line(
+        &mut self,
+        id: StreamId,
+        number: Option<u64>,
+        bytes: &[u8],
+        arrival_ms: Option<i64>,
+        out: &mut Vec<Output>,
+        note: &mut dyn FnMut(Note<'_>),
+    ) {
+        let Some(stream) = self.streams.get_mut(id.0 as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        stream.lines = number.unwrap_or(stream.lines + 1);
+        let number = stream.lines;
+        if let Decoding::Sniffing(held) = &mut stream.decoding {
+            held.head.extend_from_slice(bytes);
+            held.head.push(b'\n');
+            held.lines.push((number, bytes.to_vec()));
+            held.idle = false;
+            if let Some(format) = decode::detect::sniff(&held.head, false) {
+                self.decide(id, format, arrival_ms, out, note);
+            }
+            return;
+        }
+        decode_line(
+            &mut self.pipeline,
+            stream,
+            number,
+            bytes,
+            arrival_ms,
+            out,
+            note,
+        );
+    }
+
+    /// A line of a stream skipped for its length (`len` bytes): counted as a bad line.
+    pub fn too_long(
+        &mut self,
+        id: StreamId,
+        number: Option<u64>,
+        len: u64,
+        note: &mut dyn FnMut(Note<'_>),
+    ) {
+        let Some(stream) = self.streams.get_mut(id.0 as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        stream.lines = number.unwrap_or(stream.lines + 1);
+        self.pipeline.too_long();
+        note(Note::Line {
+            source: stream.source,
+            name: &stream.name,
+            number: stream.lines,
+            outcome: Err(DecodeError::new(
+                BadLineReason::TooLong,
+                format!("line of {len} bytes skipped"),
+            )),
+        });
+    }
+
+    /// Decide a sniffing stream's format now with what it holds (a live stream that went
+    /// quiet): held lines are decoded. No-op once decided.
+    pub fn settle(
+        &mut self,
+        id: StreamId,
+        arrival_ms: Option<i64>,
+        out: &mut Vec<Output>,
+        note: &mut dyn FnMut(Note<'_>),
+    ) {
+        let Some(Some(stream)) = self.streams.get(id.0 as usize) else {
+            return;
+        };
+        if let Decoding::Sniffing(held) = &stream.decoding {
+            let format = decode::detect::sniff(&held.head, true).unwrap_or(Format::Native);
+            self.decide(id, format, arrival_ms, out, note);
+        }
+    }
+
+    /// For live sources, called periodically: settle every stream that is still sniffing and
+    /// got no line since the previous call, so a quiet stream's lines are never held for long.
+    pub fn settle_idle(
+        &mut self,
+        arrival_ms: Option<i64>,
+        out: &mut Vec<Output>,
+        note: &mut dyn FnMut(Note<'_>),
+    ) {
+        for i in 0..self.streams.len() {
+            let Some(Some(stream)) = self.streams.get_mut(i) else {
+                continue;
+            };
+            if let Decoding::Sniffing(held) = &mut stream.decoding {
+                if held.idle {
+                    self.settle(StreamId(i as u32), arrival_ms, out, note);
+                } else {
+                    held.idle = true;
+                }
+            }
+        }
+    }
+
+    /// A stream ended: its held lines are decoded, its provider decoder flushed (a stream cut
+    /// without its terminator stays unfinished), and its handle released. Lines under the same
+    /// name later start a new stream.
+    pub fn end(
+        &mut self,
+        id: StreamId,
+        arrival_ms: Option<i64>,
+        out: &mut Vec<Output>,
+        note: &mut dyn FnMut(Note<'_>),
+    ) {
+        self.settle(id, arrival_ms, out, note);
+        let Some(stream) = self.streams.get_mut(id.0 as usize).and_then(Option::take) else {
+            return;
+        };
+        self.by_name[stream.source as usize].remove(&stream.name);
+        if let Decoding::Provider(mut decoder) = stream.decoding {
+            self.pipeline.stream_end(decoder.as_mut(), arrival_ms, out);
+        }
+    }
+
+    /// End of all input: end every stream, then close every open turn.
+    pub fn close_all(&mut self, out: &mut Vec<Output>, note: &mut dyn FnMut(Note<'_>)) {
+        for i in 0..self.streams.len() {
+            self.end(StreamId(i as u32), None, out, note);
+        }
+        self.pipeline.close_all(out);
+    }
+
+    /// Let idle turns time out.
+    pub fn tick(&mut self, now_ms: i64, out: &mut Vec<Output>) {
+        self.pipeline.tick(now_ms, out);
+    }
+
+    fn decide(
+        &mut self,
+        id: StreamId,
+        format: Format,
+        arrival_ms: Option<i64>,
+        out: &mut Vec<Output>,
+        note: &mut dyn FnMut(Note<'_>),
+    ) {
+        let Some(stream) = self.streams.get_mut(id.0 as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let decoding = decoding_for(format, &stream.name);
+        stream.format = Some(format);
+        let Decoding::Sniffing(held) = std::mem::replace(&mut stream.decoding, decoding) else {
+            return;
+        };
+        note(Note::Format {
+            source: stream.source,
+            name: &stream.name,
+            format,
+        });
+        for (number, bytes) in held.lines {
+            decode_line(
+                &mut self.pipeline,
+                stream,
+                number,
+                &bytes,
+                arrival_ms,
+                out,
+                note,
+            );
+        }
+    }
+}
+
+fn decoding_for(format: Format, name: &str) -> Decoding {
+    match decode::stream_decoder(format, &stream_name(name)) {
+        Some(decoder) => Decoding::Provider(decoder),
+        None => Decoding::Native,
+    }
+}
+
+/// The name a provider stream's turn ids are seeded from: the file name without its folder.
+fn stream_name(name: &str) -> String {
+    std::path::Path::new(name)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| name.to_owned())
+}
+
+fn decode_line(
+    pipeline: &mut Pipeline,
+    stream: &mut Stream,
+    number: u64,
+    bytes: &[u8],
+    arrival_ms: Option<i64>,
+    out: &mut Vec<Output>,
+    note: &mut dyn FnMut(Note<'_>),
+) {
+    let outcome = match &mut stream.decoding {
+        Decoding::Native if bytes.iter().all(u8::is_ascii_whitespace) => return,
+        Decoding::Native => pipeline.native_line(bytes, arrival_ms, out),
+        Decoding::Provider(decoder) => {
+            pipeline.stream_line(decoder.as_mut(), bytes, arrival_ms, out)
+        }
+        Decoding::Sniffing(_) => return,
+    };
+    note(Note::Line {
+        source: stream.source,
+        name: &stream.name,
+        number,
+        outcome,
+    });
+}

@@ -1,0 +1,30 @@
+//! `retry_cap_exceeded` (warning): a turn reached more attempts than the configured cap (a
+//! retry storm in one turn). Raised once per turn, when the attempt over the cap appears.
+
+use super::{Rule, Scope};
+use crate::finding::{Finding, FindingKind, Severity};
+
+/// The rule.
+pub const RULE: Rule = Rule {
+    kind: FindingKind::RetryCapExceeded,
+    severity: Severity::Warning,
+    scope: Scope::Turn,
+    summary: "The turn was retried more often than the configured cap allows.",
+};
+
+/// Attempt `attempt` (numbered from 0) appeared at `ts`; `cap` is the most attempts allowed.
+pub fn on_new_attempt(turn: &str, attempt: u32, cap: u32, ts: i64) -> Option<Finding> {
+    (attempt >= cap).then(|| {
+        Finding::new(
+            RULE.kind,
+            turn,
+            Some(attempt),
+            // Attempt numbers as logged, from 0, like every other report.
+            format!(
+                "attempt {attempt} is over the cap of {cap} attempt{}",
+                if cap == 1 { "" } else { "s" }
+            ),
+        )
+        .at(ts)
+    })
+}

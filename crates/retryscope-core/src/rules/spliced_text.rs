@@ -1,0 +1,32 @@
+//! `spliced_text` (high): the user was shown an abandoned attempt's text together with the
+//! retry's. Judged at close: by the text the client logged as shown (`output`) when there is
+//! one, else by a retry that came without a renderer reset.
+
+use super::{Rule, Scope};
+use crate::finding::{Finding, FindingKind, Severity};
+
+/// The rule.
+pub const RULE: Rule = Rule {
+    kind: FindingKind::SplicedText,
+    severity: Severity::High,
+    scope: Scope::Attempt,
+    summary: "The user was shown an abandoned attempt's text spliced together with the retry's.",
+};
+
+/// How the splice was proven.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proof {
+    /// The shown output carries the abandoned attempt's text.
+    Output,
+    /// A retry came without a renderer reset, so the abandoned text stayed on screen.
+    NoReset,
+}
+
+/// At close: attempt `attempt`'s text was spliced into what the user saw.
+pub fn on_close(turn: &str, attempt: u32, proof: Proof, ts: i64) -> Finding {
+    let evidence = match proof {
+        Proof::Output => "output",
+        Proof::NoReset => "no_reset",
+    };
+    Finding::new(RULE.kind, turn, Some(attempt), evidence.to_owned()).at(ts)
+}

@@ -1,0 +1,211 @@
+//! Internal events: everything the collector notices about its own work, one type per event.
+//!
+//! Each event's [`InternalEvent::emit`] does both halves at once: it counts the event in the
+//! metrics and logs it, repeated warnings through the process's one rate limiter
+//! ([`crate::ratelimit::allow`]). Sources and sinks never pair a log line with a counter by
+//! hand; they build an event and emit it (the shape of Vector's internal events). Names and
+//! other log-derived text are escaped before they reach a log line.
+
+use std::io;
+use std::path::Path;
+
+use crate::decode::{DecodeError, Format};
+use crate::ingest::{Note, Source};
+use crate::pipeline::LineOutcome;
+use crate::sanitize::display;
+use crate::sink::metrics::Metrics;
+use crate::source::file::TailerEvents;
+
+/// Something the collector noticed about its own work.
+pub trait InternalEvent {
+    /// Count it and log it.
+    fn emit(self, metrics: &Metrics);
+}
+
+/// A line read from a source, before decoding.
+pub struct LineRead {
+    /// From where.
+    pub source: Source,
+}
+
+impl InternalEvent for LineRead {
+    fn emit(self, metrics: &Metrics) {
+        metrics.add_events_read(self.source, 1);
+    }
+}
+
+/// The ingest path's word on a line or a stream (see [`Note`]).
+pub struct Ingested<'a>(pub Note<'a>);
+
+impl InternalEvent for Ingested<'_> {
+    fn emit(self, metrics: &Metrics) {
+        match self.0 {
+            Note::Line {
+                source, outcome, ..
+            } if outcome.is_ok() => match outcome {
+                Ok(LineOutcome::Event) => metrics.add_events_decoded(source, 1),
+                _ => metrics.add_unknown_events(source, 1),
+            },
+            Note::Line {
+                source,
+                name,
+                number,
+                outcome: Err(error),
+            } => LineRejected {
+                source,
+                input: name,
+                line: number,
+                error: &error,
+            }
+            .emit(metrics),
+            Note::Line { .. } => {}
+            Note::Format { name, format, .. } => FormatChosen {
+                input: name,
+                format,
+            }
+            .emit(metrics),
+        }
+    }
+}
+
+/// A line that could not be used: counted by reason, logged with where it was.
+pub struct LineRejected<'a> {
+    /// From where.
+    pub source: Source,
+    /// The input's name.
+    pub input: &'a str,
+    /// Its line number in the input.
+    pub line: u64,
+    /// Why.
+    pub error: &'a DecodeError,
+}
+
+impl InternalEvent for LineRejected<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics.add_bad_lines(self.source, self.error.reason, 1);
+        if let Some(suppressed) = crate::ratelimit::allow("bad_line") {
+            tracing::warn!(
+                input = %display(self.input),
+                line = self.line,
+                error = %self.error,
+                suppressed,
+                "skipped a bad line"
+            );
+        }
+    }
+}
+
+/// An input's format was decided.
+pub struct FormatChosen<'a> {
+    /// The input's name.
+    pub input: &'a str,
+    /// Its format.
+    pub format: Format,
+}
+
+impl InternalEvent for FormatChosen<'_> {
+    fn emit(self, _metrics: &Metrics) {
+        if self.format != Format::Native {
+            tracing::info!(
+                input = %display(self.input),
+                format = self.format.as_str(),
+                "decoding a provider stream"
+            );
+        }
+    }
+}
+
+/// A checkpoint was written.
+pub struct CheckpointWritten;
+
+impl InternalEvent for CheckpointWritten {
+    fn emit(self, metrics: &Metrics) {
+        metrics.inc_checkpoint_writes();
+    }
+}
+
+/// A checkpoint could not be written (or the findings it covers could not be synced).
+pub struct CheckpointFailed<'a> {
+    /// What failed.
+    pub what: &'static str,
+    /// Why.
+    pub error: &'a dyn std::fmt::Display,
+}
+
+impl InternalEvent for CheckpointFailed<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics.inc_checkpoint_failures();
+        if let Some(suppressed) = crate::ratelimit::allow("checkpoint_failed") {
+            tracing::warn!(error = %self.error, suppressed, "{}; checkpoint skipped", self.what);
+        }
+    }
+}
+
+/// A finding could not be written to the findings output.
+pub struct FindingWriteFailed<'a> {
+    /// Why.
+    pub error: &'a io::Error,
+}
+
+impl InternalEvent for FindingWriteFailed<'_> {
+    fn emit(self, _metrics: &Metrics) {
+        if let Some(suppressed) = crate::ratelimit::allow("findings_write") {
+            tracing::warn!(error = %self.error, suppressed, "cannot write a finding");
+        }
+    }
+}
+
+/// The file tailer's events, counted and logged; over-long lines are handed back to the
+/// caller, which counts them through the ingest path (with the stream they belong to).
+pub struct TailerReport<'a> {
+    /// Where counts go.
+    pub metrics: &'a Metrics,
+    /// Over-long lines seen during a poll: (path, length).
+    pub too_long: &'a mut Vec<(std::path::PathBuf, u64)>,
+}
+
+impl TailerEvents for TailerReport<'_> {
+    fn file_added(&mut self, path: &Path, from_offset: u64) {
+        tracing::info!(path = %display(&path.to_string_lossy()), from_offset, "watching file");
+    }
+    fn file_resumed(&mut self, path: &Path, offset: u64) {
+        tracing::info!(path = %display(&path.to_string_lossy()), offset, "resumed file from checkpoint");
+    }
+    fn file_rotated(&mut self, old_path: &Path, new_path: Option<&Path>) {
+        self.metrics.inc_file_rotations();
+        let new = new_path.map(|p| display(&p.to_string_lossy()).into_owned());
+        tracing::info!(
+            old = %display(&old_path.to_string_lossy()),
+            new = new.as_deref().unwrap_or("(gone)"),
+            "file rotated; draining the old handle"
+        );
+    }
+    fn file_truncated(&mut self, path: &Path, old_offset: u64, new_size: u64) {
+        self.metrics.inc_file_truncations();
+        tracing::warn!(path = %display(&path.to_string_lossy()), old_offset, new_size, "file truncated; reading again from the start");
+    }
+    fn file_drained_and_released(&mut self, path: &Path) {
+        tracing::info!(path = %display(&path.to_string_lossy()), "rotated file drained and released");
+    }
+    fn line_too_long(&mut self, path: &Path, skipped_bytes: u64) {
+        self.too_long.push((path.to_path_buf(), skipped_bytes));
+    }
+    fn read_error(&mut self, path: &Path, error: &io::Error) {
+        self.metrics.inc_file_errors("read");
+        if let Some(suppressed) = crate::ratelimit::allow("read_error") {
+            tracing::warn!(path = %display(&path.to_string_lossy()), %error, suppressed, "cannot read file; retrying at the next poll");
+        }
+    }
+    fn checkpoint_mismatch(&mut self, path: &Path) {
+        self.metrics.inc_file_errors("checkpoint_mismatch");
+        tracing::warn!(path = %display(&path.to_string_lossy()), "checkpointed inode now holds another file; reading it from the start");
+    }
+    fn checkpoint_orphaned(&mut self, path: &Path, offset: u64) {
+        self.metrics.inc_file_errors("checkpoint_orphaned");
+        tracing::warn!(
+            path = %display(&path.to_string_lossy()),
+            offset,
+            "a checkpointed file is gone (deleted while retryscope was down): lines written to it after that offset were not read"
+        );
+    }
+}
