@@ -36,11 +36,11 @@ pub fn by_severity(r: &TurnReport) -> Vec<&crate::finding::Finding> {
     v
 }
 
-/// The time span drawn: every time the report knows for the turn.
+/// The time span drawn: the times of the attempts, their events and the findings (the turn's
+/// own first and last times only when there are none: a turn-level event whose time is a
+/// stand-in from another clock must not squeeze the attempts into a corner).
 fn extent(r: &TurnReport) -> (i64, i64) {
     let mut times: Vec<i64> = Vec::new();
-    times.extend(r.started_ms);
-    times.extend(r.ended_ms);
     for a in &r.attempts {
         times.extend(a.started_ms);
         times.extend(a.ended_ms);
@@ -51,6 +51,10 @@ fn extent(r: &TurnReport) -> (i64, i64) {
         }
     }
     times.extend(r.findings.iter().filter_map(|f| f.ts_ms));
+    if times.is_empty() {
+        times.extend(r.started_ms);
+        times.extend(r.ended_ms);
+    }
     let t0 = times.iter().copied().min().unwrap_or(0);
     let t1 = times.iter().copied().max().unwrap_or(0);
     (t0, t1.max(t0 + 1))
@@ -99,8 +103,10 @@ fn tick_step(span_ms: i64) -> i64 {
 fn seconds(ms: i64) -> String {
     if ms % 1000 == 0 {
         format!("{} s", ms / 1000)
-    } else {
+    } else if ms % 100 == 0 {
         format!("{:.1} s", ms as f64 / 1000.0)
+    } else {
+        format!("{ms} ms")
     }
 }
 
@@ -353,5 +359,7 @@ mod tests {
         assert_eq!(tick_step(1), 1);
         assert_eq!(seconds(1500), "1.5 s");
         assert_eq!(seconds(2000), "2 s");
+        assert_eq!(seconds(1), "1 ms");
+        assert_eq!(seconds(40), "40 ms");
     }
 }
