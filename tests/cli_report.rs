@@ -384,3 +384,32 @@ fn on_a_terminal_severities_are_coloured_unless_no_color() {
     let forced = on_a_terminal(&format!("{cmd} --color never"), None);
     assert!(!forced.contains('\x1b'), "{forced:?}");
 }
+
+#[test]
+fn timeline_axis_spans_the_attempts_not_a_stray_turn_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("stray.jsonl");
+    // The turn_start's time is from another clock, months before the attempts.
+    let far = 10_000_000_000i64;
+    let lines = [
+        serde_json::json!({"turn": "t", "type": "turn_start", "ts": 1000}),
+        serde_json::json!({"turn": "t", "type": "text", "ts": far, "attempt": 0, "text": "a"}),
+        serde_json::json!({"turn": "t", "type": "retry", "ts": far + 1000, "attempt": 1}),
+        serde_json::json!({"turn": "t", "type": "finish", "ts": far + 2000, "attempt": 1, "reason": "stop"}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(&log, text).unwrap();
+    let page = html_of(&[log.to_str().unwrap()]);
+    let lane = page
+        .split(r#"<g class="lane lane-abandoned" data-attempt="0">"#)
+        .nth(1)
+        .unwrap();
+    assert!(
+        lane.contains(r#"<rect class="lane-bg" x="150.0""#),
+        "{lane}"
+    );
+    assert!(
+        page.contains(">+2 s</text>"),
+        "the axis covers the attempts' 2 s"
+    );
+}
