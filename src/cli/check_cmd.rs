@@ -26,7 +26,8 @@ arguments or an unreadable input.\n\nAttempts are numbered as in the log's `atte
 from 0: attempt 0 is the first try, attempt 1 the first retry."
 )]
 pub struct CheckArgs {
-    /// Files, directories (read recursively) or `-` for stdin.
+    /// Files (gzip-compressed too), directories (their files that start like logs, recursively)
+    /// or `-` for stdin.
     #[arg(value_name = "FILE|DIR|-", required = true)]
     inputs: Vec<String>,
     /// Print JSON lines: one object per turn, then a `{"summary": ...}` line.
