@@ -8,6 +8,9 @@
 //! left out. The table's rows travel as JSON in a `<script type="application/json">` block
 //! and are drawn a page at a time by the script, so a 100,000-turn report opens quickly.
 //!
+//! A link can choose the table's filter: `report.html#filter=all`, or `#filter=kN` for the
+//! N-th kind of [`FindingKind::ALL`] (`k0` is `abandoned_tool_executed`).
+//!
 //! Every string from the log is HTML-escaped ([`esc`]); text content appears only when the
 //! report holds it (the input had it and content capture was on for the local report).
 
