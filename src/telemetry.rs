@@ -33,7 +33,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, fmt};
 
-use crate::sink::traces::{TraceError, TraceExportConfig, build_exporter};
+use crate::otlp::{TraceError, TraceExportConfig, build_exporter};
 
 /// Suffix appended to the turn traces' `service.name` for operational spans.
 pub const SELF_SERVICE_SUFFIX: &str = "-self";
@@ -215,8 +215,10 @@ mod tests {
 
     #[test]
     fn self_export_outside_a_runtime_is_an_error() {
-        let mut cfg = TraceExportConfig::default();
-        cfg.endpoint = Some("http://127.0.0.1:9".to_owned());
+        let cfg = TraceExportConfig {
+            endpoint: Some("http://127.0.0.1:9".to_owned()),
+            ..TraceExportConfig::default()
+        };
         assert!(matches!(
             self_provider(&cfg),
             Err(TelemetryError::NoRuntime(_))

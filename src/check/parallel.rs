@@ -240,19 +240,7 @@ fn worker(
                             bytes,
                             Some(clock),
                             &mut out,
-                            &mut |n| {
-                                if let Some(reason) = bad_reason(n) {
-                                    items.push((
-                                        0,
-                                        global,
-                                        Item::Bad {
-                                            input,
-                                            line: number,
-                                            reason,
-                                        },
-                                    ));
-                                }
-                            },
+                            &mut |n| push_bad(&mut items, global, input, n),
                         );
                         for o in out.drain(..) {
                             if let Output::TurnClosed(report) = o {
@@ -264,17 +252,7 @@ fn worker(
                 Line::TooLong { number, len } => {
                     if shard == 0 {
                         ingest.too_long(stream, Some(number), len, &mut |n| {
-                            if let Some(reason) = bad_reason(n) {
-                                items.push((
-                                    0,
-                                    global,
-                                    Item::Bad {
-                                        input,
-                                        line: number,
-                                        reason,
-                                    },
-                                ));
-                            }
+                            push_bad(&mut items, global, input, n)
                         });
                     }
                 }
@@ -330,13 +308,24 @@ fn route(line: &[u8]) -> (usize, Option<i64>) {
     ((hash % SHARDS as u64) as usize, ts)
 }
 
-/// A bad line's reason, from the ingest path's note.
-fn bad_reason(note: Note<'_>) -> Option<String> {
-    match note {
-        Note::Line {
-            outcome: Err(e), ..
-        } => Some(e.to_string()),
-        _ => None,
+/// A bad line from the ingest path's note, tagged with the global line it was read at.
+fn push_bad(items: &mut Vec<(u8, u64, Item)>, global: u64, input: usize, note: Note<'_>) {
+    if let Note::Line {
+        number,
+        outcome: Err(e),
+        ..
+    } = note
+    {
+        let reason = e.to_string();
+        items.push((
+            0,
+            global,
+            Item::Bad {
+                input,
+                line: number,
+                reason,
+            },
+        ));
     }
 }
 

@@ -16,28 +16,6 @@ mod export;
 pub mod ids;
 pub mod spans;
 
-pub(crate) use export::build_exporter;
-pub use export::{Protocol, TraceExportConfig, TraceSink, TraceStats};
+pub use crate::otlp::{Protocol, TraceError, TraceExportConfig};
+pub use export::{TraceSink, TraceStats};
 pub use spans::{SpanOptions, span_count, turn_spans};
-
-/// What can go wrong setting up trace export.
-#[derive(Debug, thiserror::Error)]
-pub enum TraceError {
-    /// An `OTEL_EXPORTER_OTLP_*` variable has a value we cannot use.
-    #[error("invalid {var}: {message}")]
-    Env {
-        /// The variable.
-        var: &'static str,
-        /// What is wrong with it.
-        message: String,
-    },
-    /// The configuration is unusable.
-    #[error("invalid trace export config: {0}")]
-    Config(String),
-    /// The OTLP exporter could not be built.
-    #[error("cannot build the OTLP exporter: {0}")]
-    Build(#[from] opentelemetry_otlp::ExporterBuildError),
-    /// [`TraceSink::start`] was called outside a tokio runtime.
-    #[error("trace export needs a tokio runtime: {0}")]
-    NoRuntime(#[from] tokio::runtime::TryCurrentError),
-}

@@ -1,6 +1,7 @@
 //! Every hash retryscope computes: a fast, per-process seeded hasher for the correlator's
-//! maps keyed by turn ids, and [`fnv1a`], the stable hash for what is persisted or must be the
-//! same in every process.
+//! maps keyed by turn ids; [`StreamHash`], the same word mixing over a stream of fragments
+//! (attempt text, checkpointed with open turns); and [`fnv1a`], the stable byte hash for file
+//! fingerprints (persisted) and `check`'s shard routing (the same in every process).
 //!
 //! SipHash (the std default) showed up at ~5% of `check` time. This word-at-a-time
 //! multiply-rotate hash (the FxHash construction) is several times faster; a random per-process
@@ -10,7 +11,15 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::OnceLock;
 
-const K: u64 = 0xf135_7aea_2e62_a9c5;
+use serde::{Deserialize, Serialize};
+
+/// The one word-mixing step of both word-at-a-time hashes here (the FxHash construction).
+const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+
+#[inline]
+fn mix(acc: u64, word: u64) -> u64 {
+    (acc ^ word).wrapping_mul(MUL).rotate_left(29)
+}
 
 /// The hasher.
 #[derive(Debug, Clone, Copy)]
@@ -19,7 +28,7 @@ pub struct FastHasher(u64);
 impl FastHasher {
     #[inline]
     fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(K);
+        self.0 = mix(self.0, word);
     }
 }
 
@@ -77,6 +86,51 @@ impl BuildHasher for FastState {
     #[inline]
     fn build_hasher(&self) -> FastHasher {
         FastHasher(self.0)
+    }
+}
+
+/// A streaming hash of a byte stream, eight bytes at a time: fragments hash exactly like
+/// their concatenation, whatever the split. Serializable, so open turns can be checkpointed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamHash {
+    acc: u64,
+    tail: u64,
+    tail_len: u8,
+    len: u64,
+}
+
+impl StreamHash {
+    /// Add bytes.
+    pub fn push(&mut self, mut bytes: &[u8]) {
+        self.len += bytes.len() as u64;
+        while self.tail_len > 0 && !bytes.is_empty() {
+            self.tail |= u64::from(bytes[0]) << (8 * u32::from(self.tail_len));
+            self.tail_len += 1;
+            bytes = &bytes[1..];
+            if self.tail_len == 8 {
+                self.acc = mix(self.acc, self.tail);
+                self.tail = 0;
+                self.tail_len = 0;
+            }
+        }
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            let mut buf = [0u8; 8];
+            buf.copy_from_slice(w);
+            self.acc = mix(self.acc, u64::from_le_bytes(buf));
+        }
+        for &b in words.remainder() {
+            self.tail |= u64::from(b) << (8 * u32::from(self.tail_len));
+            self.tail_len += 1;
+        }
+    }
+
+    /// The hash of everything pushed so far.
+    pub fn value(&self) -> u64 {
+        let mut h = mix(mix(self.acc, self.tail), self.len);
+        h ^= h >> 32;
+        h = h.wrapping_mul(MUL);
+        h ^ (h >> 29)
     }
 }
 

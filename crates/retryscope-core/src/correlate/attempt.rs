@@ -5,59 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use super::intern::Sym;
 use crate::event::Usage;
+use crate::fasthash::StreamHash;
 use crate::report::{MAX_TIMELINE_MARKS, MarkKind, Outcome, TimelineMark};
-
-/// A streaming hash of a byte stream, eight bytes at a time: fragments hash exactly like
-/// their concatenation, whatever the split. Serializable, so open turns can be checkpointed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StreamHash {
-    acc: u64,
-    tail: u64,
-    tail_len: u8,
-    len: u64,
-}
-
-const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
-
-#[inline]
-fn mix(acc: u64, word: u64) -> u64 {
-    (acc ^ word).wrapping_mul(MUL).rotate_left(29)
-}
-
-impl StreamHash {
-    /// Add bytes.
-    pub fn push(&mut self, mut bytes: &[u8]) {
-        self.len += bytes.len() as u64;
-        while self.tail_len > 0 && !bytes.is_empty() {
-            self.tail |= u64::from(bytes[0]) << (8 * u32::from(self.tail_len));
-            self.tail_len += 1;
-            bytes = &bytes[1..];
-            if self.tail_len == 8 {
-                self.acc = mix(self.acc, self.tail);
-                self.tail = 0;
-                self.tail_len = 0;
-            }
-        }
-        let mut words = bytes.chunks_exact(8);
-        for w in &mut words {
-            let mut buf = [0u8; 8];
-            buf.copy_from_slice(w);
-            self.acc = mix(self.acc, u64::from_le_bytes(buf));
-        }
-        for &b in words.remainder() {
-            self.tail |= u64::from(b) << (8 * u32::from(self.tail_len));
-            self.tail_len += 1;
-        }
-    }
-
-    /// The hash of everything pushed so far.
-    pub fn value(&self) -> u64 {
-        let mut h = mix(mix(self.acc, self.tail), self.len);
-        h ^= h >> 32;
-        h = h.wrapping_mul(MUL);
-        h ^ (h >> 29)
-    }
-}
 
 /// Text statistics of a stream of fragments.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
