@@ -84,6 +84,16 @@ fn cut_time(a: &AttemptReport) -> Option<i64> {
         .or(a.ended_ms)
 }
 
+/// The `x` (and anchor) of a label beside a mark at `x`: to its right, or to its left when a
+/// label about `room` wide would run past the drawing's right edge.
+fn label_x(x: f64, gap: f64, room: f64) -> String {
+    if x + gap + room > WIDTH {
+        format!(r#" x="{:.1}" text-anchor="end""#, x - gap)
+    } else {
+        format!(r#" x="{:.1}""#, x + gap)
+    }
+}
+
 fn lane_y(i: usize) -> f64 {
     TOP + i as f64 * LANE
 }
@@ -155,8 +165,8 @@ pub fn svg(r: &TurnReport) -> String {
     for (x, text) in labels {
         let _ = write!(
             s,
-            r#"<text class="finding-num" x="{:.1}" y="{:.1}">{text}</text>"#,
-            x + 8.0,
+            r#"<text class="finding-num"{} y="{:.1}">{text}</text>"#,
+            label_x(x, 8.0, 60.0),
             TOP - 10.0
         );
     }
@@ -193,7 +203,7 @@ pub fn svg(r: &TurnReport) -> String {
             let ey = exec_y + LANE / 2.0;
             let _ = write!(
                 s,
-                r#"<g class="{cls}" data-attempt="{n}" data-call="{id}"><title>{name} (call {id}) executed, from attempt {n}{status}</title><path class="exec-link" d="M{from:.1} {ly:.1} L{x:.1} {ey:.1}"/><rect x="{rx:.1}" y="{ry:.1}" width="12" height="12" rx="2"/><text class="exec-label" x="{tx:.1}" y="{ty:.1}">{name} · attempt {n}</text></g>"#,
+                r#"<g class="{cls}" data-attempt="{n}" data-call="{id}"><title>{name} (call {id}) executed, from attempt {n}{status}</title><path class="exec-link" d="M{from:.1} {ly:.1} L{x:.1} {ey:.1}"/><rect x="{rx:.1}" y="{ry:.1}" width="12" height="12" rx="2"/><text class="exec-label"{tx} y="{ty:.1}">{name} · attempt {n}</text></g>"#,
                 n = a.attempt,
                 id = esc(&e.id),
                 name = esc(&e.name),
@@ -204,7 +214,7 @@ pub fn svg(r: &TurnReport) -> String {
                     .unwrap_or_default(),
                 rx = x - 6.0,
                 ry = ey - 6.0,
-                tx = x + 9.0,
+                tx = label_x(x, 9.0, 180.0),
                 ty = ey + 4.0,
             );
         }
@@ -315,10 +325,10 @@ fn lane(s: &mut String, sc: &Scale, i: usize, a: &AttemptReport) {
             .unwrap_or_else(|| "abandoned by a retry".to_owned());
         let _ = write!(
             s,
-            r#"<g class="cut"><title>stream cut: {why}</title><path d="M{x:.1} {y0:.1} l4 6 l-8 6 l8 6 l-8 6 l4 6"/><text class="cut-label" x="{tx:.1}" y="{ty:.1}">cut: {why}</text></g>"#,
+            r#"<g class="cut"><title>stream cut: {why}</title><path d="M{x:.1} {y0:.1} l4 6 l-8 6 l8 6 l-8 6 l4 6"/><text class="cut-label"{tx} y="{ty:.1}">cut: {why}</text></g>"#,
             why = esc(&why),
             y0 = y + 6.0,
-            tx = x + 6.0,
+            tx = label_x(x, 6.0, 280.0),
             ty = y + LANE - 4.0,
         );
     }
