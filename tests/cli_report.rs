@@ -276,16 +276,23 @@ fn html_timelines_are_capped_and_say_how_many_were_left_out() {
     }
     // One clean turn: in the table, never a timeline.
     text.push_str("{\"turn\":\"clean\",\"type\":\"finish\",\"attempt\":0,\"reason\":\"stop\"}\n");
+    // The most severe turn comes last and still gets a timeline (retry-only turns make room).
+    text.push_str(&std::fs::read_to_string(example("naive.jsonl")).unwrap());
     std::fs::write(&log, text).unwrap();
     let page = html_of(&[log.to_str().unwrap()]);
     assert!(
         page.contains(
-            "200 timelines drawn; 30 turns with findings or retries left out (the 200 most severe are drawn)."
+            "200 timelines drawn; 31 turns with findings or retries left out (the 200 most severe are drawn)."
         ),
         "{}",
         &page[page.find("timeline-count").unwrap_or(0)..][..200]
     );
     assert_eq!(page.matches("<section class=\"turn\"").count(), 200);
+    assert!(page.contains(r#"data-turn="bookstore-1">"#));
+    // Most severe first: the bookstore turn's timeline leads.
+    let first = page.find("<section class=\"turn\"").unwrap();
+    let head = &page[first..first + 80];
+    assert!(head.contains(r#"data-turn="bookstore-1">"#), "{head}");
     assert!(page.contains("[\"clean\",\"completed\""));
 }
 
