@@ -332,7 +332,7 @@ fn sequential(
     for input in inputs {
         let name = input_name(input);
         let (source, reader): (Source, Box<dyn Read>) = match input {
-            InputSpec::Stdin => (Source::Stdin, Box::new(io::stdin())),
+            InputSpec::Stdin => (Source::Stdin, files::stdin()),
             InputSpec::Path(path) => match files::open(path) {
                 Ok(f) => (Source::File, f),
                 Err(e) => {

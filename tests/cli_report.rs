@@ -353,6 +353,17 @@ fn gzip_logs_are_read_like_plain_ones() {
     // In a folder too.
     let out = check(&["--summary", dir.path().to_str().unwrap()]);
     assert_eq!(stdout(&out), NAIVE_SUMMARY);
+    // And on stdin.
+    let mut child = bin()
+        .args(["check", "--summary", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let gz = std::fs::read(&gz_path).unwrap();
+    child.stdin.take().unwrap().write_all(&gz).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(stdout(&out), NAIVE_SUMMARY);
 }
 
 /// Run `command` (a shell line) on a pseudo-terminal with `script`, returning what it printed.

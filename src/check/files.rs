@@ -39,6 +39,17 @@ pub fn open(path: &Path) -> io::Result<Box<dyn Read + Send>> {
     }
 }
 
+/// Standard input for reading lines: gzip is decompressed when it starts with the magic bytes.
+pub fn stdin() -> Box<dyn Read + Send> {
+    let mut reader = io::BufReader::new(io::stdin());
+    let gzip = io::BufRead::fill_buf(&mut reader).is_ok_and(|b| b.starts_with(&GZIP_MAGIC));
+    if gzip {
+        Box::new(MultiGzDecoder::new(reader))
+    } else {
+        Box::new(reader)
+    }
+}
+
 /// Whether `head` (a file's first bytes, decompressed) starts like a log. Empty is a log (one
 /// just created).
 pub fn looks_like_log(head: &[u8]) -> bool {
