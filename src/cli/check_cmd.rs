@@ -213,21 +213,24 @@ impl CheckObserver for Printer {
             html.add(report);
         }
         if self.json {
-            let mut line =
-                if self.strip_content || !report.attempts.iter().all(|a| a.timeline.is_empty()) {
-                    let mut r = report.clone();
-                    if self.strip_content {
-                        r.output_prefix = None;
-                        r.attempts.iter_mut().for_each(|a| a.text_prefix = None);
-                    }
-                    r.attempts.iter_mut().for_each(|a| {
-                        a.timeline.clear();
-                        a.timeline_dropped = 0;
-                    });
-                    render::turn_json(&r)
-                } else {
-                    render::turn_json(report)
-                };
+            let has_content = report.output_prefix.is_some()
+                || report.attempts.iter().any(|a| a.text_prefix.is_some());
+            let has_timeline = report.attempts.iter().any(|a| !a.timeline.is_empty());
+            // Copy only when something must go (plain --json needs no copy).
+            let mut line = if (self.strip_content && has_content) || has_timeline {
+                let mut r = report.clone();
+                if self.strip_content {
+                    r.output_prefix = None;
+                    r.attempts.iter_mut().for_each(|a| a.text_prefix = None);
+                }
+                r.attempts.iter_mut().for_each(|a| {
+                    a.timeline.clear();
+                    a.timeline_dropped = 0;
+                });
+                render::turn_json(&r)
+            } else {
+                render::turn_json(report)
+            };
             line.push('\n');
             self.write(&line);
         } else if !self.summary_only && render::worth_showing(report, self.verbose) {
