@@ -245,6 +245,28 @@ mod tests {
     }
 
     #[test]
+    fn timeline_marks_merge_text_runs_and_stay_bounded() {
+        let mut m = Marks::default();
+        m.push(MarkKind::Text, 10, 3, None);
+        m.push(MarkKind::Text, 20, 4, None);
+        m.push(MarkKind::ToolCall, 25, 0, Some("c1"));
+        m.push(MarkKind::Text, 30, 1, None);
+        assert_eq!(m.list.len(), 3);
+        assert_eq!(
+            (m.list[0].ts_ms, m.list[0].end_ms, m.list[0].chars),
+            (10, Some(20), Some(7))
+        );
+        assert_eq!(m.list[1].call_id.as_deref(), Some("c1"));
+        for i in 0..200 {
+            m.push(MarkKind::ToolCall, 40 + i, 0, Some("c"));
+            m.push(MarkKind::Text, 41 + i, 1, None);
+        }
+        assert_eq!(m.list.len(), MAX_TIMELINE_MARKS);
+        // Text after a kept text mark still merges; everything else past the cap is counted.
+        assert!(m.dropped >= 200 - MAX_TIMELINE_MARKS as u32 / 2);
+    }
+
+    #[test]
     fn prefix_cuts_on_char_boundary() {
         let s = TextStats::of("ééé", 3);
         assert_eq!(s.prefix, "é");
