@@ -250,7 +250,7 @@ async fn check_says_when_export_failed_and_keeps_its_exit_status() {
         assert!(err.contains("traces: 0 spans exported"), "{err}");
         assert!(err.contains("5 dropped"), "{err}");
         assert!(
-            err.contains("failed (1 requests); 5 spans were not delivered"),
+            err.contains("failed (1 request); 5 spans were not delivered"),
             "{err}"
         );
     }

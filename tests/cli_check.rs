@@ -187,10 +187,13 @@ fn text_report_shows_findings_and_summary() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("turn bookstore-1"), "{text}");
     assert!(
-        text.contains("CRITICAL abandoned_tool_executed  attempt 0  issue_refund(c1)"),
+        text.contains("CRITICAL abandoned_tool_executed: issue_refund (call c1) from attempt 0"),
         "{text}"
     );
-    assert!(text.contains("HIGH     spliced_text  attempt 0"), "{text}");
+    assert!(
+        text.contains("HIGH     spliced_text: the user saw attempt 0's abandoned text"),
+        "{text}"
+    );
     assert!(text.contains("summary"));
     assert!(text.contains("retries: 1"));
 }
@@ -331,7 +334,7 @@ fn directories_and_stdin() {
 }
 
 #[test]
-fn prices_flag_replaces_the_table() {
+fn prices_flag_layers_over_the_table() {
     let dir = tempfile::tempdir().unwrap();
     let prices = dir.path().join("prices.json");
     std::fs::write(

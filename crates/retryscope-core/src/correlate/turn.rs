@@ -20,7 +20,7 @@ use crate::effect::{canonical_args, effect_key};
 use crate::event::{EffectClass, Event, EventKind, Usage};
 use crate::finding::Finding;
 use crate::report::{
-    AttemptReport, CallReport, CloseReason, ExecReport, Outcome, TurnReport, TurnStatus,
+    AttemptReport, CallReport, CloseReason, ExecReport, MarkKind, Outcome, TurnReport, TurnStatus,
     UsageReport, UsageSource,
 };
 use crate::rules;
@@ -146,7 +146,12 @@ impl TurnState {
                 set_if(&mut self.traceparent, traceparent);
             }
             EventKind::TurnEnd { .. } => {}
-            EventKind::RenderReset => self.last_reset_seq = self.seq,
+            EventKind::RenderReset => {
+                self.last_reset_seq = self.seq;
+                if let Some(i) = ev.attempt.and_then(|n| self.index_of(n)) {
+                    self.attempts[i].mark(env.cfg.timeline, MarkKind::RenderReset, ts, 0, None);
+                }
+            }
             EventKind::Output { text } => {
                 self.output = Some(OutputState::new(
                     text,
@@ -308,6 +313,8 @@ impl TurnState {
                 let attempt = &mut self.attempts[idx];
                 attempt.text.push(text, env.cfg.text_prefix_bytes);
                 attempt.last_text_seq = seq;
+                let chars = text.chars().count() as u64;
+                attempt.mark(env.cfg.timeline, MarkKind::Text, ts, chars, None);
             }
             EventKind::ToolCall { id, name, args } => {
                 if replaced {
@@ -318,6 +325,7 @@ impl TurnState {
                 let attempt = &mut self.attempts[idx];
                 attempt.args_chars += args.as_deref().map_or(0, |a| a.chars().count() as u64);
                 if attempt.call(id).is_none() {
+                    attempt.mark(env.cfg.timeline, MarkKind::ToolCall, ts, 0, Some(id));
                     first_exact(&mut attempt.calls);
                     attempt.calls.push(CallState {
                         id: id.to_string(),
@@ -368,11 +376,13 @@ impl TurnState {
             }
             EventKind::Usage { usage, model } => {
                 let attempt = &mut self.attempts[idx];
+                attempt.mark(env.cfg.timeline, MarkKind::Usage, ts, 0, None);
                 attempt.usage = Some(*usage);
                 set_sym(&mut attempt.usage_model, model, env.interner);
             }
             EventKind::Finish { reason } => {
                 let attempt = &mut self.attempts[idx];
+                attempt.mark(env.cfg.timeline, MarkKind::Finish, ts, 0, None);
                 attempt.finish_reason = Some(env.interner.get(reason));
                 match attempt.outcome {
                     Outcome::Open => {
@@ -386,6 +396,7 @@ impl TurnState {
             }
             EventKind::Error { message, code } => {
                 let attempt = &mut self.attempts[idx];
+                attempt.mark(env.cfg.timeline, MarkKind::Error, ts, 0, None);
                 attempt.error = Some(match code {
                     Some(code) if message.is_empty() => code.to_string(),
                     Some(code) => format!("{code}: {message}"),
@@ -590,6 +601,11 @@ impl TurnState {
             retries: self.attempts.len().saturating_sub(1) as u32,
             cost_usd,
             wasted_cost_usd,
+            output_prefix: self
+                .output
+                .as_ref()
+                .filter(|_| capture_content)
+                .map(|o| o.text.prefix.clone()),
             output_chars: self.output.map(|o| o.text.chars),
             started_ms: self.first_ms,
             ended_ms: self.last_ms,
@@ -658,6 +674,8 @@ impl TurnState {
                     cost_usd,
                     started_ms: Some(a.started_ms),
                     ended_ms: Some(a.ended_ms),
+                    timeline: a.marks.as_ref().map(|m| m.list.clone()).unwrap_or_default(),
+                    timeline_dropped: a.marks.as_ref().map_or(0, |m| m.dropped),
                 }
             })
             .collect()
