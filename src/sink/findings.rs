@@ -15,9 +15,6 @@ use std::path::{Path, PathBuf};
 
 use crate::finding::Finding;
 
-/// Queued bytes worth one `write` call.
-const WRITE_BATCH: usize = 64 * 1024;
-
 /// Where findings go.
 #[derive(Debug)]
 pub enum FindingsSink {
@@ -90,20 +87,20 @@ impl FindingsSink {
         }
     }
 
-    /// Write one finding as a JSON line. An error means it is queued, not lost.
+    /// Write one finding as a JSON line, handed to the kernel at once: a finding is visible (on
+    /// stdout, in the file) as soon as it is known. An error means it is queued, not lost.
     pub fn write(&mut self, finding: &Finding) -> io::Result<()> {
         let mut line = serde_json::to_vec(finding).map_err(io::Error::other)?;
         line.push(b'\n');
         match self {
             FindingsSink::Off => Ok(()),
-            FindingsSink::Stdout(w) => w.write_all(&line),
+            FindingsSink::Stdout(w) => {
+                w.write_all(&line)?;
+                w.flush()
+            }
             FindingsSink::File { queued, .. } => {
                 queued.extend_from_slice(&line);
-                if queued.len() >= WRITE_BATCH {
-                    self.drain()
-                } else {
-                    Ok(())
-                }
+                self.drain()
             }
         }
     }

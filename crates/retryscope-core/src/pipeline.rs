@@ -199,6 +199,14 @@ impl Pipeline {
         self.counters.skips.add(decoder.skips());
     }
 
+    /// Correlate events decoded elsewhere (e.g. joined from several inputs).
+    /// Events with numbers out of range are skipped and counted as bad values.
+    pub fn observe_events(&mut self, events: &mut Vec<Event<'static>>, out: &mut Vec<Output>) {
+        if let Err(e) = self.observe_all(events, None, out) {
+            self.counters.bad(e.reason);
+        }
+    }
+
     fn observe_all(
         &mut self,
         events: &mut Vec<Event<'static>>,

@@ -2,6 +2,17 @@ use super::*;
 use crate::finding::FindingKind;
 
 #[test]
+fn a_written_finding_is_in_the_file_before_any_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("findings.jsonl");
+    let mut sink = FindingsSink::open(path.to_str().unwrap(), None).unwrap();
+    let f = Finding::new(FindingKind::DuplicateEffect, "t", Some(1), "x".into());
+    sink.write(&f).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(text.lines().count(), 1, "{text:?}");
+}
+
+#[test]
 fn file_sink_tracks_offset_and_resumes_by_truncating() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("findings.jsonl");
