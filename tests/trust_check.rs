@@ -73,7 +73,9 @@ fn terminal_injection_in_the_check_report_is_escaped() {
         stdout.contains("turn turn\\x1b]0;pwned\\x07\\r\\x08\\x00"),
         "{stdout}"
     );
-    for s in ["model", "provider", "tool", "c1", "reason", "finish", "key"] {
+    for s in [
+        "model", "provider", "tool", "c1", "reason", "finish", "msg", "code",
+    ] {
         assert!(
             stdout.contains(&format!("{s}\\x1b]0;pwned")),
             "{s} shown escaped: {stdout}"
