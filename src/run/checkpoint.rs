@@ -109,7 +109,7 @@ impl Checkpoint {
     }
 
     /// Load the checkpoint: `None` when there is none (first run). A checkpoint that exists
-    /// but cannot be used is an error, never "start fresh" (see [`CheckpointError::Unusable`]).
+    /// but cannot be used is an error, never "start fresh" (see `CheckpointError::Unusable`).
     pub fn load(path: &Path) -> Result<Option<Checkpoint>, CheckpointError> {
         let unusable = |why: String| CheckpointError::Unusable {
             path: path.display().to_string(),
