@@ -1,7 +1,8 @@
 //! `retryscope run --nats`: a collector that shares the partitions with its peers.
 //!
 //! Each instance heartbeats its membership, takes free or expired partitions up to its fair
-//! share (partitions / live members, rounded up) and renews their leases ([`super::lease`]).
+//! share (partitions / live members, rounded up; the excess is checkpointed and handed over
+//! when a peer joins) and renews their leases ([`super::lease`]).
 //! For an owned partition it (re)creates the durable pull consumer `retryscope-p<N>` to start
 //! right after the sequence its checkpoint covers, feeds every message through its own
 //! [`Ingest`] (a correlator per partition), and every `checkpoint_every`:
@@ -146,6 +147,7 @@ pub async fn collect(
     let mut owned: BTreeMap<u32, Owned> = BTreeMap::new();
     let mut last_lease: Option<Instant> = None;
     let mut last_checkpoint = Instant::now();
+    let started = Instant::now();
     let first = (crate::fasthash::fnv1a(cfg.instance.as_bytes()) % u64::from(partitions)) as u32;
     while !shutdown.load(Ordering::SeqCst) {
         if last_lease.is_none_or(|t| t.elapsed() >= cfg.lease / 4) {
@@ -153,7 +155,20 @@ pub async fn collect(
             let members = heartbeat(&owners, &cfg).await;
             renew_all(&owners, &cfg, &mut owned).await;
             let share = partitions.div_ceil(members.max(1));
-            for i in 0..partitions {
+            // More than a fair share (a peer joined): hand the excess over, checkpointed.
+            while owned.len() as u32 > share {
+                let Some((p, mut o)) = owned.pop_last() else {
+                    break;
+                };
+                if checkpoint(&mut sh, p, &mut o).await.is_ok() {
+                    let _ = lease::renew(&owners, p, &cfg.instance, o.lease_rev, Duration::ZERO, 0)
+                        .await;
+                    tracing::info!(partition = p, "handed partition over");
+                }
+            }
+            // Peers that start together see each other before anyone takes partitions.
+            let settled = started.elapsed() >= cfg.lease / 2;
+            for i in 0..if settled { partitions } else { 0 } {
                 if owned.len() as u32 >= share {
                     break;
                 }
@@ -179,7 +194,12 @@ pub async fn collect(
         let mut busy = false;
         let mut lost = Vec::new();
         for (&p, o) in owned.iter_mut() {
-            match poll(&mut sh, p, o).await {
+            // A fetch lost in a server restart may never be answered. Bounded by the lease: a
+            // loop stuck longer would keep serving the metrics of partitions taken over.
+            let polled = tokio::time::timeout(cfg.lease, poll(&mut sh, p, o))
+                .await
+                .unwrap_or_else(|_| Err(NatsError::new("fetching", "timed out")));
+            match polled {
                 Ok(n) => busy |= n > 0,
                 Err(e) => {
                     tracing::warn!(partition = p, error = %e, "reading partition failed");
@@ -190,7 +210,10 @@ pub async fn collect(
         if last_checkpoint.elapsed() >= cfg.checkpoint_every {
             last_checkpoint = Instant::now();
             for (&p, o) in owned.iter_mut() {
-                if let Err(e) = checkpoint(&mut sh, p, o).await {
+                let done = tokio::time::timeout(cfg.lease, checkpoint(&mut sh, p, o))
+                    .await
+                    .unwrap_or_else(|_| Err(NatsError::new("checkpointing", "timed out")));
+                if let Err(e) = done {
                     tracing::warn!(partition = p, error = %e, "checkpoint failed; giving the partition up");
                     lost.push(p);
                 }
