@@ -5,11 +5,13 @@
 //! Closed turns are handed to a callback as they close (output streams, memory stays bounded);
 //! the [`Summary`] accumulates counts, findings and cost.
 
+pub mod files;
+pub mod html;
+pub mod human;
 mod parallel;
 pub mod render;
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
@@ -161,19 +163,26 @@ impl Summary {
     }
 }
 
-/// Expand inputs: directories become their regular files, recursively, in name order.
+/// Expand inputs: directories become their regular files that look like logs (see
+/// [`files`]), recursively, in name order.
 pub fn expand_inputs(specs: &[InputSpec]) -> Vec<InputSpec> {
+    expand_inputs_listing_skipped(specs).0
+}
+
+/// [`expand_inputs`], also returning the files of directories skipped as not logs.
+pub fn expand_inputs_listing_skipped(specs: &[InputSpec]) -> (Vec<InputSpec>, Vec<PathBuf>) {
     let mut out = Vec::new();
+    let mut skipped = Vec::new();
     for spec in specs {
         match spec {
-            InputSpec::Path(p) if p.is_dir() => collect_dir(p, &mut out),
+            InputSpec::Path(p) if p.is_dir() => collect_dir(p, &mut out, &mut skipped),
             other => out.push(other.clone()),
         }
     }
-    out
+    (out, skipped)
 }
 
-fn collect_dir(dir: &Path, out: &mut Vec<InputSpec>) {
+fn collect_dir(dir: &Path, out: &mut Vec<InputSpec>, skipped: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         out.push(InputSpec::Path(dir.to_path_buf()));
         return;
@@ -182,9 +191,13 @@ fn collect_dir(dir: &Path, out: &mut Vec<InputSpec>) {
     paths.sort();
     for p in paths {
         if p.is_dir() {
-            collect_dir(&p, out);
+            collect_dir(&p, out, skipped);
         } else if p.is_file() {
-            out.push(InputSpec::Path(p));
+            if files::is_log_file(&p) {
+                out.push(InputSpec::Path(p));
+            } else {
+                skipped.push(p);
+            }
         }
     }
 }
@@ -241,11 +254,13 @@ const TICK_EVERY_LINES: u32 = 4096;
 fn all_native_files(inputs: &[InputSpec], requested: Format) -> bool {
     inputs.iter().all(|input| match input {
         InputSpec::Stdin => false,
+        // Compressed inputs are read as one stream: they cannot be sharded by byte offsets.
+        InputSpec::Path(p) if files::is_gzip(p) => false,
         InputSpec::Path(_) if requested == Format::Native => true,
         InputSpec::Path(_) if requested != Format::Auto => false,
         InputSpec::Path(p) => {
             let mut head = Vec::with_capacity(decode::detect::SNIFF_BYTES);
-            File::open(p)
+            files::open(p)
                 .and_then(|f| {
                     f.take(decode::detect::SNIFF_BYTES as u64)
                         .read_to_end(&mut head)
@@ -310,6 +325,8 @@ fn sequential(
     observer: &mut dyn CheckObserver,
 ) -> Summary {
     let mut ingest = Ingest::new(correlator, opts.format);
+    // gemini-cli's telemetry and stream-json of one session are joined (held, then merged).
+    ingest.join_sessions();
     let mut summary = Summary::default();
     let mut out = Vec::new();
     let mut bad = Vec::new();
@@ -317,9 +334,9 @@ fn sequential(
     for input in inputs {
         let name = input_name(input);
         let (source, reader): (Source, Box<dyn Read>) = match input {
-            InputSpec::Stdin => (Source::Stdin, Box::new(io::stdin())),
-            InputSpec::Path(path) => match File::open(path) {
-                Ok(f) => (Source::File, Box::new(f)),
+            InputSpec::Stdin => (Source::Stdin, files::stdin()),
+            InputSpec::Path(path) => match files::open(path) {
+                Ok(f) => (Source::File, f),
                 Err(e) => {
                     observer.unreadable(&name, &e);
                     summary.unreadable_inputs.push(name);

@@ -13,7 +13,14 @@ use clap::{Parser, Subcommand};
 /// Watch LLM agent clients that stream and retry model turns: abandoned attempts, tools run
 /// from them, duplicate effects, spliced text, and what every retry cost.
 #[derive(Debug, Parser)]
-#[command(name = "retryscope", version, about, long_about = None)]
+#[command(
+    name = "retryscope",
+    version,
+    about,
+    long_about = None,
+    after_help = "Exit status: 0 fine; 1 `check` found something at or above --fail-on; 2 unusable \
+arguments, configuration or input."
+)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -66,8 +73,45 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("retryscope: error: {e:#}");
+            eprintln!("retryscope: error: {}", error_chain(&e));
             ExitCode::from(2)
         }
+    }
+}
+
+/// The error and its causes, each said once: library errors often include their source's
+/// text in their own message, which `{:#}` would repeat
+/// (`No such file or directory (os error 2): No such file or directory (os error 2)`).
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut msg = e.to_string();
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if !msg.contains(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+    }
+    msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_chain_says_each_cause_once() {
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let text = io.to_string();
+        let e = anyhow::Error::new(std::io::Error::new(
+            io.kind(),
+            format!("cannot read x: {text}"),
+        ))
+        .context("loading --prices");
+        assert_eq!(
+            error_chain(&e),
+            format!("loading --prices: cannot read x: {text}")
+        );
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_chain(&e), "outer: inner");
     }
 }

@@ -76,8 +76,10 @@ pub struct RunConfig {
     pub idle_timeout_secs: u64,
     /// Open turns kept in memory; beyond it the least recently active is evicted.
     pub max_open_turns: usize,
-    /// More attempts than this in a turn is a `retry_cap_exceeded` finding.
-    pub retry_cap: u32,
+    /// More attempts than this in a turn (the first try included) is a `retry_cap_exceeded`
+    /// finding. `retry_cap` is an older name for it.
+    #[serde(alias = "retry_cap")]
+    pub max_attempts: u32,
     /// Tools whose executions are reads, never effects.
     pub read_only_tools: Vec<String>,
     /// Lines longer than this are skipped and counted.
@@ -113,7 +115,7 @@ impl Default for RunConfig {
             metrics_addr: "127.0.0.1:9464".to_owned(),
             idle_timeout_secs: 300,
             max_open_turns: 100_000,
-            retry_cap: 4,
+            max_attempts: 4,
             read_only_tools: Vec::new(),
             max_line_bytes: 1 << 20,
             poll_interval_ms: 100,
@@ -126,6 +128,23 @@ impl Default for RunConfig {
             otlp: OtlpSettings::default(),
             demo: DemoSettings::default(),
         }
+    }
+}
+
+/// `IP:PORT`, `[IPv6]:PORT` or `NAME:PORT` (a name is resolved when binding).
+fn is_host_port(addr: &str) -> bool {
+    if addr.parse::<std::net::SocketAddr>().is_ok() {
+        return true;
+    }
+    match addr.rsplit_once(':') {
+        Some((host, port)) => {
+            port.parse::<u16>().is_ok()
+                && !host.is_empty()
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+        }
+        None => false,
     }
 }
 
@@ -171,9 +190,9 @@ impl RunConfig {
 
     /// Check ranges and addresses.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.metrics_addr.parse::<std::net::SocketAddr>().is_err() {
+        if !is_host_port(&self.metrics_addr) {
             return Err(ConfigError::Invalid(format!(
-                "metrics_addr `{}` is not an IP:port address",
+                "metrics_addr `{}` is not HOST:PORT (e.g. 127.0.0.1:9464 or localhost:9464)",
                 self.metrics_addr
             )));
         }
@@ -183,7 +202,7 @@ impl RunConfig {
             ("checkpoint_interval_secs", self.checkpoint_interval_secs),
             ("max_open_turns", self.max_open_turns as u64),
             ("max_line_bytes", self.max_line_bytes as u64),
-            ("retry_cap", u64::from(self.retry_cap)),
+            ("max_attempts", u64::from(self.max_attempts)),
         ];
         for (name, v) in positive {
             if v == 0 {
@@ -260,6 +279,8 @@ retry_rate = 0.5
             ..RunConfig::default()
         };
         assert!(cfg.validate().is_err());
+        cfg.metrics_addr = "localhost:9999".into();
+        cfg.validate().unwrap();
         cfg.metrics_addr = "127.0.0.1:1".into();
         cfg.idle_timeout_secs = 0;
         assert!(cfg.validate().is_err());

@@ -364,6 +364,38 @@ impl Fleet {
         self.write_until(limit, w)
     }
 
+    /// Live replay: write (newline-terminated) every line whose event time has come by
+    /// `now_ms`, starting at most `new_turns` new turns, each no earlier than `now_ms`. Lines
+    /// are never stamped after the time they are handed out, so a live demo's events (and the
+    /// traces and findings made from them) never lie in the future. Returns the lines written.
+    pub fn write_due(
+        &mut self,
+        now_ms: i64,
+        new_turns: u64,
+        w: &mut impl Write,
+    ) -> io::Result<u64> {
+        self.last_ts = self.last_ts.max(now_ms);
+        self.admit_limit = Some(self.stats.turns_started.saturating_add(new_turns));
+        let mut buf = String::new();
+        let mut lines = 0u64;
+        loop {
+            self.fill_slots();
+            let next = self
+                .slots
+                .iter()
+                .filter(|s| s.active)
+                .filter_map(|s| s.turn.next_ts())
+                .min();
+            if next.is_none_or(|ts| ts > now_ms) || !self.next_line(&mut buf) {
+                break;
+            }
+            buf.push('\n');
+            lines += 1;
+        }
+        self.admit_limit = None;
+        w.write_all(buf.as_bytes()).map(|()| lines)
+    }
+
     /// Write the rest of every turn in flight without starting new ones. Returns the lines
     /// written.
     pub fn drain(&mut self, w: &mut impl Write) -> io::Result<u64> {
@@ -1308,6 +1340,35 @@ mod tests {
         assert_eq!(calibrate_break(0.0, 0.5, 6), 0.0);
         assert_eq!(calibrate_break(1.0, 0.0, 6), 1.0);
         assert!((calibrate_break(0.3, 0.0, 1) - 0.3).abs() < 1e-9);
+    }
+
+    #[test]
+    fn live_replay_never_stamps_a_line_after_it_is_handed_out() {
+        let mut fleet = Fleet::new(FleetConfig::demo(7));
+        let mut now = 1_800_000_000_000i64;
+        let mut seen = 0;
+        for _ in 0..400 {
+            let mut out = Vec::new();
+            fleet.write_due(now, 1, &mut out).unwrap();
+            for line in String::from_utf8(out).unwrap().lines() {
+                let v: serde_json::Value = serde_json::from_str(line).unwrap();
+                let ts = v["ts"].as_i64().unwrap();
+                assert!(
+                    ts <= now,
+                    "line stamped {} ms after it was handed out",
+                    ts - now
+                );
+                assert!(
+                    ts >= now - 60_000,
+                    "line stamped {} ms in the past",
+                    now - ts
+                );
+                seen += 1;
+            }
+            now += 50;
+        }
+        assert!(seen > 100, "{seen} lines in 20 s");
+        assert!(fleet.stats().turns_completed > 5);
     }
 
     #[test]

@@ -27,7 +27,7 @@ pub enum TraceError {
     /// The OTLP exporter could not be built.
     #[error("cannot build the OTLP exporter: {0}")]
     Build(#[from] opentelemetry_otlp::ExporterBuildError),
-    /// [`TraceSink::start`] was called outside a tokio runtime.
+    /// [`TraceSink::start`](crate::sink::traces::TraceSink::start) was called outside a tokio runtime.
     #[error("trace export needs a tokio runtime: {0}")]
     NoRuntime(#[from] tokio::runtime::TryCurrentError),
 }
@@ -114,7 +114,7 @@ pub struct TraceExportConfig {
     pub max_batch: usize,
     /// Resource `service.name` of the exported spans.
     pub service_name: String,
-    /// Export attempt text (see [`SpanOptions::capture_content`]).
+    /// Export attempt text (see [`SpanOptions::capture_content`](crate::sink::traces::SpanOptions::capture_content)).
     pub capture_content: bool,
     /// The value of `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` seen by `from_env`: an endpoint
     /// equal to it is a full URL and used as given.

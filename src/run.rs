@@ -95,6 +95,8 @@ struct Live {
     checkpoint_path: Option<PathBuf>,
     out: Vec<Output>,
     summary: RunSummary,
+    /// Whether "no file matches" was said (once per run).
+    said_no_files: bool,
 }
 
 /// Everything the engine loop needs.
@@ -174,12 +176,9 @@ impl Engine {
 
     /// Restore the checkpoint (if any), open the findings output and start the sources.
     fn start(&self, shutdown: &Arc<AtomicBool>) -> Result<Live, RunError> {
-        let prices = Arc::new(match &self.cfg.prices {
-            Some(p) => PriceTable::load(p)?,
-            None => PriceTable::builtin(),
-        });
+        let prices = Arc::new(PriceTable::builtin_with(self.cfg.prices.as_deref())?);
         let ccfg = CorrelatorConfig {
-            retry_cap: self.cfg.retry_cap,
+            retry_cap: self.cfg.max_attempts,
             read_only_tools: self.cfg.read_only_tools.iter().cloned().collect(),
             idle_timeout_ms: Some(
                 i64::try_from(self.cfg.idle_timeout_secs.saturating_mul(1000)).unwrap_or(i64::MAX),
@@ -254,6 +253,7 @@ impl Engine {
             checkpoint_path,
             out: Vec::new(),
             summary: RunSummary::default(),
+            said_no_files: false,
         })
     }
 
@@ -264,6 +264,7 @@ impl Engine {
             tailer: Some(tailer),
             out,
             summary,
+            said_no_files,
             ..
         } = live
         else {
@@ -302,6 +303,13 @@ impl Engine {
             ingest.too_long(stream, None, len, &mut |n| Ingested(n).emit(metrics));
         }
         summary.lines += stats.lines;
+        if tailer.files_watched() == 0 && !*said_no_files {
+            *said_no_files = true;
+            tracing::warn!(
+                patterns = %crate::sanitize::display(&self.cfg.include.join(", ")),
+                "no file matches the include patterns yet; waiting for one to appear"
+            );
+        }
         metrics.set_files_watched(tailer.files_watched() as u64);
         metrics.set_source_lag_bytes(Source::File, tailer.lag_bytes());
         stats.throttled

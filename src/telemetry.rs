@@ -100,6 +100,12 @@ impl Drop for TelemetryGuard {
     }
 }
 
+/// Colours in logs: only on a terminal, and not when `NO_COLOR` is set to anything non-empty
+/// (<https://no-color.org>).
+pub fn log_colors(stderr_is_terminal: bool, no_color: Option<&str>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(str::is_empty)
+}
+
 /// [`init_with_level`] with the default log level `info`.
 pub fn init(self_export: Option<&TraceExportConfig>) -> Result<TelemetryGuard, TelemetryError> {
     init_with_level("info", self_export)
@@ -118,7 +124,10 @@ pub fn init_with_level(
         .unwrap_or_else(|_| EnvFilter::new(format!("{default_level},{QUIET_DEPS}")));
     let log_layer = fmt::layer()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(log_colors(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            std::env::var("NO_COLOR").ok().as_deref(),
+        ))
         .with_filter(log_filter);
     let provider = match self_export {
         Some(cfg) => self_provider(cfg)?,
@@ -195,6 +204,14 @@ impl opentelemetry_http::HttpClient for OnRuntime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_colours_respect_no_color() {
+        assert!(log_colors(true, None));
+        assert!(log_colors(true, Some("")));
+        assert!(!log_colors(true, Some("1")));
+        assert!(!log_colors(false, None));
+    }
 
     #[test]
     fn self_export_outside_a_runtime_is_an_error() {

@@ -81,7 +81,7 @@ fn assert_naive_tree(received: &[(String, String, Span)]) -> Vec<(String, String
     let root = roots[0];
     assert_eq!(root.name, "invoke_agent help-desk");
     assert_eq!(attrs(&root.attributes)["retryscope.turn.id"], "bookstore-1");
-    assert_eq!(attrs(&root.attributes)["retryscope.findings.count"], "5");
+    assert_eq!(attrs(&root.attributes)["retryscope.findings.count"], "6");
     let children = |parent: &Span| -> Vec<&Span> {
         let mut c: Vec<&Span> = spans
             .iter()
@@ -117,7 +117,8 @@ fn assert_naive_tree(received: &[(String, String, Span)]) -> Vec<(String, String
             "duplicate_effect",
             "early_execution",
             "early_execution",
-            "spliced_text"
+            "spliced_text",
+            "unfinished_tool_executed"
         ]
     );
     let mut ids: Vec<(String, String)> = spans
@@ -249,7 +250,7 @@ async fn check_says_when_export_failed_and_keeps_its_exit_status() {
         assert!(err.contains("traces: 0 spans exported"), "{err}");
         assert!(err.contains("5 dropped"), "{err}");
         assert!(
-            err.contains("failed (1 requests); 5 spans were not delivered"),
+            err.contains("failed (1 request); 5 spans were not delivered"),
             "{err}"
         );
     }

@@ -75,7 +75,8 @@ fn bookstore_policies_json() {
             "duplicate_effect",
             "early_execution",
             "early_execution",
-            "spliced_text"
+            "spliced_text",
+            "unfinished_tool_executed"
         ]
     );
     assert_eq!(summary["turns"], 1);
@@ -93,7 +94,8 @@ fn bookstore_policies_json() {
             "abandoned_tool_executed",
             "duplicate_effect",
             "early_execution",
-            "early_execution"
+            "early_execution",
+            "unfinished_tool_executed"
         ]
     );
 
@@ -185,10 +187,13 @@ fn text_report_shows_findings_and_summary() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("turn bookstore-1"), "{text}");
     assert!(
-        text.contains("CRITICAL abandoned_tool_executed  attempt 0  issue_refund(c1)"),
+        text.contains("CRITICAL abandoned_tool_executed: issue_refund (call c1) from attempt 0"),
         "{text}"
     );
-    assert!(text.contains("HIGH     spliced_text  attempt 0"), "{text}");
+    assert!(
+        text.contains("HIGH     spliced_text: the user saw attempt 0's abandoned text"),
+        "{text}"
+    );
     assert!(text.contains("summary"));
     assert!(text.contains("retries: 1"));
 }
@@ -282,7 +287,7 @@ fn bad_lines_are_reported_counted_and_skipped_keeping_good_data() {
     assert_eq!(summary["bad_lines_by_reason"]["too_long"], 1);
     assert_eq!(summary["unknown_types"], 1);
     assert_eq!(turns.len(), 1, "the good turn survives");
-    assert_eq!(turns[0]["findings"].as_array().unwrap().len(), 5);
+    assert_eq!(turns[0]["findings"].as_array().unwrap().len(), 6);
 }
 
 #[test]
@@ -325,11 +330,11 @@ fn directories_and_stdin() {
         .unwrap();
     let out = child.wait_with_output().unwrap();
     let (turns, _) = json_lines(&out);
-    assert_eq!(finding_kinds(&turns[0]).len(), 4);
+    assert_eq!(finding_kinds(&turns[0]).len(), 5);
 }
 
 #[test]
-fn prices_flag_replaces_the_table() {
+fn prices_flag_layers_over_the_table() {
     let dir = tempfile::tempdir().unwrap();
     let prices = dir.path().join("prices.json");
     std::fs::write(
@@ -376,7 +381,8 @@ fn retry_injection_examples() {
             "abandoned_tool_executed",
             "duplicate_effect",
             "early_execution",
-            "early_execution"
+            "early_execution",
+            "unfinished_tool_executed"
         ]
     );
     assert_eq!(

@@ -190,7 +190,8 @@ fn a_provider_stream_reads_alike_from_a_file_and_from_stdin() {
 
 #[test]
 fn multi_line_telemetry_records_read_alike() {
+    // A real gemini-cli outfile: pretty-printed spans, log records and metrics.
     same_everywhere(&fixture(
-        "tests/fixtures/providers/gemini-cli-telemetry/retry-pretty.log",
+        "tests/fixtures/agents/gemini-cli/after-tool-reset/telemetry.log",
     ));
 }

@@ -273,7 +273,7 @@ async fn export_bookstore(protocol: Protocol, addr: SocketAddr, seen: &Seen) {
     assert_eq!(root.kind, 1);
     assert_eq!((root.start_ns, root.end_ns), (T0_NS, T0_NS + 4_600 * MS));
     assert_eq!(root.status, (0, String::new()));
-    assert_eq!(root.attributes["retryscope.findings.count"], "5");
+    assert_eq!(root.attributes["retryscope.findings.count"], "6");
     assert_eq!(root.attributes["gen_ai.operation.name"], "invoke_agent");
     let children = |parent: &Seenspan| -> Vec<&Seenspan> {
         let mut c: Vec<&Seenspan> = naive
@@ -342,7 +342,13 @@ async fn export_bookstore(protocol: Protocol, addr: SocketAddr, seen: &Seen) {
         c1.attributes["retryscope.effect_key"],
         reports[0].attempts[0].executed[0].effect_key
     );
-    assert_eq!(c1.status, (2, "abandoned_tool_executed".to_owned()));
+    assert_eq!(
+        c1.status,
+        (
+            2,
+            "abandoned_tool_executed; unfinished_tool_executed".to_owned()
+        )
+    );
     let c1_events: Vec<(&str, u64)> = c1
         .events
         .iter()
@@ -352,7 +358,8 @@ async fn export_bookstore(protocol: Protocol, addr: SocketAddr, seen: &Seen) {
         c1_events,
         [
             ("early_execution", T0_NS + 1_000 * MS),
-            ("abandoned_tool_executed", T0_NS + 2_500 * MS)
+            ("abandoned_tool_executed", T0_NS + 2_500 * MS),
+            ("unfinished_tool_executed", T0_NS + 1_000 * MS)
         ]
     );
     let c7 = children(a1);

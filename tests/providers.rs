@@ -235,6 +235,54 @@ fn anthropic_message_start_with_new_id_while_open_is_a_splice() {
 }
 
 #[test]
+fn anthropic_splice_of_a_message_with_only_thinking_is_two_attempts_billed_apart() {
+    // Regression: the replaced message streamed only thinking and a cut tool input, so it
+    // left no event and the turn had one attempt (the retry) plus a spliced_stream finding.
+    let (d, r) = load(
+        "anthropic/spliced-thinking-only.chunks.txt",
+        Format::Anthropic,
+    );
+    assert_eq!(d.skips.incomplete_tool_calls, 1, "toolu_cut never stopped");
+    let r = &r[0];
+    let ctx = summary(r);
+    assert_eq!(
+        outcomes(r),
+        [Outcome::Abandoned, Outcome::Completed],
+        "{ctx}"
+    );
+    assert_eq!(r.retries, 1);
+    assert!(calls_of(r, 0).is_empty(), "{ctx}");
+    assert_eq!(calls_of(r, 1), [("lookup_order", "toolu_retry")], "{ctx}");
+    // Billed what it used: its message_start input, and 88 streamed characters of thinking
+    // and tool input as output.
+    assert_eq!(tokens(r, 0), (240, 22, 0, 0, 0));
+    assert_eq!(tokens(r, 1), (240, 38, 0, 0, 0));
+    assert!(r.wasted_cost_usd > 0.0, "{ctx}");
+    assert_eq!(findings(r), [SplicedStream], "{ctx}");
+}
+
+#[test]
+fn anthropic_content_inside_message_start_yields_calls_and_stop_reasons() {
+    let (d, r) = load(
+        "anthropic/message-start-content.chunks.txt",
+        Format::Anthropic,
+    );
+    assert_eq!(r.len(), 4);
+    for (turn, finish) in r
+        .iter()
+        .zip(["tool_use", "tool_use", "tool_use", "end_turn"])
+    {
+        assert_clean(turn, finish);
+    }
+    assert_eq!(calls_of(&r[1], 0), [("lookup_order", "toolu_p2")]);
+    assert_eq!(calls_of(&r[2], 0), [("lookup_order", "toolu_p3")]);
+    let calls = tool_calls(&d.events);
+    assert_eq!(json(&calls[0].2), json(r#"{"order":"ORD-1"}"#));
+    assert_eq!(r[1].attempts[0].usage.source, UsageSource::Reported);
+    assert_eq!(tokens(&r[3], 0), (1200, 6, 0, 0, 0));
+}
+
+#[test]
 fn anthropic_duplicate_message_start_crlf_sse_is_clean() {
     let (_, r) = load("anthropic/duplicate-message-start.sse", Format::Anthropic);
     assert_eq!(r.len(), 1);
@@ -386,41 +434,12 @@ fn acp_v2_agent_message_replacement_resets() {
 }
 
 #[test]
-fn gemini_cli_telemetry_pretty_printed_retry() {
-    let (d, r) = load(
-        "gemini-cli-telemetry/retry-pretty.log",
-        Format::GeminiCliTelemetry,
-    );
-    assert_eq!(d.skips.unknown_types, 1, "the span record");
-    assert_eq!(r.len(), 1);
-    let r = &r[0];
-    let ctx = summary(r);
-    assert_eq!(r.turn, "p-1");
-    assert_eq!(r.model.as_deref(), Some("gemini-2.5-pro"));
-    assert_eq!(
-        outcomes(r),
-        [Outcome::Abandoned, Outcome::Completed],
-        "{ctx}"
-    );
-    assert_eq!(
-        r.attempts[0].error.as_deref(),
-        Some("ECONNRESET: read ECONNRESET")
-    );
-    assert_eq!(r.attempts[1].retry_reason.as_deref(), Some("ECONNRESET"));
-    assert_eq!(r.attempts[1].finish_reason.as_deref(), Some("STOP"));
-    assert_eq!(tokens(r, 1), (12303, 222, 4000, 0, 164));
-    assert_eq!(calls_of(r, 1), [("write_file", "p-1#1")]);
-    assert_eq!(r.attempts[1].executed.len(), 1);
-    assert!(r.findings.is_empty(), "{ctx}");
-    assert_eq!(r.started_ms, Some(1_760_000_000_100));
-}
-
-#[test]
 fn spliced_stream_only_on_spliced_fixtures() {
     let spliced = [
         "openai-chat/id-change-splice.sse",
         "openai-responses/error-nested-then-retry.chunks.txt",
         "anthropic/spliced-message-start.chunks.txt",
+        "anthropic/spliced-thinking-only.chunks.txt",
         "gemini/response-id-change.chunks.txt",
     ];
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/providers");

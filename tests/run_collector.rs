@@ -476,7 +476,8 @@ fn stdin_source_closes_turns_at_end_of_input() {
             "duplicate_effect",
             "early_execution",
             "early_execution",
-            "spliced_text"
+            "spliced_text",
+            "unfinished_tool_executed"
         ]
     );
 }

@@ -3,8 +3,10 @@
 use std::fmt::Write as _;
 
 use super::Summary;
+use super::human::{count, explain, thousands, usd};
 use crate::finding::{FindingKind, Severity};
 use crate::report::{AttemptReport, TurnReport};
+use crate::sanitize::display;
 
 /// JSON line of one turn.
 pub fn turn_json(report: &TurnReport) -> String {
@@ -17,33 +19,76 @@ pub fn summary_json(summary: &Summary) -> String {
     wrapped.to_string()
 }
 
-fn usd(v: f64) -> String {
-    if v == 0.0 {
-        "$0".to_owned()
-    } else if v < 0.01 {
-        format!("${v:.6}")
-    } else {
-        format!("${v:.4}")
+/// Whether to colour: `always` and `never` are what they say; `auto` colours a terminal
+/// unless `NO_COLOR` is set to something non-empty (<https://no-color.org>) or `TERM=dumb`.
+pub fn color_choice(
+    when: &str,
+    is_terminal: bool,
+    no_color: Option<&str>,
+    term: Option<&str>,
+) -> bool {
+    match when {
+        "always" => true,
+        "never" => false,
+        _ => is_terminal && no_color.is_none_or(str::is_empty) && term != Some("dumb"),
+    }
+}
+
+/// Colours for a terminal (ANSI SGR), or none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Style {
+    /// Colour severities and outcomes.
+    pub color: bool,
+}
+
+impl Style {
+    fn paint(self, code: &str, text: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_owned()
+        }
+    }
+
+    /// A severity label (`CRITICAL` bold red, `HIGH` red, `WARNING` yellow, `INFO` cyan),
+    /// padded to a common width.
+    pub fn severity(self, sev: Severity) -> String {
+        self.severity_word(&format!("{:<8}", sev.as_str().to_uppercase()), sev)
+    }
+
+    /// `word` in the colour of `sev`.
+    pub fn severity_word(self, word: &str, sev: Severity) -> String {
+        let code = match sev {
+            Severity::Critical => "1;31",
+            Severity::High => "31",
+            Severity::Warning => "33",
+            Severity::Info => "36",
+        };
+        self.paint(code, word)
+    }
+
+    fn bold(self, text: &str) -> String {
+        self.paint("1", text)
     }
 }
 
 fn attempt_line(a: &AttemptReport) -> String {
     let mut s = format!("  attempt {}  {}", a.attempt, a.outcome.as_str());
     if let Some(reason) = &a.retry_reason {
-        let _ = write!(s, " (retry: {reason})");
+        let _ = write!(s, " (retry: {})", display(reason));
     }
     if let Some(f) = &a.finish_reason {
-        let _ = write!(s, "  finish={f}");
+        let _ = write!(s, "  finish={}", display(f));
     }
     if let Some(e) = &a.error {
-        let _ = write!(s, "  error={e}");
+        let _ = write!(s, "  error={}", display(e));
     }
-    let _ = write!(s, "  text={} chars", a.text_chars);
+    let _ = write!(s, "  text={}", count(a.text_chars, "char", "chars"));
     if !a.tool_calls.is_empty() {
         let calls: Vec<String> = a
             .tool_calls
             .iter()
-            .map(|c| format!("{}({})", c.name, c.id))
+            .map(|c| format!("{}({})", display(&c.name), display(&c.id)))
             .collect();
         let _ = write!(s, "  calls: {}", calls.join(", "));
     }
@@ -53,9 +98,9 @@ fn attempt_line(a: &AttemptReport) -> String {
             .iter()
             .map(|e| {
                 if e.read {
-                    format!("{}({}, read)", e.name, e.id)
+                    format!("{}({}, read)", display(&e.name), display(&e.id))
                 } else {
-                    format!("{}({})", e.name, e.id)
+                    format!("{}({})", display(&e.name), display(&e.id))
                 }
             })
             .collect();
@@ -64,9 +109,9 @@ fn attempt_line(a: &AttemptReport) -> String {
     let u = &a.usage;
     let _ = write!(
         s,
-        "  usage {} in / {} out ({})",
-        u.tokens.input_tokens,
-        u.tokens.output_tokens,
+        "  tokens {} in / {} out ({})",
+        thousands(u.tokens.input_tokens),
+        thousands(u.tokens.output_tokens),
         u.source.as_str()
     );
     match a.cost_usd {
@@ -84,71 +129,80 @@ pub fn worth_showing(report: &TurnReport, verbose: bool) -> bool {
     verbose || !report.findings.is_empty() || report.retries > 0
 }
 
-/// The text block of one turn.
+/// The text block of one turn, without colour.
 pub fn turn_text(report: &TurnReport) -> String {
+    turn_text_styled(report, Style::default())
+}
+
+/// The text block of one turn: a header, one line per attempt, then the findings, most
+/// severe first, each with its evidence as a sentence.
+pub fn turn_text_styled(report: &TurnReport, style: Style) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "turn {}  model={} provider={}  status={}  attempts={} retries={}  cost={} wasted={}",
-        report.turn,
-        report.model.as_deref().unwrap_or("unknown"),
-        report.provider.as_deref().unwrap_or("unknown"),
+        "{}  model={} provider={}  status={}  {}, {}  cost={} wasted={}",
+        style.bold(&format!("turn {}", display(&report.turn))),
+        display(report.model.as_deref().unwrap_or("unknown")),
+        display(report.provider.as_deref().unwrap_or("unknown")),
         report.status.as_str(),
-        report.attempts.len(),
-        report.retries,
+        count(report.attempts.len() as u64, "attempt", "attempts"),
+        count(u64::from(report.retries), "retry", "retries"),
         usd(report.cost_usd),
         usd(report.wasted_cost_usd),
     );
     for a in &report.attempts {
         let _ = writeln!(s, "{}", attempt_line(a));
     }
-    for f in &report.findings {
-        let mut line = format!(
-            "  {:<8} {}",
-            f.severity.as_str().to_uppercase(),
-            f.kind.as_str()
+    let mut findings: Vec<_> = report.findings.iter().collect();
+    // Stable: equal severities keep the order they became known.
+    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    for f in findings {
+        let _ = writeln!(
+            s,
+            "  {} {}: {}",
+            style.severity(f.severity),
+            f.kind.as_str(),
+            display(&explain(f, report))
         );
-        if let Some(a) = f.attempt {
-            let _ = write!(line, "  attempt {a}");
-        }
-        if let (Some(tool), Some(id)) = (&f.tool, &f.call_id) {
-            let _ = write!(line, "  {tool}({id})");
-        }
-        if let Some(k) = &f.effect_key {
-            let _ = write!(line, "  effect_key={k}");
-        }
-        let _ = write!(line, "  {}", f.evidence);
-        let _ = writeln!(s, "{line}");
     }
     s
 }
 
-/// The closing summary.
+/// The closing summary, without colour.
 pub fn summary_text(summary: &Summary) -> String {
+    summary_text_styled(summary, Style::default())
+}
+
+/// The closing summary: counts with thousands separators, findings by severity, cost.
+pub fn summary_text_styled(summary: &Summary, style: Style) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "summary");
+    let _ = writeln!(s, "{}", style.bold("summary"));
     let _ = writeln!(
         s,
         "  inputs: {}  lines: {}  events: {}  bad lines: {}  unknown types: {}  unknown fields: {}",
-        summary.inputs,
-        summary.lines,
-        summary.events,
-        summary.bad_lines,
-        summary.unknown_types,
-        summary.unknown_fields
+        thousands(summary.inputs),
+        thousands(summary.lines),
+        thousands(summary.events),
+        thousands(summary.bad_lines),
+        thousands(summary.unknown_types),
+        thousands(summary.unknown_fields)
     );
     let statuses: Vec<String> = summary
         .turns_by_status
         .iter()
-        .map(|(k, v)| format!("{k} {v}"))
+        .map(|(k, v)| format!("{k} {}", thousands(*v)))
         .collect();
+    let statuses = if statuses.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", statuses.join(", "))
+    };
     let _ = writeln!(
         s,
-        "  turns: {} ({})  attempts: {}  retries: {}",
-        summary.turns,
-        statuses.join(", "),
-        summary.attempts,
-        summary.retries
+        "  turns: {}{statuses}  attempts: {}  retries: {}",
+        thousands(summary.turns),
+        thousands(summary.attempts),
+        thousands(summary.retries)
     );
     let mut by_sev = Vec::new();
     for sev in Severity::ALL.into_iter().rev() {
@@ -157,11 +211,15 @@ pub fn summary_text(summary: &Summary) -> String {
             .filter(|k| k.severity() == sev)
             .filter_map(|k| {
                 let n = summary.findings.get(k.as_str()).copied().unwrap_or(0);
-                (n > 0).then(|| format!("{} {n}", k.as_str()))
+                (n > 0).then(|| format!("{} {}", k.as_str(), thousands(n)))
             })
             .collect();
         if !kinds.is_empty() {
-            by_sev.push(format!("{}: {}", sev.as_str(), kinds.join(", ")));
+            by_sev.push(format!(
+                "{}: {}",
+                style.severity_word(sev.as_str(), sev),
+                kinds.join(", ")
+            ));
         }
     }
     if by_sev.is_empty() {
@@ -187,16 +245,42 @@ pub fn summary_text(summary: &Summary) -> String {
     if summary.unpriced_attempts > 0 {
         let _ = writeln!(
             s,
-            "  note: {} attempts used models with no price (not in cost; see --prices)",
-            summary.unpriced_attempts
+            "  note: {} used models with no price (not in cost; see --prices)",
+            count(summary.unpriced_attempts, "attempt", "attempts")
         );
     }
     if !summary.unreadable_inputs.is_empty() {
         let _ = writeln!(
             s,
             "  unreadable inputs: {}",
-            summary.unreadable_inputs.join(", ")
+            display(&summary.unreadable_inputs.join(", "))
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn color_follows_the_flag_the_terminal_and_no_color() {
+        assert!(color_choice("auto", true, None, Some("xterm")));
+        assert!(!color_choice("auto", false, None, Some("xterm")));
+        assert!(!color_choice("auto", true, Some("1"), Some("xterm")));
+        assert!(
+            color_choice("auto", true, Some(""), None),
+            "an empty NO_COLOR is unset"
+        );
+        assert!(!color_choice("auto", true, None, Some("dumb")));
+        assert!(color_choice("always", false, Some("1"), None));
+        assert!(!color_choice("never", true, None, None));
+    }
+
+    #[test]
+    fn severity_labels_are_coloured_only_when_asked() {
+        let on = Style { color: true };
+        assert_eq!(on.severity(Severity::Critical), "\x1b[1;31mCRITICAL\x1b[0m");
+        assert_eq!(Style::default().severity(Severity::High), "HIGH    ");
+    }
 }

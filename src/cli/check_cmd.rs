@@ -11,7 +11,7 @@ use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use retryscope::check::{self, BadLine, CheckObserver, CheckOptions, InputSpec, render};
+use retryscope::check::{self, BadLine, CheckObserver, CheckOptions, InputSpec, human, render};
 use retryscope::correlate::CorrelatorConfig;
 use retryscope::cost::PriceTable;
 use retryscope::finding::Severity;
@@ -20,22 +20,40 @@ use retryscope::sink::traces::{Protocol, TraceExportConfig, TraceSink};
 
 /// Flags of `check`.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Exit status: 0 fine; 1 a finding at or above --fail-on; 2 unusable \
+arguments or an unreadable input.\n\nAttempts are numbered as in the log's `attempt` field, \
+from 0: attempt 0 is the first try, attempt 1 the first retry."
+)]
 pub struct CheckArgs {
-    /// Files, directories (read recursively) or `-` for stdin.
+    /// Files (gzip-compressed too), directories (their files that start like logs, recursively)
+    /// or `-` for stdin.
     #[arg(value_name = "FILE|DIR|-", required = true)]
     inputs: Vec<String>,
     /// Print JSON lines: one object per turn, then a `{"summary": ...}` line.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "summary")]
     json: bool,
+    /// Print only the closing summary (no turn blocks).
+    #[arg(long)]
+    summary: bool,
+    /// Also write a self-contained HTML report (summary, turn table, timelines) to FILE.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Colour severities in the text report: auto (on a terminal, unless NO_COLOR is set),
+    /// always or never.
+    #[arg(long, value_name = "WHEN", default_value = "auto", value_parser = ["auto", "always", "never"])]
+    color: String,
     /// Exit 1 when a finding at or above this severity exists (info, warning, high, critical).
     #[arg(long, value_name = "SEVERITY")]
     fail_on: Option<Severity>,
-    /// Price table in LiteLLM's model_prices_and_context_window.json format.
+    /// Price table in LiteLLM's model_prices_and_context_window.json format, layered over the
+    /// built-in one (a model in both takes this file's price).
     #[arg(long, value_name = "FILE")]
     prices: Option<PathBuf>,
-    /// More attempts than this in one turn is a `retry_cap_exceeded` finding.
-    #[arg(long, default_value_t = 4, value_name = "N")]
-    retry_cap: u32,
+    /// More attempts than this in one turn (first try included) is a `retry_cap_exceeded`
+    /// finding. `--retry-cap` is an older name for the same setting.
+    #[arg(long, alias = "retry-cap", default_value_t = 4, value_name = "N")]
+    max_attempts: u32,
     /// Tools whose executions are reads, never effects (comma-separated, repeatable).
     #[arg(long, value_name = "TOOL,...", value_delimiter = ',')]
     read_only_tools: Vec<String>,
@@ -45,11 +63,12 @@ pub struct CheckArgs {
     /// Lines longer than this are skipped and counted.
     #[arg(long, default_value_t = 1 << 20, value_name = "N")]
     max_line_bytes: usize,
-    /// Show every turn in the text report, not only those with findings.
+    /// Show every turn in the text report [default: only turns with findings or retries].
     #[arg(long, short)]
     verbose: bool,
     /// Input format: auto, native, openai-chat, openai-responses, anthropic, gemini,
-    /// gemini-cli-responses, acp, gemini-cli-telemetry.
+    /// gemini-cli-responses, acp, gemini-cli-telemetry, gemini-cli-stream-json, claude-code,
+    /// codex-exec. gemini-cli's telemetry and stream-json of one session are joined.
     #[arg(long, default_value = "auto", value_name = "FORMAT")]
     format: retryscope::decode::Format,
     /// Correlate on one thread (large native inputs are otherwise sharded over two).
@@ -66,7 +85,9 @@ pub struct CheckArgs {
     /// http/protobuf].
     #[arg(long, value_name = "PROTOCOL", value_parser = parse_protocol)]
     otlp_protocol: Option<Protocol>,
-    /// Put the first characters of each attempt's text in the exported traces (off by default).
+    /// Put the first characters of each attempt's text (the attempt text prefix) in the
+    /// exported traces and the JSON lines (off by default; the text and HTML reports, which
+    /// stay on this machine, show it whenever the input holds text).
     #[arg(long)]
     capture_content: bool,
 }
@@ -127,11 +148,17 @@ impl Export {
         let exported = stats.spans_exported.load(Ordering::Relaxed);
         let dropped = stats.spans_dropped.load(Ordering::Relaxed);
         let failures = stats.export_failures.load(Ordering::Relaxed);
-        eprintln!("retryscope: traces: {exported} spans exported to {endpoint}, {dropped} dropped");
+        eprintln!(
+            "retryscope: traces: {} exported to {endpoint}, {} dropped",
+            human::count(exported, "span", "spans"),
+            human::thousands(dropped)
+        );
         if failures > 0 {
             eprintln!(
-                "retryscope: traces: export to {endpoint} failed ({failures} requests); \
-                 {dropped} spans were not delivered (is the collector reachable?)"
+                "retryscope: traces: export to {endpoint} failed ({}); {} not delivered (is the \
+                 collector reachable?)",
+                human::count(failures, "request", "requests"),
+                human::count(dropped, "span was", "spans were")
             );
         }
     }
@@ -140,6 +167,11 @@ impl Export {
 struct Printer {
     json: bool,
     verbose: bool,
+    summary_only: bool,
+    style: render::Style,
+    /// JSON lines carry attempt text only with --capture-content.
+    strip_content: bool,
+    html: Option<retryscope::check::html::HtmlReport>,
     out: io::BufWriter<io::StdoutLock<'static>>,
     bad_shown: u64,
     bad_total: u64,
@@ -178,12 +210,32 @@ impl CheckObserver for Printer {
             // Offline: wait for queue room rather than drop (until an export fails).
             sink.submit_blocking(report);
         }
+        if let Some(html) = &mut self.html {
+            html.add(report);
+        }
         if self.json {
-            let mut line = render::turn_json(report);
+            let has_content = report.output_prefix.is_some()
+                || report.attempts.iter().any(|a| a.text_prefix.is_some());
+            let has_timeline = report.attempts.iter().any(|a| !a.timeline.is_empty());
+            // Copy only when something must go (plain --json needs no copy).
+            let mut line = if (self.strip_content && has_content) || has_timeline {
+                let mut r = report.clone();
+                if self.strip_content {
+                    r.output_prefix = None;
+                    r.attempts.iter_mut().for_each(|a| a.text_prefix = None);
+                }
+                r.attempts.iter_mut().for_each(|a| {
+                    a.timeline.clear();
+                    a.timeline_dropped = 0;
+                });
+                render::turn_json(&r)
+            } else {
+                render::turn_json(report)
+            };
             line.push('\n');
             self.write(&line);
-        } else if render::worth_showing(report, self.verbose) {
-            let mut block = render::turn_text(report);
+        } else if !self.summary_only && render::worth_showing(report, self.verbose) {
+            let mut block = render::turn_text_styled(report, self.style);
             block.push('\n');
             self.write(&block);
         }
@@ -215,27 +267,52 @@ impl CheckObserver for Printer {
 const PROGRESS_MIN_BYTES: u64 = 32 << 20;
 
 pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    let prices = match &args.prices {
-        Some(path) => PriceTable::load(path).context("loading --prices")?,
-        None => PriceTable::builtin(),
+    let prices = PriceTable::builtin_with(args.prices.as_deref()).context("loading --prices")?;
+    // The text and HTML reports are local: they quote attempt text the input holds. JSON lines
+    // and traces leave the machine more easily: text only with --capture-content.
+    let local_content = !args.json || args.html.is_some();
+    // Created first, so a path in a missing folder fails before a long run, not after it.
+    let html_file = match &args.html {
+        Some(path) => Some(
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot create the HTML report {}", path.display()))?,
+        ),
+        None => None,
     };
     let (export, traces) = match Export::start(&args)? {
         Some((export, sink)) => (Some(export), Some(sink)),
         None => (None, None),
     };
     let cfg = CorrelatorConfig {
-        retry_cap: args.retry_cap,
+        retry_cap: args.max_attempts,
         read_only_tools: args.read_only_tools.iter().cloned().collect(),
         idle_timeout_ms: args
             .idle_timeout_secs
             .map(|s| i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)),
         max_open_turns: usize::MAX,
         // Attempt text prefixes only exist in reports when captured.
-        capture_content: export.as_ref().is_some_and(|e| e.capture_content),
+        capture_content: local_content
+            || args.capture_content
+            || export.as_ref().is_some_and(|e| e.capture_content),
+        timeline: args.html.is_some(),
         ..CorrelatorConfig::default()
     };
     let specs: Vec<InputSpec> = args.inputs.iter().map(|a| InputSpec::parse(a)).collect();
-    let inputs = check::expand_inputs(&specs);
+    let (inputs, skipped) = check::expand_inputs_listing_skipped(&specs);
+    if !skipped.is_empty() {
+        let shown: Vec<String> = skipped
+            .iter()
+            .take(5)
+            .map(|p| retryscope::sanitize::display(&p.display().to_string()).into_owned())
+            .collect();
+        eprintln!(
+            "retryscope: skipped {} in the given folders that do not look like logs (the first \
+             line is neither a JSON object nor a server-sent event): {}{}",
+            human::count(skipped.len() as u64, "file", "files"),
+            shown.join(", "),
+            if skipped.len() > 5 { ", …" } else { "" }
+        );
+    }
     let total = check::total_bytes(&inputs);
     let progress = (io::stderr().is_terminal() && total >= PROGRESS_MIN_BYTES).then(|| {
         let bar = ProgressBar::new(total);
@@ -249,6 +326,16 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let mut printer = Printer {
         json: args.json,
         verbose: args.verbose,
+        summary_only: args.summary,
+        style: render::Style {
+            color: use_color(&args.color),
+        },
+        strip_content: !(args.capture_content
+            || export.as_ref().is_some_and(|e| e.capture_content)),
+        html: args
+            .html
+            .as_ref()
+            .map(|_| retryscope::check::html::HtmlReport::new(Default::default())),
         out: io::BufWriter::with_capacity(1 << 16, io::stdout().lock()),
         bad_shown: 0,
         bad_total: 0,
@@ -267,6 +354,14 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         bar.finish_and_clear();
     }
     let traces = printer.traces.take();
+    if let (Some(file), Some(html)) = (html_file, printer.html.take()) {
+        write_html(
+            file,
+            args.html.as_deref().unwrap_or(std::path::Path::new("")),
+            &html,
+            &summary,
+        )?;
+    }
     let result = report_and_status(&args, printer, &summary);
     // The report is out; now wait for the traces (the exit status does not depend on them).
     if let (Some(export), Some(sink)) = (export, traces) {
@@ -291,7 +386,7 @@ fn report_and_status(
     let closing = if args.json {
         format!("{}\n", render::summary_json(summary))
     } else {
-        render::summary_text(summary)
+        render::summary_text_styled(summary, printer.style)
     };
     printer.write(&closing);
     if let Some(e) = printer.write_error.take() {
@@ -310,4 +405,29 @@ fn report_and_status(
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn use_color(when: &str) -> bool {
+    let no_color = std::env::var("NO_COLOR").ok();
+    let term = std::env::var("TERM").ok();
+    render::color_choice(
+        when,
+        io::stdout().is_terminal(),
+        no_color.as_deref(),
+        term.as_deref(),
+    )
+}
+
+fn write_html(
+    file: std::fs::File,
+    path: &std::path::Path,
+    html: &retryscope::check::html::HtmlReport,
+    summary: &check::Summary,
+) -> anyhow::Result<()> {
+    let mut out = io::BufWriter::new(file);
+    html.write(summary, &mut out)
+        .and_then(|()| out.flush())
+        .with_context(|| format!("cannot write the HTML report {}", path.display()))?;
+    eprintln!("retryscope: HTML report written to {}", path.display());
+    Ok(())
 }

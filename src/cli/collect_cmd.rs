@@ -25,12 +25,9 @@ pub fn run(cfg: RunConfig, args: &RunArgs) -> anyhow::Result<ExitCode> {
     });
     let lease = Duration::from_secs(args.lease_secs.max(1));
     let checkpoint_every = Duration::from_millis(args.checkpoint_ms.max(10));
-    let prices = Arc::new(match &cfg.prices {
-        Some(p) => PriceTable::load(p)?,
-        None => PriceTable::builtin(),
-    });
+    let prices = Arc::new(PriceTable::builtin_with(cfg.prices.as_deref())?);
     let correlator = CorrelatorConfig {
-        retry_cap: cfg.retry_cap,
+        retry_cap: cfg.max_attempts,
         read_only_tools: cfg.read_only_tools.iter().cloned().collect(),
         idle_timeout_ms: Some(
             i64::try_from(cfg.idle_timeout_secs.saturating_mul(1000)).unwrap_or(i64::MAX),

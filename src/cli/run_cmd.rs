@@ -18,6 +18,11 @@ use retryscope::source::file::ReadFrom;
 
 /// Flags of `run`; each overrides the config file.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Exit status: 0 after a clean stop (Ctrl-C, SIGTERM, or the end of stdin \
+with --exit-on-eof); 2 for unusable arguments or configuration, or when it cannot start \
+(metrics address in use, unreadable price table or checkpoint)."
+)]
 pub struct RunArgs {
     /// Files or glob patterns to tail, or `-` for stdin.
     #[arg(value_name = "PATH_OR_GLOB")]
@@ -40,16 +45,19 @@ pub struct RunArgs {
     /// Open turns kept in memory before the least recently active is evicted [default: 100000].
     #[arg(long, value_name = "N")]
     max_open_turns: Option<usize>,
-    /// More attempts than this in a turn is a finding [default: 4].
-    #[arg(long, value_name = "N")]
-    retry_cap: Option<u32>,
+    /// More attempts than this in a turn (the first try included) is a `retry_cap_exceeded`
+    /// finding [default: 4]. `--retry-cap` is an older name for it.
+    #[arg(long, alias = "retry-cap", value_name = "N")]
+    max_attempts: Option<u32>,
     /// Tools whose executions are reads (comma-separated).
     #[arg(long, value_name = "TOOL,...", value_delimiter = ',')]
     read_only_tools: Vec<String>,
-    /// Findings as JSON lines: `-` (stdout), a file, or `` to disable [default: -].
+    /// Findings as JSON lines, one per finding as soon as it is known: `-` (stdout), a file,
+    /// or an empty string ('') to disable [default: -].
     #[arg(long, value_name = "TARGET")]
     findings_out: Option<String>,
-    /// Price table (LiteLLM JSON) replacing the built-in one.
+    /// Price table (LiteLLM JSON) layered over the built-in one (a model in both takes this
+    /// file's price).
     #[arg(long, value_name = "FILE")]
     prices: Option<PathBuf>,
     /// Format of tailed files and stdin: auto (detected per input), native, openai-chat,
@@ -71,7 +79,8 @@ pub struct RunArgs {
     /// OTLP protocol: grpc or http/protobuf.
     #[arg(long, value_name = "PROTOCOL", value_parser = crate::cli::check_cmd::parse_protocol)]
     otlp_protocol: Option<Protocol>,
-    /// Export prompt/output text in traces (off by default).
+    /// Put the first characters of each attempt's text (the attempt text prefix) in the
+    /// exported traces (off by default: only counts and lengths leave the process).
     #[arg(long)]
     capture_content: bool,
     /// With stdin as the only source, exit when it ends instead of serving metrics on.
@@ -101,6 +110,7 @@ pub struct ValidateArgs {
 
 pub fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     let cfg = RunConfig::load(&args.config)?;
+    preflight(&cfg)?;
     println!(
         "{}: ok ({} include patterns, metrics on {})",
         args.config.display(),
@@ -138,8 +148,8 @@ fn merge(args: &RunArgs) -> anyhow::Result<(RunConfig, Sources)> {
     if let Some(v) = args.max_open_turns {
         cfg.max_open_turns = v;
     }
-    if let Some(v) = args.retry_cap {
-        cfg.retry_cap = v;
+    if let Some(v) = args.max_attempts {
+        cfg.max_attempts = v;
     }
     cfg.read_only_tools
         .extend(args.read_only_tools.iter().cloned());
@@ -166,6 +176,7 @@ fn merge(args: &RunArgs) -> anyhow::Result<(RunConfig, Sources)> {
     }
     cfg.otlp.capture_content |= args.capture_content;
     cfg.validate()?;
+    preflight(&cfg)?;
     let sources = Sources {
         files: !cfg.include.is_empty(),
         stdin,
@@ -180,6 +191,65 @@ fn merge_nats(args: &RunArgs) -> anyhow::Result<RunConfig> {
         anyhow::bail!("with --nats, lines come from `retryscope ship`: give no paths or --demo");
     }
     Ok(merge(args)?.0)
+}
+
+/// What `run` would reject at start, checked before it starts (and by `validate`): the price
+/// table loads, and the findings file's folder exists.
+fn preflight(cfg: &RunConfig) -> anyhow::Result<()> {
+    retryscope::cost::PriceTable::builtin_with(cfg.prices.as_deref())?;
+    let target = cfg.findings_out.as_str();
+    if !target.is_empty() && target != "-" {
+        let path = std::path::Path::new(target);
+        let folder = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => std::path::Path::new("."),
+        };
+        if !folder.is_dir() {
+            anyhow::bail!(
+                "findings_out `{}`: the folder {} does not exist",
+                retryscope::sanitize::display(target),
+                folder.display()
+            );
+        }
+        if path.is_dir() {
+            anyhow::bail!(
+                "findings_out `{}` is a directory; give a file name",
+                retryscope::sanitize::display(target)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Warn about include patterns that cannot match what the user probably meant: a directory
+/// (run tails files: give a glob), a missing file, a glob under a missing folder.
+fn warn_about_includes(include: &[String]) {
+    for pattern in include {
+        let shown = retryscope::sanitize::display(pattern);
+        let path = std::path::Path::new(pattern);
+        let is_glob = pattern.contains(['*', '?', '[']);
+        if !is_glob && path.is_dir() {
+            tracing::warn!(
+                "`{shown}` is a directory; run tails files: give a glob such as `{}/*.jsonl`",
+                shown.trim_end_matches('/')
+            );
+        } else if !is_glob && !path.exists() {
+            tracing::warn!("`{shown}` does not exist; it will be read if it appears");
+        } else if is_glob {
+            let literal = &pattern[..pattern.find(['*', '?', '[']).unwrap_or(pattern.len())];
+            let folder = match literal.rfind('/') {
+                Some(0) => "/",
+                Some(i) => &literal[..i],
+                None => ".",
+            };
+            if !std::path::Path::new(folder).is_dir() {
+                tracing::warn!(
+                    "no folder `{}` for `{shown}`: nothing can match until it exists",
+                    retryscope::sanitize::display(folder)
+                );
+            }
+        }
+    }
 }
 
 fn trace_config(cfg: &RunConfig) -> anyhow::Result<Option<TraceExportConfig>> {
@@ -247,10 +317,20 @@ async fn serve(
     exit_on_eof: bool,
 ) -> anyhow::Result<ExitCode> {
     let metrics = Arc::new(Metrics::new(cfg.labels.clone()).context("registering metrics")?);
+    warn_about_includes(&cfg.include);
     let listener = tokio::net::TcpListener::bind(&cfg.metrics_addr)
         .await
-        .with_context(|| format!("binding the metrics address {}", cfg.metrics_addr))?;
-    tracing::info!(addr = %cfg.metrics_addr, "serving /metrics");
+        .with_context(|| {
+            format!(
+                "cannot serve /metrics on {} (choose another address with --metrics-addr or \
+                 metrics_addr in the config)",
+                cfg.metrics_addr
+            )
+        })?;
+    match listener.local_addr() {
+        Ok(addr) => tracing::info!(%addr, "serving /metrics"),
+        Err(_) => tracing::info!(addr = %cfg.metrics_addr, "serving /metrics"),
+    }
     let ready = Arc::new(AtomicBool::new(false));
     let shutdown = Arc::new(AtomicBool::new(false));
     let (stop_server_tx, stop_server_rx) = tokio::sync::oneshot::channel::<()>();
@@ -264,15 +344,23 @@ async fn serve(
     ));
     let traces = match traces {
         Some(t) => {
-            tracing::info!(endpoint = ?t.endpoint, "exporting turn traces over OTLP");
+            tracing::info!(
+                endpoint = %t.endpoint.as_deref().unwrap_or(""),
+                "exporting turn traces over OTLP"
+            );
             Some(TraceSink::start(t).context("starting the OTLP exporter")?)
         }
         None => None,
     };
     let signal_flag = shutdown.clone();
+    let checkpointing = cfg.data_dir.is_some();
     tokio::spawn(async move {
         wait_for_signal().await;
-        tracing::info!("shutting down: stopping reads, flushing sinks, writing the checkpoint");
+        if checkpointing {
+            tracing::info!("shutting down: stopping reads, flushing sinks, writing the checkpoint");
+        } else {
+            tracing::info!("shutting down: stopping reads, closing open turns, flushing sinks");
+        }
         signal_flag.store(true, Ordering::SeqCst);
     });
     let engine = Engine::new(cfg, sources, metrics.clone(), traces);

@@ -112,27 +112,31 @@ fn run_demo(tx: SyncSender<FeedItem>, settings: DemoSettings, shutdown: Arc<Atom
     cfg.agents = settings.agents.max(1);
     cfg.retry_rate = settings.retry_rate;
     cfg.start_ms = super::wall_ms();
+    // Enough turns in flight to reach the asked rate in real time (a demo turn lasts seconds).
+    cfg.interleave = cfg
+        .interleave
+        .max((settings.turns_per_sec * 8.0).ceil().min(10_000.0) as usize);
     let mut fleet = crate::demo::Fleet::new(cfg);
     let started = Instant::now();
-    let mut turns_written = 0f64;
     let mut buf: Vec<u8> = Vec::new();
     while !shutdown.load(Ordering::SeqCst) {
-        let due = started.elapsed().as_secs_f64() * settings.turns_per_sec;
-        let n = (due - turns_written).floor();
-        if n >= 1.0 {
-            buf.clear();
-            if fleet.write_turns(n as usize, &mut buf).is_err() {
-                break;
-            }
-            turns_written += n;
-            for line in buf.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-                let item = FeedItem::Line {
-                    feed: Feed::Demo,
-                    bytes: line.to_vec(),
-                };
-                if tx.send(item).is_err() {
-                    return;
-                }
+        let due = (started.elapsed().as_secs_f64() * settings.turns_per_sec).floor() as u64;
+        let new_turns = due.saturating_sub(fleet.stats().turns_started);
+        buf.clear();
+        // Lines are released when their event time comes: nothing is stamped in the future.
+        if fleet
+            .write_due(super::wall_ms(), new_turns, &mut buf)
+            .is_err()
+        {
+            break;
+        }
+        for line in buf.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            let item = FeedItem::Line {
+                feed: Feed::Demo,
+                bytes: line.to_vec(),
+            };
+            if tx.send(item).is_err() {
+                return;
             }
         }
         std::thread::sleep(Duration::from_millis(50));

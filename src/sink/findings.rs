@@ -55,17 +55,21 @@ impl FindingsSink {
         }
     }
 
-    /// Write one finding as a JSON line.
+    /// Write one finding as a JSON line, flushed at once: a finding is visible (on stdout, in
+    /// the file) as soon as it is known, with or without a data dir.
     pub fn write(&mut self, finding: &Finding) -> io::Result<()> {
         let mut line = serde_json::to_vec(finding).map_err(io::Error::other)?;
         line.push(b'\n');
         match self {
             FindingsSink::Off => Ok(()),
-            FindingsSink::Stdout(w) => w.write_all(&line),
+            FindingsSink::Stdout(w) => {
+                w.write_all(&line)?;
+                w.flush()
+            }
             FindingsSink::File { writer, offset, .. } => {
                 writer.write_all(&line)?;
                 *offset += line.len() as u64;
-                Ok(())
+                writer.flush()
             }
         }
     }
@@ -104,6 +108,17 @@ impl FindingsSink {
 mod tests {
     use super::*;
     use crate::finding::FindingKind;
+
+    #[test]
+    fn a_written_finding_is_in_the_file_before_any_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("findings.jsonl");
+        let mut sink = FindingsSink::open(path.to_str().unwrap(), None).unwrap();
+        let f = Finding::new(FindingKind::DuplicateEffect, "t", Some(1), "x".into());
+        sink.write(&f).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text:?}");
+    }
 
     #[test]
     fn file_sink_tracks_offset_and_resumes_by_truncating() {

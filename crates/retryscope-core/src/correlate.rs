@@ -9,6 +9,7 @@
 //! how the live collector checkpoints open turns.
 
 mod attempt;
+mod attribute;
 mod intern;
 mod splice;
 mod turn;
@@ -44,6 +45,8 @@ pub struct CorrelatorConfig {
     pub remember_closed_turns: usize,
     /// Put each attempt's text prefix in its report (content capture is opt-in).
     pub capture_content: bool,
+    /// Keep a bounded timeline of events per attempt for the reports (`check --html`).
+    pub timeline: bool,
 }
 
 impl Default for CorrelatorConfig {
@@ -56,6 +59,7 @@ impl Default for CorrelatorConfig {
             text_prefix_bytes: 256,
             remember_closed_turns: 10_000,
             capture_content: false,
+            timeline: false,
         }
     }
 }

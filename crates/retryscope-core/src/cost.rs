@@ -139,6 +139,16 @@ impl PriceTable {
         Ok(PriceTable { prices })
     }
 
+    /// The built-in table with `path`'s entries layered over it (a model in both takes the
+    /// file's price); without a path, the built-in table.
+    pub fn builtin_with(path: Option<&Path>) -> Result<Self, PriceError> {
+        let mut table = Self::builtin();
+        if let Some(path) = path {
+            table.prices.extend(Self::load(path)?.prices);
+        }
+        Ok(table)
+    }
+
     /// Number of priced models.
     pub fn len(&self) -> usize {
         self.prices.len()

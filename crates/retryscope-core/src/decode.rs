@@ -7,11 +7,16 @@
 
 pub mod acp;
 pub mod anthropic;
+pub mod claude_code;
+pub mod codex_exec;
 pub mod detect;
 pub mod envelope;
 pub mod gemini;
 pub mod gemini_cli;
+pub mod gemini_join;
+pub mod gemini_stream_json;
 pub mod gemini_telemetry;
+pub mod json_objects;
 pub mod native;
 pub mod openai_chat;
 pub mod openai_responses;

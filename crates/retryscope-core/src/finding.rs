@@ -64,6 +64,10 @@ impl FromStr for Severity {
 pub enum FindingKind {
     /// A call from an abandoned attempt was executed.
     AbandonedToolExecuted,
+    /// A call was executed although its attempt never finished and was not retried (it failed,
+    /// or was still streaming when the turn closed). An abandoned attempt's executions are
+    /// `AbandonedToolExecuted` instead, never both.
+    UnfinishedToolExecuted,
     /// Two executions in one turn share an effect key.
     DuplicateEffect,
     /// The user was shown an abandoned attempt's text together with the retry's.
@@ -80,8 +84,9 @@ pub enum FindingKind {
 
 impl FindingKind {
     /// Every kind, for pre-registering metric series.
-    pub const ALL: [FindingKind; 7] = [
+    pub const ALL: [FindingKind; 8] = [
         FindingKind::AbandonedToolExecuted,
+        FindingKind::UnfinishedToolExecuted,
         FindingKind::DuplicateEffect,
         FindingKind::SplicedText,
         FindingKind::SplicedStream,
@@ -94,6 +99,7 @@ impl FindingKind {
     pub fn as_str(self) -> &'static str {
         match self {
             FindingKind::AbandonedToolExecuted => "abandoned_tool_executed",
+            FindingKind::UnfinishedToolExecuted => "unfinished_tool_executed",
             FindingKind::DuplicateEffect => "duplicate_effect",
             FindingKind::SplicedText => "spliced_text",
             FindingKind::SplicedStream => "spliced_stream",

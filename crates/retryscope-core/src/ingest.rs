@@ -13,8 +13,10 @@
 //! line.
 
 use std::fmt;
+use std::sync::{Arc, Mutex};
 
 use crate::correlate::{Correlator, Output};
+use crate::decode::gemini_join::{self, JoinFeed, SessionJoiner};
 use crate::decode::{self, BadLineReason, DecodeError, Format, StreamDecoder};
 use crate::fasthash::FastMap;
 use crate::pipeline::{InputCounters, LineOutcome, Pipeline};
@@ -106,6 +108,8 @@ pub struct Ingest {
     streams: Vec<Option<Stream>>,
     /// Open streams by name, one map per [`Source`].
     by_name: [FastMap<String, StreamId>; Source::ALL.len()],
+    /// Outputs of one client session held to be joined ([`Ingest::join_sessions`]).
+    joiner: Option<Arc<Mutex<SessionJoiner>>>,
 }
 
 impl fmt::Debug for Ingest {
@@ -127,6 +131,27 @@ impl Ingest {
             format,
             streams: Vec::new(),
             by_name: Default::default(),
+            joiner: None,
+        }
+    }
+
+    /// Join the outputs of one client session that live in separate streams (gemini-cli's
+    /// telemetry outfile and its stream-json): their events are held until
+    /// [`Ingest::close_all`], then merged in time order ([`gemini_join`]). For whole inputs
+    /// (`check`), not for live tailing, where nothing would come out until the end.
+    pub fn join_sessions(&mut self) {
+        self.joiner = Some(Arc::default());
+    }
+
+    fn decoding_for(&self, format: Format, name: &str) -> Decoding {
+        match (decoding_for(format, name), &self.joiner) {
+            (Decoding::Provider(d), Some(joiner)) => match gemini_join::Source::of(format) {
+                Some(source) => {
+                    Decoding::Provider(Box::new(JoinFeed::new(d, source, joiner.clone())))
+                }
+                None => Decoding::Provider(d),
+            },
+            (decoding, _) => decoding,
         }
     }
 
@@ -157,7 +182,7 @@ impl Ingest {
         }
         let (format, decoding) = match self.format {
             Format::Auto => (None, Decoding::Sniffing(Held::default())),
-            forced => (Some(forced), decoding_for(forced, name)),
+            forced => (Some(forced), self.decoding_for(forced, name)),
         };
         let stream = Stream {
             name: name.to_owned(),
@@ -312,6 +337,13 @@ impl Ingest {
         for i in 0..self.streams.len() {
             self.end(StreamId(i as u32), None, out, note);
         }
+        if let Some(joiner) = &self.joiner
+            && let Ok(mut j) = joiner.lock()
+            && !j.is_empty()
+        {
+            let mut events = j.finish();
+            self.pipeline.observe_events(&mut events, out);
+        }
         self.pipeline.close_all(out);
     }
 
@@ -328,10 +360,18 @@ impl Ingest {
         out: &mut Vec<Output>,
         note: &mut dyn FnMut(Note<'_>),
     ) {
+        let Some(name) = self
+            .streams
+            .get(id.0 as usize)
+            .and_then(Option::as_ref)
+            .map(|s| s.name.clone())
+        else {
+            return;
+        };
+        let decoding = self.decoding_for(format, &name);
         let Some(stream) = self.streams.get_mut(id.0 as usize).and_then(Option::as_mut) else {
             return;
         };
-        let decoding = decoding_for(format, &stream.name);
         stream.format = Some(format);
         let Decoding::Sniffing(held) = std::mem::replace(&mut stream.decoding, decoding) else {
             return;

@@ -188,6 +188,11 @@ impl Pipeline {
         self.counters.skips.add(decoder.skips());
     }
 
+    /// Correlate events decoded elsewhere (e.g. joined from several inputs).
+    pub fn observe_events(&mut self, events: &mut Vec<Event<'static>>, out: &mut Vec<Output>) {
+        self.observe_all(events, None, out);
+    }
+
     fn observe_all(
         &mut self,
         events: &mut Vec<Event<'static>>,

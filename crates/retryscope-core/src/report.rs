@@ -161,6 +161,50 @@ pub struct ExecReport {
     pub ts_ms: Option<i64>,
 }
 
+/// What happened at one point of an attempt's timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MarkKind {
+    /// A run of consecutive text events (`ts_ms` to `end_ms`, `chars` in all).
+    Text,
+    /// A complete tool call (`call_id`).
+    ToolCall,
+    /// The client reset its renderer for this attempt.
+    RenderReset,
+    /// Usage was reported.
+    Usage,
+    /// The attempt finished.
+    Finish,
+    /// The attempt failed in transport.
+    Error,
+}
+
+/// One event (or run of text events) on an attempt's timeline. Kept only when asked for
+/// (`check --html`), at most [`MAX_TIMELINE_MARKS`] per attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimelineMark {
+    /// What.
+    pub kind: MarkKind,
+    /// Event time (of the first event of a text run).
+    pub ts_ms: i64,
+    /// Event time of the last event of a text run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_ms: Option<i64>,
+    /// Characters of a text run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chars: Option<u64>,
+    /// The call of a `tool_call` mark.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+}
+
+/// Timeline marks kept per attempt; later ones are counted in `timeline_dropped`.
+pub const MAX_TIMELINE_MARKS: usize = 64;
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 /// One attempt of a turn.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AttemptReport {
@@ -198,6 +242,12 @@ pub struct AttemptReport {
     /// Last event time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended_ms: Option<i64>,
+    /// Events on this attempt's timeline, in arrival order (only with `check --html`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<TimelineMark>,
+    /// Timeline marks not kept (beyond [`MAX_TIMELINE_MARKS`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub timeline_dropped: u32,
 }
 
 /// One closed turn.
@@ -231,6 +281,9 @@ pub struct TurnReport {
     /// Characters of the `output` event, when the client logged one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_chars: Option<u64>,
+    /// The first bytes of the `output` event's text; only when content capture is opted into.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_prefix: Option<String>,
     /// First event time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub started_ms: Option<i64>,

@@ -12,6 +12,7 @@ pub mod incomplete_turn;
 pub mod retry_cap_exceeded;
 pub mod spliced_stream;
 pub mod spliced_text;
+pub mod unfinished_tool_executed;
 
 use crate::finding::{FindingKind, Severity};
 
@@ -43,6 +44,7 @@ pub struct Rule {
 pub fn rule(kind: FindingKind) -> &'static Rule {
     match kind {
         FindingKind::AbandonedToolExecuted => &abandoned_tool_executed::RULE,
+        FindingKind::UnfinishedToolExecuted => &unfinished_tool_executed::RULE,
         FindingKind::DuplicateEffect => &duplicate_effect::RULE,
         FindingKind::SplicedText => &spliced_text::RULE,
         FindingKind::SplicedStream => &spliced_stream::RULE,

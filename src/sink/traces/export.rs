@@ -111,7 +111,7 @@ impl TraceSink {
         let worker = handle.spawn(worker.run());
         tracing::info!(
             endpoint = %endpoint,
-            protocol = ?cfg.protocol,
+            protocol = %cfg.protocol.as_str(),
             "exporting turn traces"
         );
         Ok(TraceSink {

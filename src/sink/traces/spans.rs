@@ -22,9 +22,10 @@
 //! `retryscope.*` names but no token counts, so nothing is summed twice by a backend.
 //!
 //! Each [`Finding`] becomes a `retryscope.finding` event on the span it concerns: a tool
-//! finding (`abandoned_tool_executed`, `duplicate_effect`, `early_execution`) on that call's
-//! `execute_tool` span, an attempt finding (`spliced_text`, `spliced_stream`) on the attempt's
-//! span, a turn finding (`retry_cap_exceeded`, `incomplete_turn`) on the root. High and critical findings set that span's status to Error,
+//! finding (`abandoned_tool_executed`, `unfinished_tool_executed`, `duplicate_effect`,
+//! `early_execution`) on that call's `execute_tool` span, an attempt finding (`spliced_text`,
+//! `spliced_stream`) on the attempt's span, a turn finding (`retry_cap_exceeded`,
+//! `incomplete_turn`) on the root. High and critical findings set that span's status to Error,
 //! naming the finding kind; abandoned and failed attempts are Errors too, with the reason.
 //! Every other span keeps status Unset, as instrumentation should.
 

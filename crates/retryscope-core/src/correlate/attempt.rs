@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::intern::Sym;
 use crate::event::Usage;
 use crate::fasthash::StreamHash;
-use crate::report::Outcome;
+use crate::report::{MAX_TIMELINE_MARKS, MarkKind, Outcome, TimelineMark};
 
 /// Text statistics of a stream of fragments.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -112,6 +112,41 @@ pub struct AttemptState {
     pub execs: Vec<ExecState>,
     pub usage: Option<Usage>,
     pub usage_model: Option<Sym>,
+    /// Timeline marks, only when the correlator keeps them (boxed: one pointer otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marks: Option<Box<Marks>>,
+}
+
+/// An attempt's bounded timeline (see [`TimelineMark`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Marks {
+    pub list: Vec<TimelineMark>,
+    pub dropped: u32,
+}
+
+impl Marks {
+    /// Record an event; consecutive text events become one run.
+    pub fn push(&mut self, kind: MarkKind, ts: i64, chars: u64, call_id: Option<&str>) {
+        if kind == MarkKind::Text
+            && let Some(last) = self.list.last_mut()
+            && last.kind == MarkKind::Text
+        {
+            last.end_ms = Some(last.end_ms.unwrap_or(last.ts_ms).max(ts));
+            last.chars = Some(last.chars.unwrap_or(0) + chars);
+            return;
+        }
+        if self.list.len() >= MAX_TIMELINE_MARKS {
+            self.dropped = self.dropped.saturating_add(1);
+            return;
+        }
+        self.list.push(TimelineMark {
+            kind,
+            ts_ms: ts,
+            end_ms: None,
+            chars: (kind == MarkKind::Text).then_some(chars),
+            call_id: call_id.map(str::to_owned),
+        });
+    }
 }
 
 impl AttemptState {
@@ -132,6 +167,16 @@ impl AttemptState {
             execs: Vec::new(),
             usage: None,
             usage_model: None,
+            marks: None,
+        }
+    }
+
+    /// Put an event on the timeline when marks are kept (`keep`).
+    pub fn mark(&mut self, keep: bool, kind: MarkKind, ts: i64, chars: u64, call_id: Option<&str>) {
+        if keep {
+            self.marks
+                .get_or_insert_with(Default::default)
+                .push(kind, ts, chars, call_id);
         }
     }
 
@@ -197,6 +242,28 @@ mod tests {
         }
         assert_eq!(s.prefix, "abé");
         assert!("abéécd".starts_with(&s.prefix));
+    }
+
+    #[test]
+    fn timeline_marks_merge_text_runs_and_stay_bounded() {
+        let mut m = Marks::default();
+        m.push(MarkKind::Text, 10, 3, None);
+        m.push(MarkKind::Text, 20, 4, None);
+        m.push(MarkKind::ToolCall, 25, 0, Some("c1"));
+        m.push(MarkKind::Text, 30, 1, None);
+        assert_eq!(m.list.len(), 3);
+        assert_eq!(
+            (m.list[0].ts_ms, m.list[0].end_ms, m.list[0].chars),
+            (10, Some(20), Some(7))
+        );
+        assert_eq!(m.list[1].call_id.as_deref(), Some("c1"));
+        for i in 0..200 {
+            m.push(MarkKind::ToolCall, 40 + i, 0, Some("c"));
+            m.push(MarkKind::Text, 41 + i, 1, None);
+        }
+        assert_eq!(m.list.len(), MAX_TIMELINE_MARKS);
+        // Text after a kept text mark still merges; everything else past the cap is counted.
+        assert!(m.dropped >= 200 - MAX_TIMELINE_MARKS as u32 / 2);
     }
 
     #[test]

@@ -59,6 +59,7 @@ fn bookstore_naive_splices_and_refunds_twice() {
         kinds(r),
         vec![
             FindingKind::AbandonedToolExecuted,
+            FindingKind::UnfinishedToolExecuted,
             FindingKind::DuplicateEffect,
             FindingKind::SplicedText,
             FindingKind::EarlyExecution,
@@ -103,6 +104,7 @@ fn bookstore_reset_clean_text_but_refunds_twice() {
         kinds(&reports[0]),
         vec![
             FindingKind::AbandonedToolExecuted,
+            FindingKind::UnfinishedToolExecuted,
             FindingKind::DuplicateEffect,
             FindingKind::EarlyExecution,
             FindingKind::EarlyExecution,
@@ -150,9 +152,10 @@ fn execution_logged_after_the_retry_is_still_abandoned() {
 {"turn":"t","type":"finish","attempt":1,"reason":"stop"}
 "#);
     let f = &reports[0].findings;
-    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f.len(), 2, "{f:?}");
     assert_eq!(f[0].kind, FindingKind::AbandonedToolExecuted);
     assert_eq!(f[0].evidence, "executed after the attempt was abandoned");
+    assert_eq!(f[1].kind, FindingKind::UnfinishedToolExecuted);
     assert_eq!(
         f[0].effect_key.as_deref(),
         Some(reports[0].attempts[0].tool_calls[0].effect_key.as_str())
@@ -521,6 +524,49 @@ fn stream_splice_is_a_retry_and_a_finding() {
     assert_eq!(kinds(r), vec![FindingKind::SplicedStream]);
 }
 
+#[test]
+fn a_splice_of_a_generation_that_left_no_event_still_makes_two_attempts() {
+    // The replaced generation streamed only reasoning: nothing of attempt 0 reached us.
+    let (out, reports) = run(r#"
+{"turn":"t","type":"turn_start","ts":1000,"provider":"anthropic"}
+{"turn":"t","type":"stream_splice","attempt":1,"ts":1500,"signal":"message_start id changed"}
+{"turn":"t","type":"finish","attempt":1,"ts":1900,"reason":"end_turn"}
+"#);
+    let r = &reports[0];
+    let got: Vec<(u32, Outcome, Option<i64>)> = r
+        .attempts
+        .iter()
+        .map(|a| (a.attempt, a.outcome, a.started_ms))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (0, Outcome::Abandoned, Some(1000)),
+            (1, Outcome::Completed, Some(1500))
+        ]
+    );
+    assert_eq!(r.retries, 1);
+    let retries = out
+        .iter()
+        .filter(|o| matches!(o, Output::Retry { .. }))
+        .count();
+    assert_eq!(retries, 1);
+}
+
+#[test]
+fn no_wasted_spend_is_positive_zero_not_negative_zero() {
+    let (_, reports) = run(r#"
+{"turn":"t","type":"finish","attempt":0,"reason":"stop"}
+"#);
+    let r = &reports[0];
+    assert!(
+        r.wasted_cost_usd.is_sign_positive(),
+        "{}",
+        r.wasted_cost_usd
+    );
+    assert!(r.cost_usd.is_sign_positive(), "{}", r.cost_usd);
+}
+
 /// Open turns are the correlator's memory: keep its per-turn structs from creeping up
 /// unnoticed (the benchmark reports the resulting bytes per open turn).
 #[test]
@@ -528,4 +574,38 @@ fn per_turn_state_stays_small() {
     assert!(std::mem::size_of::<turn::TurnState>() <= 384);
     assert!(std::mem::size_of::<attempt::AttemptState>() <= 304);
     assert!(std::mem::size_of::<attempt::CallState>() <= 88);
+}
+
+#[test]
+fn executions_without_call_ids_are_attributed_by_content() {
+    // gemini-cli: the retry's stream ended, then both attempts' calls ran; the telemetry names
+    // each execution by tool and arguments only.
+    let (_, reports) = run(r#"
+{"turn":"t","type":"tool_call","attempt":0,"id":"g1","name":"run_shell_command","args":{"command":"touch a0"}}
+{"turn":"t","type":"error","attempt":0,"message":"ECONNRESET"}
+{"turn":"t","type":"retry","attempt":1}
+{"turn":"t","type":"tool_call","attempt":1,"id":"g2","name":"run_shell_command","args":{"command":"touch a1"}}
+{"turn":"t","type":"finish","attempt":1,"reason":"STOP"}
+{"turn":"t","type":"tool_exec","id":"t#1","name":"run_shell_command","args":{"command":"touch a0"}}
+{"turn":"t","type":"tool_exec","id":"t#2","name":"run_shell_command","args":{ "command" : "touch a1" }}
+"#);
+    let r = &reports[0];
+    let ran: Vec<(u32, &str)> = r
+        .attempts
+        .iter()
+        .flat_map(|a| a.executed.iter().map(move |e| (a.attempt, e.id.as_str())))
+        .collect();
+    assert_eq!(ran, [(0, "g1"), (1, "g2")]);
+    assert_eq!(
+        kinds(r),
+        vec![
+            FindingKind::AbandonedToolExecuted,
+            FindingKind::UnfinishedToolExecuted
+        ]
+    );
+    assert!(
+        r.findings
+            .iter()
+            .all(|f| f.call_id.as_deref() == Some("g1"))
+    );
 }

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::attempt::{AttemptState, CallState, ExecState};
+use super::attribute::attribute_exec;
 use super::intern::{Interner, Sym};
 use super::splice::{OutputState, spliced_attempt};
 use super::{CorrelatorConfig, CorrelatorStats, Output, TurnLabels};
@@ -19,7 +20,7 @@ use crate::effect::{canonical_args, effect_key};
 use crate::event::{EffectClass, Event, EventKind, Usage};
 use crate::finding::Finding;
 use crate::report::{
-    AttemptReport, CallReport, CloseReason, ExecReport, Outcome, TurnReport, TurnStatus,
+    AttemptReport, CallReport, CloseReason, ExecReport, MarkKind, Outcome, TurnReport, TurnStatus,
     UsageReport, UsageSource,
 };
 use crate::rules;
@@ -145,7 +146,12 @@ impl TurnState {
                 set_if(&mut self.traceparent, traceparent);
             }
             EventKind::TurnEnd { .. } => {}
-            EventKind::RenderReset => self.last_reset_seq = self.seq,
+            EventKind::RenderReset => {
+                self.last_reset_seq = self.seq;
+                if let Some(i) = ev.attempt.and_then(|n| self.index_of(n)) {
+                    self.attempts[i].mark(env.cfg.timeline, MarkKind::RenderReset, ts, 0, None);
+                }
+            }
             EventKind::Output { text } => {
                 self.output = Some(OutputState::new(
                     text,
@@ -172,24 +178,31 @@ impl TurnState {
                 let n = ev
                     .attempt
                     .unwrap_or_else(|| self.max_attempt().map_or(0, |m| m + 1));
+                if let Some(prev) = n.checked_sub(1)
+                    && self.index_of(prev).is_none()
+                    && self.max_attempt().is_none_or(|m| m < prev)
+                {
+                    // The replaced generation streamed nothing kept here (only reasoning, or a
+                    // call cut mid-arguments); it still existed and is billed.
+                    let start = self.first_ms.unwrap_or(ts);
+                    let i = self.ensure_attempt(prev, start, None, env, out);
+                    self.attempts[i].touch(ts);
+                }
                 self.ensure_attempt(n, ts, Some("spliced_stream"), env, out);
                 let finding = rules::spliced_stream::on_splice(&self.id, n, signal, ts);
                 self.emit(finding, out);
             }
             kind => {
-                let n = match (ev.attempt, kind) {
-                    (Some(n), _) => n,
-                    (None, EventKind::ToolExec { id, .. }) => self
-                        .attempts
-                        .iter()
-                        .rev()
-                        .find(|a| a.call(id).is_some())
-                        .map(|a| a.number)
-                        .unwrap_or_else(|| self.max_attempt().unwrap_or(0)),
-                    (None, _) => self.max_attempt().unwrap_or(0),
+                let (n, matched_call) = match (ev.attempt, kind) {
+                    (Some(n), _) => (n, None),
+                    (None, EventKind::ToolExec { id, name, args, .. }) => {
+                        let a = attribute_exec(&self.id, &self.attempts, id, name, args.as_deref());
+                        (a.attempt, a.call_id)
+                    }
+                    (None, _) => (self.max_attempt().unwrap_or(0), None),
                 };
                 let idx = self.ensure_attempt(n, ts, None, env, out);
-                self.apply_to_attempt(idx, kind, ts, env, out);
+                self.apply_to_attempt(idx, kind, matched_call, ts, env, out);
             }
         }
     }
@@ -263,10 +276,13 @@ impl TurnState {
         }
     }
 
+    /// Apply an attempt-scoped event; `matched_call` is the id of the call an execution was
+    /// matched to by content (its own id matched no call).
     fn apply_to_attempt(
         &mut self,
         idx: usize,
         kind: &EventKind<'_>,
+        matched_call: Option<String>,
         ts: i64,
         env: &mut Env<'_>,
         out: &mut Vec<Output>,
@@ -297,6 +313,8 @@ impl TurnState {
                 let attempt = &mut self.attempts[idx];
                 attempt.text.push(text, env.cfg.text_prefix_bytes);
                 attempt.last_text_seq = seq;
+                let chars = text.chars().count() as u64;
+                attempt.mark(env.cfg.timeline, MarkKind::Text, ts, chars, None);
             }
             EventKind::ToolCall { id, name, args } => {
                 if replaced {
@@ -307,6 +325,7 @@ impl TurnState {
                 let attempt = &mut self.attempts[idx];
                 attempt.args_chars += args.as_deref().map_or(0, |a| a.chars().count() as u64);
                 if attempt.call(id).is_none() {
+                    attempt.mark(env.cfg.timeline, MarkKind::ToolCall, ts, 0, Some(id));
                     first_exact(&mut attempt.calls);
                     attempt.calls.push(CallState {
                         id: id.to_string(),
@@ -344,7 +363,7 @@ impl TurnState {
                         .map(|call| stepped_key(&self.id, call, *step))
                 };
                 let exec = ExecState {
-                    id: id.to_string(),
+                    id: matched_call.unwrap_or_else(|| id.to_string()),
                     name: env.interner.get(name),
                     effect_key: key,
                     step: *step,
@@ -357,11 +376,13 @@ impl TurnState {
             }
             EventKind::Usage { usage, model } => {
                 let attempt = &mut self.attempts[idx];
+                attempt.mark(env.cfg.timeline, MarkKind::Usage, ts, 0, None);
                 attempt.usage = Some(*usage);
                 set_sym(&mut attempt.usage_model, model, env.interner);
             }
             EventKind::Finish { reason } => {
                 let attempt = &mut self.attempts[idx];
+                attempt.mark(env.cfg.timeline, MarkKind::Finish, ts, 0, None);
                 attempt.finish_reason = Some(env.interner.get(reason));
                 match attempt.outcome {
                     Outcome::Open => {
@@ -375,6 +396,7 @@ impl TurnState {
             }
             EventKind::Error { message, code } => {
                 let attempt = &mut self.attempts[idx];
+                attempt.mark(env.cfg.timeline, MarkKind::Error, ts, 0, None);
                 attempt.error = Some(match code {
                     Some(code) if message.is_empty() => code.to_string(),
                     Some(code) => format!("{code}: {message}"),
@@ -495,6 +517,26 @@ impl TurnState {
                 }
             }
         }
+        let unfinished: Vec<_> = self
+            .attempts
+            .iter()
+            .flat_map(|a| {
+                let id = &self.id;
+                a.execs.iter().filter(|e| !e.read).filter_map(move |e| {
+                    rules::unfinished_tool_executed::on_close(
+                        id,
+                        a.number,
+                        a.outcome,
+                        e.call(),
+                        e.ts_ms,
+                        closed_by,
+                    )
+                })
+            })
+            .collect();
+        for f in unfinished {
+            self.emit(f, out);
+        }
         let final_idx = self
             .attempts
             .iter()
@@ -539,12 +581,14 @@ impl TurnState {
         };
         let labels = self.labels();
         let attempts = self.attempt_reports(prices, labels.model.as_deref(), capture_content);
-        let cost_usd = attempts.iter().filter_map(|a| a.cost_usd).sum();
+        // Adding 0.0 turns the empty sum's -0.0 into 0.0 (no "-0.0" in JSON reports).
+        let cost_usd = attempts.iter().filter_map(|a| a.cost_usd).sum::<f64>() + 0.0;
         let wasted_cost_usd = attempts
             .iter()
             .filter(|a| a.outcome.is_wasted())
             .filter_map(|a| a.cost_usd)
-            .sum();
+            .sum::<f64>()
+            + 0.0;
         TurnReport {
             turn: self.id,
             model: labels.model,
@@ -557,6 +601,11 @@ impl TurnState {
             retries: self.attempts.len().saturating_sub(1) as u32,
             cost_usd,
             wasted_cost_usd,
+            output_prefix: self
+                .output
+                .as_ref()
+                .filter(|_| capture_content)
+                .map(|o| o.text.prefix.clone()),
             output_chars: self.output.map(|o| o.text.chars),
             started_ms: self.first_ms,
             ended_ms: self.last_ms,
@@ -625,6 +674,8 @@ impl TurnState {
                     cost_usd,
                     started_ms: Some(a.started_ms),
                     ended_ms: Some(a.ended_ms),
+                    timeline: a.marks.as_ref().map(|m| m.list.clone()).unwrap_or_default(),
+                    timeline_dropped: a.marks.as_ref().map_or(0, |m| m.dropped),
                 }
             })
             .collect()

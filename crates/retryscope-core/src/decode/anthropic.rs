@@ -9,6 +9,15 @@
 //! different id while a message is open, or more output after an `error`. Not boundaries: a
 //! duplicate `message_start` with the same id; `message_start` after `message_stop` (a new
 //! model call, hence a new turn in a raw stream).
+//!
+//! Content can arrive whole inside `message_start.message.content` (programmatic tool calling:
+//! a `tool_use` with a `caller`, `stop_reason` already set, no `message_delta`): those blocks
+//! are text and complete calls, and that `stop_reason` is the finish reason.
+//!
+//! A message replaced by a splice, or cut at end of input, before any `message_delta` usage is
+//! billed what it used: its `message_start` input figures, and as output the larger of the
+//! reported count and an estimate of what it streamed (text, thinking and tool input, about
+//! four characters a token).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -17,6 +26,7 @@ use serde::Deserialize;
 
 use super::provider::{ChunkDecoder, Ctx, args_or_empty_object, owned, parse};
 use super::{DecodeError, SkipCounts};
+use crate::cost::estimate_tokens;
 use crate::event::{Event, EventKind, Usage};
 
 #[derive(Deserialize)]
@@ -45,6 +55,10 @@ struct Message<'a> {
     model: Option<Cow<'a, str>>,
     #[serde(default)]
     usage: Option<AnthUsage>,
+    #[serde(default)]
+    content: Vec<serde_json::Value>,
+    #[serde(borrow, default)]
+    stop_reason: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -55,6 +69,8 @@ struct Delta<'a> {
     text: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     partial_json: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    thinking: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     stop_reason: Option<Cow<'a, str>>,
 }
@@ -118,6 +134,10 @@ pub struct Decoder {
     errored: bool,
     blocks: BTreeMap<u32, Block>,
     usage: AnthUsage,
+    /// A `Usage` was emitted for the open message (its `message_delta` carried usage).
+    usage_emitted: bool,
+    /// Characters of output the open message streamed (text, thinking, tool input).
+    streamed_chars: u64,
     stop_reason: Option<String>,
     skips: SkipCounts,
 }
@@ -137,16 +157,73 @@ impl Decoder {
         self.drop_unfinished();
         self.msg_id = id;
         self.usage = usage.unwrap_or_default();
+        self.usage_emitted = false;
+        self.streamed_chars = 0;
         self.stop_reason = None;
         self.errored = false;
         self.open = true;
     }
 
+    /// The open message ends without its `message_delta` usage (a splice replaces it, or the
+    /// input ends): bill what it used.
+    fn emit_cut_usage(&mut self, ctx: &Ctx, out: &mut Vec<Event<'static>>) {
+        if !self.open || self.usage_emitted {
+            return;
+        }
+        if self.usage.input_tokens.is_none() {
+            // Nothing reported: the correlator estimates from the turn's other attempts.
+            return;
+        }
+        let estimate = estimate_tokens(self.streamed_chars);
+        let mut usage = self.usage.to_usage();
+        usage.output_tokens = usage.output_tokens.max(estimate);
+        self.usage_emitted = true;
+        ctx.emit(out, EventKind::Usage { usage, model: None });
+    }
+
     fn output_after_error(&mut self, ctx: &mut Ctx, out: &mut Vec<Event<'static>>) {
         if self.errored {
+            self.emit_cut_usage(ctx, out);
             let id = self.msg_id.clone();
             self.reset_message(id, None);
             ctx.splice("output after an error event", out);
+        }
+    }
+
+    /// Blocks that arrived whole in `message_start.message.content`.
+    fn start_content(
+        &mut self,
+        ctx: &Ctx,
+        content: &[serde_json::Value],
+        out: &mut Vec<Event<'static>>,
+    ) {
+        for block in content {
+            let str_of = |k: &str| block.get(k).and_then(|v| v.as_str()).unwrap_or("");
+            match str_of("type") {
+                "text" if !str_of("text").is_empty() => {
+                    self.streamed_chars += str_of("text").chars().count() as u64;
+                    ctx.emit(
+                        out,
+                        EventKind::Text {
+                            text: owned(str_of("text")),
+                        },
+                    );
+                }
+                "tool_use" => {
+                    let args = block
+                        .get("input")
+                        .map_or_else(|| "{}".to_owned(), |v| v.to_string());
+                    ctx.emit(
+                        out,
+                        EventKind::ToolCall {
+                            id: owned(str_of("id")),
+                            name: owned(str_of("name")),
+                            args: Some(Cow::Owned(args)),
+                        },
+                    );
+                }
+                _ => {}
+            }
         }
     }
 }
@@ -170,24 +247,35 @@ impl ChunkDecoder for Decoder {
                     .map(str::to_owned);
                 let model = msg.as_ref().and_then(|m| m.model.as_deref());
                 let usage = msg.as_ref().and_then(|m| m.usage);
+                let content = msg.as_ref().map_or(&[][..], |m| m.content.as_slice());
+                let stop = msg
+                    .as_ref()
+                    .and_then(|m| m.stop_reason.as_deref())
+                    .map(str::to_owned);
                 if !self.started {
                     self.started = true;
                     ctx.begin_call(model, out);
                     self.reset_message(id, usage);
                 } else if self.open && !self.errored && id.is_some() && id == self.msg_id {
                     // A duplicate message_start (same id): benign, ignored.
+                    return Ok(());
                 } else if self.open {
                     let signal = if self.errored {
                         "message_start after an error event"
                     } else {
                         "message_start with a different id while a message is open"
                     };
+                    self.emit_cut_usage(ctx, out);
                     self.reset_message(id, usage);
                     ctx.splice(signal, out);
                 } else {
                     // message_stop came first: a new model call.
                     self.reset_message(id, usage);
                     ctx.begin_call(model, out);
+                }
+                self.start_content(ctx, content, out);
+                if stop.is_some() {
+                    self.stop_reason = stop;
                 }
             }
             "content_block_start" => {
@@ -242,12 +330,19 @@ impl ChunkDecoder for Decoder {
                 ) {
                     (Some("text_delta"), _) => {
                         if let Some(t) = delta.text.as_deref().filter(|t| !t.is_empty()) {
+                            self.streamed_chars += t.chars().count() as u64;
                             ctx.emit(out, EventKind::Text { text: owned(t) });
                         }
                     }
                     (Some("input_json_delta"), Some(Block::ToolUse { json, .. })) => {
                         if let Some(j) = &delta.partial_json {
+                            self.streamed_chars += j.chars().count() as u64;
                             json.push_str(j);
+                        }
+                    }
+                    (Some("thinking_delta"), _) => {
+                        if let Some(t) = &delta.thinking {
+                            self.streamed_chars += t.chars().count() as u64;
                         }
                     }
                     _ => {}
@@ -279,6 +374,7 @@ impl ChunkDecoder for Decoder {
                 }
                 if let Some(u) = &p.usage {
                     self.usage.merge(u);
+                    self.usage_emitted = true;
                     ctx.emit(
                         out,
                         EventKind::Usage {
@@ -290,6 +386,12 @@ impl ChunkDecoder for Decoder {
             }
             "message_stop" => {
                 self.drop_unfinished();
+                if !self.usage_emitted && self.usage.input_tokens.is_some() {
+                    // No message_delta (content arrived in message_start): its usage is final.
+                    self.usage_emitted = true;
+                    let usage = self.usage.to_usage();
+                    ctx.emit(out, EventKind::Usage { usage, model: None });
+                }
                 self.open = false;
                 let reason = self.stop_reason.take().unwrap_or_else(|| "unknown".into());
                 ctx.emit(
@@ -322,8 +424,10 @@ impl ChunkDecoder for Decoder {
         Ok(())
     }
 
-    fn end(&mut self, _ctx: &mut Ctx, _out: &mut Vec<Event<'static>>) {
-        // No message_stop: the attempt stays unfinished; its open tool_use blocks are counted.
+    fn end(&mut self, ctx: &mut Ctx, out: &mut Vec<Event<'static>>) {
+        // No message_stop: the attempt stays unfinished (billed what it used); its open
+        // tool_use blocks are counted.
+        self.emit_cut_usage(ctx, out);
         self.drop_unfinished();
     }
 
@@ -395,7 +499,7 @@ mod tests {
     fn different_id_while_open_splices_same_id_does_not() {
         let dup = [START_A, START_A, r#"{"type":"message_stop"}"#].join("\n");
         let (evs, _) = run(&dup);
-        assert_eq!(kinds(&evs), ["turn_start", "finish"]);
+        assert_eq!(kinds(&evs), ["turn_start", "usage", "finish"]);
         let spliced = [
             START_A,
             r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"n","input":{}}}"#,
@@ -404,8 +508,24 @@ mod tests {
         ]
         .join("\n");
         let (evs, skips) = run(&spliced);
-        assert_eq!(kinds(&evs), ["turn_start", "stream_splice", "finish"]);
-        assert_eq!(evs[2].attempt, Some(1));
+        assert_eq!(
+            kinds(&evs),
+            ["turn_start", "usage", "stream_splice", "finish"]
+        );
+        // The replaced message is billed its message_start figures.
+        assert_eq!(evs[1].attempt, Some(0));
+        assert!(matches!(
+            evs[1].kind,
+            EventKind::Usage {
+                usage: Usage {
+                    input_tokens: 17,
+                    output_tokens: 1,
+                    ..
+                },
+                ..
+            }
+        ));
+        assert_eq!(evs[3].attempt, Some(1));
         assert_eq!(skips.incomplete_tool_calls, 1);
     }
 
@@ -426,6 +546,7 @@ mod tests {
             [
                 ("test", Some(0)),
                 ("test", Some(0)),
+                ("test", Some(0)),
                 ("test#2", Some(0)),
                 ("test#2", Some(0))
             ]
@@ -436,5 +557,54 @@ mod tests {
     fn unknown_types_are_counted() {
         let (_, skips) = run(&[START_A, r#"{"type":"telepathy"}"#].join("\n"));
         assert_eq!(skips.unknown_types, 1);
+    }
+
+    #[test]
+    fn spliced_message_cut_in_its_thinking_and_tool_input_is_billed_what_it_streamed() {
+        // Modelled on vercel/ai's spliced-message-start.chunks.txt (#18331): the first
+        // message streams only thinking and a cut tool input before the retry's message_start.
+        let input = [
+            r#"{"type":"message_start","message":{"id":"msg_first","model":"claude","content":[],"stop_reason":null,"usage":{"input_tokens":10,"output_tokens":1}}}"#,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"first thinking about it"}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_first","name":"lookup","input":{}}}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"value\":\"Spark"}}"#,
+            r#"{"type":"message_start","message":{"id":"msg_second","model":"claude","content":[],"stop_reason":null,"usage":{"input_tokens":20,"output_tokens":1}}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":30}}"#,
+            r#"{"type":"message_stop"}"#,
+        ]
+        .join("\n");
+        let (evs, _) = run(&input);
+        let usage: Vec<(Option<u32>, u64, u64)> = evs
+            .iter()
+            .filter_map(|e| match e.kind {
+                EventKind::Usage { usage, .. } => {
+                    Some((e.attempt, usage.input_tokens, usage.output_tokens))
+                }
+                _ => None,
+            })
+            .collect();
+        // 23 thinking + 15 tool-input characters: 10 tokens at four characters a token.
+        assert_eq!(usage, [(Some(0), 10, 10), (Some(1), 20, 30)]);
+    }
+
+    #[test]
+    fn content_inside_message_start_yields_calls_and_stop_reason() {
+        // Programmatic tool calling (vercel/ai anthropic-programmatic-tool-calling.1): the
+        // tool_use arrives whole, with a caller, and there is no message_delta.
+        let input = [
+            r#"{"type":"message_start","message":{"model":"claude-sonnet-4-5-20250929","id":"msg_01","type":"message","role":"assistant","content":[{"type":"tool_use","id":"toolu_01","name":"rollDie","input":{"player":"player1"},"caller":{"type":"code_execution_20250825","tool_id":"srvtoolu_01"}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0}}}"#,
+            r#"{"type":"message_stop"}"#,
+        ]
+        .join("\n");
+        let (evs, _) = run(&input);
+        assert_eq!(kinds(&evs), ["turn_start", "tool_call", "usage", "finish"]);
+        assert!(matches!(
+            &evs[1].kind,
+            EventKind::ToolCall { id, name, args: Some(a) }
+                if id == "toolu_01" && name == "rollDie" && a == r#"{"player":"player1"}"#
+        ));
+        assert!(matches!(&evs[3].kind, EventKind::Finish { reason } if reason == "tool_use"));
     }
 }

@@ -75,10 +75,22 @@ pub fn sniff(head: &[u8], at_end: bool) -> Option<Format> {
             break;
         }
     }
-    // Multi-line objects: the gemini-cli telemetry outfile.
-    if (pretty_object || text.contains("\"gemini_cli."))
-        && (text.contains("\"event.name\"") || text.contains("\"gemini_cli."))
-    {
+    // Multi-line objects: the gemini-cli telemetry outfile, the only such format read. Its
+    // first record is usually a span (often larger than the look-ahead), so OpenTelemetry JS
+    // field names decide as well as a log record's `event.name`; a pretty-printed object
+    // with none of them is still the outfile once the look-ahead is spent or the input ends.
+    const MARKS: [&str; 6] = [
+        "\"event.name\"",
+        "\"gemini_cli.",
+        "\"_spanContext\"",
+        "\"hrTime\"",
+        "\"scopeMetrics\"",
+        "\"instrumentationScope\"",
+    ];
+    if (pretty_object || text.contains("\"gemini_cli.")) && MARKS.iter().any(|m| text.contains(m)) {
+        return Some(Format::GeminiCliTelemetry);
+    }
+    if pretty_object && (at_end || budget_spent) {
         return Some(Format::GeminiCliTelemetry);
     }
     let spent = budget_spent || lines > MAX_LINES || payloads >= MAX_PAYLOADS;
@@ -104,6 +116,9 @@ fn by_payload(v: &Value) -> Option<Format> {
     if obj.contains_key("turn") && ty.is_some() {
         return Some(Format::Native);
     }
+    if let Some(f) = agent_cli(obj, ty) {
+        return Some(f);
+    }
     if obj.contains_key("jsonrpc") {
         return Some(Format::Acp);
     }
@@ -114,6 +129,8 @@ fn by_payload(v: &Value) -> Option<Format> {
         .get("attributes")
         .is_some_and(|a| a.get("event.name").is_some())
         || obj.contains_key("event.name")
+        || obj.contains_key("_spanContext")
+        || obj.contains_key("scopeMetrics")
     {
         return Some(Format::GeminiCliTelemetry);
     }
@@ -129,6 +146,30 @@ fn by_payload(v: &Value) -> Option<Format> {
         Some(t) if t.starts_with("response.") => Some(Format::OpenAiResponses),
         Some(t) => by_event_name(t),
         None => None,
+    }
+}
+
+/// The coding agents' own outputs, by their event types.
+fn agent_cli(obj: &serde_json::Map<String, Value>, ty: Option<&str>) -> Option<Format> {
+    match ty? {
+        "thread.started" | "turn.started" | "turn.completed" | "turn.failed" | "item.started"
+        | "item.completed" | "item.updated" => Some(Format::CodexExec),
+        "system" | "assistant" | "user" | "result" if obj.contains_key("session_id") => {
+            // Claude Code's lines carry `session_id` and (except `result`) a `message` or
+            // `subtype`; gemini-cli's stream-json `result` has `stats` instead.
+            (!obj.contains_key("stats")).then_some(Format::ClaudeCode)
+        }
+        // gemini-cli's stream-json: `init` without a subtype, timestamped events.
+        "init" if obj.contains_key("session_id") && !obj.contains_key("subtype") => {
+            Some(Format::GeminiCliStreamJson)
+        }
+        "tool_use" if obj.contains_key("tool_id") => Some(Format::GeminiCliStreamJson),
+        "message" if obj.contains_key("role") && obj.contains_key("timestamp") => {
+            Some(Format::GeminiCliStreamJson)
+        }
+        "tool_result" if obj.contains_key("tool_id") => Some(Format::GeminiCliStreamJson),
+        "result" if obj.contains_key("stats") => Some(Format::GeminiCliStreamJson),
+        _ => None,
     }
 }
 
@@ -185,8 +226,56 @@ mod tests {
     }
 
     #[test]
+    fn gemini_cli_outfile_starting_with_a_span_or_metric_record() {
+        // Regression: the real outfile starts with a span (often larger than the sniffed head
+        // holds), not a log record.
+        let span = "{\n  \"_spanContext\": {\n    \"traceId\": \"1c\",\n";
+        assert_eq!(detect(span.as_bytes()), Format::GeminiCliTelemetry);
+        assert_eq!(
+            detect(b"{\n"),
+            Format::GeminiCliTelemetry,
+            "a pretty-printed object, input ended"
+        );
+        let metric = "{\"resource\":{},\"scopeMetrics\":[]}\n";
+        assert_eq!(detect(metric.as_bytes()), Format::GeminiCliTelemetry);
+    }
+
+    #[test]
+    fn coding_agent_outputs() {
+        let claude = "{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"s\"}\n";
+        assert_eq!(detect(claude.as_bytes()), Format::ClaudeCode);
+        let codex = "{\"type\":\"thread.started\",\"thread_id\":\"t\"}\n";
+        assert_eq!(detect(codex.as_bytes()), Format::CodexExec);
+        let gemini = "{\"type\":\"init\",\"timestamp\":\"2026-12-02T15:53:54.007Z\",\"session_id\":\"s\",\"model\":\"auto\"}\n";
+        assert_eq!(detect(gemini.as_bytes()), Format::GeminiCliStreamJson);
+        // Files that start mid-session: a delta, a Claude Code assistant line, a Codex item,
+        // a Claude Code result line whose keys do not start with `type`.
+        let starts = [
+            (
+                "{\"type\":\"message\",\"timestamp\":\"t\",\"role\":\"assistant\",\"content\":\"a\",\"delta\":true}\n",
+                Format::GeminiCliStreamJson,
+            ),
+            (
+                "{\"type\":\"assistant\",\"message\":{},\"session_id\":\"s\"}\n",
+                Format::ClaudeCode,
+            ),
+            (
+                "{\"duration_api_ms\":1,\"type\":\"result\",\"session_id\":\"s\"}\n",
+                Format::ClaudeCode,
+            ),
+            (
+                "{\"type\":\"item.completed\",\"item\":{\"id\":\"item_0\",\"type\":\"error\"}}\n",
+                Format::CodexExec,
+            ),
+        ];
+        for (head, want) in starts {
+            assert_eq!(detect(head.as_bytes()), want, "{head}");
+        }
+    }
+
+    #[test]
     fn sniffing_waits_for_a_deciding_record_then_answers_like_detect() {
-        let pretty = "{\n  \"hrTime\": [1, 2],\n";
+        let pretty = "{\n  \"x\": [1, 2],\n";
         assert_eq!(sniff(pretty.as_bytes(), false), None);
         assert_eq!(sniff(b"{\"unknown\":1}\n", false), None);
         assert_eq!(sniff(b"{\"unknown\":1}\n", true), Some(Format::Native));

@@ -1,46 +1,71 @@
-//! gemini-cli telemetry log records, as JSON lines or as the pretty-printed, multi-line JSON
-//! objects its `--telemetry-outfile` writes (`safeJsonStringify(record, 2)`).
+//! gemini-cli's telemetry outfile (`telemetry.target: "local"`, `outfile`): OpenTelemetry JS
+//! spans, log records and metric records, pretty-printed one after another in any order (or
+//! one per line).
 //!
-//! Owns: reassembling objects that span lines (brace depth outside strings); reading a
-//! record's attributes (`attributes` of a serialized OpenTelemetry log record, or the record
-//! itself when flat); and mapping `gemini_cli.*` events: `prompt_id` → turn; `api_request` →
-//! `TurnStart` (first time) ; `api_response` → `Usage` (summed over the attempt's model calls,
-//! so the last one carries the total) + `Finish`; `api_error` → `Error`;
-//! `network_retry_attempt` / `chat.content_retry` → `Retry` with the next attempt number (they
-//! carry no `prompt_id`: they belong to the session's latest prompt);
-//! `chat.content_retry_failure` → `Error`; `tool_call` → `ToolCall` + `ToolExec` (ids are
-//! synthesized `<prompt_id>#<n>`: the record has none). Time is `event.timestamp`.
-//! Other `gemini_cli.*` / `gen_ai.*` events are skipped; spans, metrics and unknown records
-//! in the same file are skipped and counted.
+//! Owns: telling the records apart (a log record has `attributes["event.name"]`; spans and
+//! metric records are skipped as known), and mapping gemini-cli's log events. Model calls are
+//! kept per prompt and `role` (`main`, `utility_router`, ...): each call is a turn
+//! (`<prompt_id>`, `<prompt_id>#2`, ...; other roles `<prompt_id>~<role>`, ...).
+//!
+//! - `api_request`: a new call, or the next attempt of the current one when it failed
+//!   (`api_error`) or a `network_retry_attempt` / `chat.content_retry` announced a retry
+//!   (those carry no `prompt_id`: they belong to the session's latest main call).
+//! - `api_response`: the attempt's text and function calls (with ids) from `response_text`
+//!   (the streamed chunks), its usage from the token counts, and a `Finish` only when a chunk
+//!   carried a `finishReason`; a stream cut without one (gemini-cli logs a 200 response for
+//!   it too) is an `Error` (`no_finish_reason`). Without `response_text` the
+//!   `finish_reasons` attribute is trusted.
+//! - `api_error`: the attempt failed.
+//! - `tool_call`: an execution, named by tool and `function_args` only. It goes to the call
+//!   of the current turn with the same tool and canonical arguments; one that matches no
+//!   logged call came from an attempt whose response was never logged (it failed), so it is
+//!   placed on the latest failed attempt, with a call synthesized there
+//!   (`telemetry:<tool>#<n>`); with no failed attempt the correlator attributes it.
+//!
+//! Time is `event.timestamp`, else the record's `hrTime`.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 
 use serde_json::Value;
 
+use super::json_objects::ObjectFramer;
 use super::provider::{StreamDecoder, owned, parse, utf8};
-use super::{BadLineReason, DecodeError, SkipCounts};
+use super::{DecodeError, SkipCounts};
+use crate::effect::canonical_args;
 use crate::event::{Event, EventKind, TimestampMs, Usage};
 
-/// Objects larger than this are dropped (a runaway unbalanced brace).
-const MAX_OBJECT_BYTES: usize = 16 << 20;
+/// Prefix of the call ids this decoder makes up.
+pub const SYNTHETIC_CALL_PREFIX: &str = "telemetry:";
 
+/// One model call (turn) of a lane.
 #[derive(Default)]
-struct Turn {
+struct Call {
+    turn: String,
     attempt: u32,
-    usage: Usage,
-    tools: u32,
+    /// The current attempt failed or a retry was announced: the next request retries.
+    retry_pending: bool,
+    retry_reason: Option<String>,
+    /// Attempts that failed (their responses were never logged).
+    failed: Vec<u32>,
+    /// Calls logged in responses: (attempt, tool, canonical args, executed).
+    calls: Vec<(u32, String, String, bool)>,
+    synthesized: u32,
+}
+
+/// The calls of one prompt and role.
+#[derive(Default)]
+struct Lane {
+    calls: u32,
+    cur: Option<Call>,
 }
 
 /// Decoder for one telemetry file.
 #[derive(Default)]
 pub struct Decoder {
-    buf: String,
-    depth: i64,
-    in_str: bool,
-    escaped: bool,
-    turns: HashMap<String, Turn>,
-    /// Latest prompt per session (`""` when the record has no session).
+    framer: ObjectFramer,
+    lanes: HashMap<(String, String), Lane>,
+    /// Latest main-lane prompt per session (`""` when the record has no session).
     latest: HashMap<String, String>,
     skips: SkipCounts,
 }
@@ -76,280 +101,397 @@ fn ts_of(record: &Value, attrs: &Value) -> Option<TimestampMs> {
     secs.checked_mul(1000)?.checked_add(nanos / 1_000_000)
 }
 
+fn ev(
+    turn: &str,
+    attempt: Option<u32>,
+    ts: Option<TimestampMs>,
+    kind: EventKind<'static>,
+) -> Event<'static> {
+    Event {
+        turn: Cow::Owned(turn.to_owned()),
+        attempt,
+        ts_ms: ts,
+        kind,
+    }
+}
+
+/// The last `finishReason` among the streamed chunks, and the chunks' events.
+fn response_events(
+    response: &Value,
+    call: &mut Call,
+    ts: Option<TimestampMs>,
+    out: &mut Vec<Event<'static>>,
+) -> Option<String> {
+    let chunks: Vec<&Value> = match response {
+        Value::Array(a) => a.iter().collect(),
+        v => vec![v],
+    };
+    let mut finish = None;
+    let mut unnamed = 0;
+    for chunk in chunks {
+        let Some(cand) = chunk
+            .get("candidates")
+            .and_then(Value::as_array)
+            .and_then(|c| c.first())
+        else {
+            continue;
+        };
+        let parts = cand
+            .get("content")
+            .and_then(|c| c.get("parts"))
+            .and_then(Value::as_array);
+        for part in parts.into_iter().flatten() {
+            if let Some(fc) = part.get("functionCall") {
+                let name = s(fc, "name").unwrap_or("tool").to_owned();
+                let args = fc
+                    .get("args")
+                    .map_or_else(|| "{}".to_owned(), Value::to_string);
+                let id = match s(fc, "id") {
+                    Some(id) if !id.is_empty() => id.to_owned(),
+                    _ => {
+                        unnamed += 1;
+                        format!("{}#fc{}.{unnamed}", call.turn, call.attempt)
+                    }
+                };
+                call.calls.push((
+                    call.attempt,
+                    name.clone(),
+                    canonical_args(Some(&args)),
+                    false,
+                ));
+                out.push(ev(
+                    &call.turn,
+                    Some(call.attempt),
+                    ts,
+                    EventKind::ToolCall {
+                        id: Cow::Owned(id),
+                        name: Cow::Owned(name),
+                        args: Some(Cow::Owned(args)),
+                    },
+                ));
+            } else if part.get("thought").and_then(Value::as_bool) != Some(true)
+                && let Some(t) = s(part, "text")
+                && !t.is_empty()
+            {
+                out.push(ev(
+                    &call.turn,
+                    Some(call.attempt),
+                    ts,
+                    EventKind::Text { text: owned(t) },
+                ));
+            }
+        }
+        if let Some(r) = s(cand, "finishReason") {
+            finish = Some(r.to_owned());
+        }
+    }
+    finish
+}
+
 impl Decoder {
-    fn emit(
-        &self,
-        out: &mut Vec<Event<'static>>,
-        turn: &str,
+    fn lane_key(&self, attrs: &Value, session: &str) -> Option<(String, String)> {
+        let role = s(attrs, "role").unwrap_or("main").to_owned();
+        let prompt = match s(attrs, "prompt_id") {
+            Some(p) => p.to_owned(),
+            None => self.latest.get(session)?.clone(),
+        };
+        Some((prompt, role))
+    }
+
+    fn api_request(
+        &mut self,
+        key: (String, String),
+        attrs: &Value,
+        session: &str,
         ts: Option<TimestampMs>,
-        kind: EventKind<'static>,
+        out: &mut Vec<Event<'static>>,
     ) {
-        let attempt = self.turns.get(turn).map_or(0, |t| t.attempt);
-        out.push(Event {
-            turn: Cow::Owned(turn.to_owned()),
-            attempt: Some(attempt),
-            ts_ms: ts,
-            kind,
+        let lane = self.lanes.entry(key.clone()).or_default();
+        if let Some(c) = &mut lane.cur
+            && c.retry_pending
+        {
+            c.retry_pending = false;
+            c.attempt += 1;
+            let reason = c.retry_reason.take().unwrap_or_else(|| "retry".to_owned());
+            out.push(ev(
+                &c.turn,
+                Some(c.attempt),
+                ts,
+                EventKind::Retry {
+                    reason: Some(Cow::Owned(reason)),
+                },
+            ));
+            return;
+        }
+        lane.calls += 1;
+        let (prompt, role) = &key;
+        let base = if role == "main" {
+            prompt.clone()
+        } else {
+            format!("{prompt}~{role}")
+        };
+        let turn = if lane.calls == 1 {
+            base
+        } else {
+            format!("{base}#{}", lane.calls)
+        };
+        out.push(ev(
+            &turn,
+            Some(0),
+            ts,
+            EventKind::TurnStart {
+                model: s(attrs, "model").map(owned),
+                provider: Some(Cow::Borrowed("gemini")),
+                session: (!session.is_empty()).then(|| owned(session)),
+                agent: Some(Cow::Borrowed("gemini-cli")),
+                traceparent: None,
+            },
+        ));
+        lane.cur = Some(Call {
+            turn,
+            ..Call::default()
         });
+    }
+
+    fn api_response(
+        &mut self,
+        key: &(String, String),
+        attrs: &Value,
+        ts: Option<TimestampMs>,
+        out: &mut Vec<Event<'static>>,
+    ) {
+        let Some(c) = self.lanes.get_mut(key).and_then(|l| l.cur.as_mut()) else {
+            return;
+        };
+        let response =
+            s(attrs, "response_text").and_then(|t| serde_json::from_str::<Value>(t).ok());
+        let finish = match &response {
+            Some(r) => response_events(r, c, ts, out),
+            // Prompts and responses not logged: trust the attribute.
+            None => text(attrs, "finish_reasons").map(|r| {
+                r.trim_matches(|ch| matches!(ch, '[' | ']' | '\'' | '"' | ' '))
+                    .rsplit(',')
+                    .next()
+                    .unwrap_or("stop")
+                    .trim_matches(|ch| matches!(ch, '\'' | '"' | ' '))
+                    .to_owned()
+            }),
+        };
+        let thoughts = num(attrs, "thoughts_token_count");
+        let usage = Usage {
+            input_tokens: num(attrs, "input_token_count") + num(attrs, "tool_token_count"),
+            output_tokens: num(attrs, "output_token_count") + thoughts,
+            cached_input_tokens: num(attrs, "cached_content_token_count"),
+            cache_write_tokens: 0,
+            reasoning_tokens: thoughts,
+        };
+        out.push(ev(
+            &c.turn,
+            Some(c.attempt),
+            ts,
+            EventKind::Usage {
+                usage,
+                model: s(attrs, "model").map(owned),
+            },
+        ));
+        match finish {
+            Some(reason) => out.push(ev(
+                &c.turn,
+                Some(c.attempt),
+                ts,
+                EventKind::Finish {
+                    reason: Cow::Owned(reason),
+                },
+            )),
+            // The stream ended before its finish event (gemini-cli logs it as a response).
+            None => out.push(ev(
+                &c.turn,
+                Some(c.attempt),
+                ts,
+                EventKind::Error {
+                    message: Cow::Borrowed("stream ended without a finishReason"),
+                    code: Some(Cow::Borrowed("no_finish_reason")),
+                },
+            )),
+        }
+    }
+
+    fn tool_call(
+        &mut self,
+        key: &(String, String),
+        attrs: &Value,
+        ts: Option<TimestampMs>,
+        out: &mut Vec<Event<'static>>,
+    ) {
+        let Some(c) = self.lanes.get_mut(key).and_then(|l| l.cur.as_mut()) else {
+            return;
+        };
+        let name = s(attrs, "function_name").unwrap_or("tool").to_owned();
+        let args = text(attrs, "function_args");
+        let canonical = canonical_args(args.as_deref());
+        let known = c
+            .calls
+            .iter_mut()
+            .rev()
+            .filter(|k| k.1 == name && k.2 == canonical)
+            .min_by_key(|k| k.3);
+        let mut attempt = None;
+        let mut id = String::new();
+        match known {
+            Some(k) => k.3 = true,
+            None => {
+                if let Some(&failed) = c.failed.last() {
+                    // From an attempt whose response was never logged.
+                    c.synthesized += 1;
+                    id = format!("{SYNTHETIC_CALL_PREFIX}{name}#{}", c.synthesized);
+                    attempt = Some(failed);
+                    c.calls.push((failed, name.clone(), canonical, true));
+                    out.push(ev(
+                        &c.turn,
+                        attempt,
+                        ts,
+                        EventKind::ToolCall {
+                            id: owned(&id),
+                            name: owned(&name),
+                            args: args.clone().map(Cow::Owned),
+                        },
+                    ));
+                }
+            }
+        }
+        if matches!(s(attrs, "decision"), Some("reject" | "cancel")) {
+            return;
+        }
+        let ok = !matches!(attrs.get("success"), Some(Value::Bool(false)))
+            && s(attrs, "success") != Some("false");
+        out.push(ev(
+            &c.turn,
+            attempt,
+            ts,
+            EventKind::ToolExec {
+                id: Cow::Owned(id),
+                name: Cow::Owned(name),
+                args: args.map(Cow::Owned),
+                effect_key: None,
+                step: None,
+                effect: None,
+                status: Some(Cow::Borrowed(if ok { "success" } else { "error" })),
+            },
+        ));
     }
 
     fn record(&mut self, record: &Value, out: &mut Vec<Event<'static>>) {
         let attrs = match record.get("attributes") {
             Some(a) if a.get("event.name").is_some() => a,
             _ if record.get("event.name").is_some() => record,
+            // A span or a metric record: known, nothing a turn needs.
+            _ if record.get("_spanContext").is_some()
+                || record.get("scopeMetrics").is_some()
+                || record.get("resourceMetrics").is_some() =>
+            {
+                return;
+            }
             _ => {
-                self.skips.unknown_types += 1; // a span, a metric, something else
+                self.skips.unknown_types += 1;
                 return;
             }
         };
         let name = s(attrs, "event.name").unwrap_or("");
         let ts = ts_of(record, attrs);
         let session = s(attrs, "session.id").unwrap_or("").to_owned();
-        let prompt = s(attrs, "prompt_id").map(str::to_owned);
-        if let Some(p) = &prompt {
-            self.latest.insert(session.clone(), p.clone());
+        if name == "gemini_cli.api_request"
+            && s(attrs, "role").unwrap_or("main") == "main"
+            && let Some(p) = s(attrs, "prompt_id")
+        {
+            self.latest.insert(session.clone(), p.to_owned());
         }
-        let model = s(attrs, "model").map(str::to_owned);
+        let Some(key) = self.lane_key(attrs, &session) else {
+            if name.starts_with("gemini_cli.") || name.starts_with("gen_ai.") {
+                return;
+            }
+            self.skips.unknown_types += 1;
+            return;
+        };
         match name {
-            "gemini_cli.api_request" => {
-                let Some(p) = prompt else { return };
-                if !self.turns.contains_key(&p) {
-                    self.turns.insert(p.clone(), Turn::default());
-                    self.emit(
-                        out,
-                        &p,
-                        ts,
-                        EventKind::TurnStart {
-                            model: model.map(Cow::Owned),
-                            provider: Some(Cow::Borrowed("gemini")),
-                            session: (!session.is_empty()).then(|| owned(&session)),
-                            agent: None,
-                            traceparent: None,
-                        },
-                    );
-                }
-            }
-            "gemini_cli.api_response" => {
-                let Some(p) = prompt else { return };
-                let thoughts = num(attrs, "thoughts_token_count");
-                let usage = {
-                    let t = self.turns.entry(p.clone()).or_default();
-                    t.usage.input_tokens +=
-                        num(attrs, "input_token_count") + num(attrs, "tool_token_count");
-                    t.usage.output_tokens += num(attrs, "output_token_count") + thoughts;
-                    t.usage.cached_input_tokens += num(attrs, "cached_content_token_count");
-                    t.usage.reasoning_tokens += thoughts;
-                    t.usage
-                };
-                self.emit(
-                    out,
-                    &p,
-                    ts,
-                    EventKind::Usage {
-                        usage,
-                        model: model.map(Cow::Owned),
-                    },
-                );
-                let reason = attrs
-                    .get("finish_reasons")
-                    .and_then(Value::as_array)
-                    .and_then(|a| a.first())
-                    .and_then(Value::as_str)
-                    .unwrap_or("completed")
-                    .to_owned();
-                self.emit(
-                    out,
-                    &p,
-                    ts,
-                    EventKind::Finish {
-                        reason: Cow::Owned(reason),
-                    },
-                );
-            }
+            "gemini_cli.api_request" => self.api_request(key, attrs, &session, ts, out),
+            "gemini_cli.api_response" => self.api_response(&key, attrs, ts, out),
             "gemini_cli.api_error" => {
-                let Some(p) = prompt else { return };
-                let code = text(attrs, "error_type").or_else(|| text(attrs, "status_code"));
+                let Some(c) = self.lanes.get_mut(&key).and_then(|l| l.cur.as_mut()) else {
+                    return;
+                };
+                let code = text(attrs, "status_code").or_else(|| text(attrs, "error.type"));
                 let message = text(attrs, "error")
                     .or_else(|| text(attrs, "error.message"))
                     .unwrap_or_default();
-                self.emit(
-                    out,
-                    &p,
+                c.retry_pending = true;
+                if c.failed.last() != Some(&c.attempt) {
+                    c.failed.push(c.attempt);
+                }
+                out.push(ev(
+                    &c.turn,
+                    Some(c.attempt),
                     ts,
                     EventKind::Error {
                         message: Cow::Owned(message),
                         code: code.map(Cow::Owned),
                     },
-                );
+                ));
             }
             "gemini_cli.network_retry_attempt" | "gemini_cli.chat.content_retry" => {
-                let Some(p) = prompt.or_else(|| self.latest.get(&session).cloned()) else {
-                    self.skips.unknown_types += 1;
-                    return;
-                };
-                let t = self.turns.entry(p.clone()).or_default();
-                t.attempt += 1;
-                t.usage = Usage::default();
-                let reason = text(attrs, "error_type").unwrap_or_else(|| {
-                    if name.ends_with("content_retry") {
-                        "content_retry"
-                    } else {
-                        "network_retry"
-                    }
-                    .to_owned()
-                });
-                self.emit(
-                    out,
-                    &p,
-                    ts,
-                    EventKind::Retry {
-                        reason: Some(Cow::Owned(reason)),
-                    },
-                );
+                let key = (key.0, "main".to_owned());
+                if let Some(c) = self.lanes.get_mut(&key).and_then(|l| l.cur.as_mut()) {
+                    c.retry_pending = true;
+                    c.retry_reason = text(attrs, "error_type").or_else(|| {
+                        Some(
+                            if name.ends_with("content_retry") {
+                                "content_retry"
+                            } else {
+                                "network_retry"
+                            }
+                            .to_owned(),
+                        )
+                    });
+                }
             }
             "gemini_cli.chat.content_retry_failure" => {
-                let Some(p) = prompt.or_else(|| self.latest.get(&session).cloned()) else {
-                    return;
-                };
-                let code = text(attrs, "final_error_type");
-                self.emit(
-                    out,
-                    &p,
-                    ts,
-                    EventKind::Error {
-                        message: Cow::Borrowed("content retries exhausted"),
-                        code: code.map(Cow::Owned),
-                    },
-                );
+                let key = (key.0, "main".to_owned());
+                if let Some(c) = self.lanes.get_mut(&key).and_then(|l| l.cur.as_mut()) {
+                    c.retry_pending = false;
+                    out.push(ev(
+                        &c.turn,
+                        Some(c.attempt),
+                        ts,
+                        EventKind::Error {
+                            message: Cow::Borrowed("content retries exhausted"),
+                            code: text(attrs, "final_error_type").map(Cow::Owned),
+                        },
+                    ));
+                }
             }
             "gemini_cli.tool_call" => {
-                let Some(p) = prompt else { return };
-                let n = {
-                    let t = self.turns.entry(p.clone()).or_default();
-                    t.tools += 1;
-                    t.tools
-                };
-                let id = format!("{p}#{n}");
-                let tool = s(attrs, "function_name").unwrap_or("tool").to_owned();
-                let args = text(attrs, "function_args");
-                self.emit(
-                    out,
-                    &p,
-                    ts,
-                    EventKind::ToolCall {
-                        id: owned(&id),
-                        name: owned(&tool),
-                        args: args.clone().map(Cow::Owned),
-                    },
-                );
-                let rejected = matches!(s(attrs, "decision"), Some("reject" | "cancel"));
-                if !rejected {
-                    let ok = attrs.get("success").and_then(Value::as_bool) != Some(false);
-                    self.emit(
-                        out,
-                        &p,
-                        ts,
-                        EventKind::ToolExec {
-                            id: Cow::Owned(id),
-                            name: Cow::Owned(tool),
-                            args: args.map(Cow::Owned),
-                            effect_key: None,
-                            step: None,
-                            effect: None,
-                            status: Some(Cow::Borrowed(if ok { "success" } else { "error" })),
-                        },
-                    );
-                }
+                let key = (key.0, "main".to_owned());
+                self.tool_call(&key, attrs, ts, out);
             }
             // Other gemini-cli and GenAI events are known and carry nothing a turn needs.
             n if n.starts_with("gemini_cli.") || n.starts_with("gen_ai.") => {}
             _ => self.skips.unknown_types += 1,
         }
     }
-
-    /// Track brace depth outside strings; true when an object just closed.
-    fn scan(&mut self, line: &str) -> bool {
-        let mut closed = false;
-        for c in line.chars() {
-            if self.in_str {
-                if self.escaped {
-                    self.escaped = false;
-                } else if c == '\\' {
-                    self.escaped = true;
-                } else if c == '"' {
-                    self.in_str = false;
-                }
-                continue;
-            }
-            match c {
-                '"' => self.in_str = true,
-                '{' | '[' => self.depth += 1,
-                '}' | ']' => {
-                    self.depth -= 1;
-                    if self.depth == 0 {
-                        closed = true;
-                    }
-                }
-                _ => {}
-            }
-        }
-        closed
-    }
-
-    fn reset(&mut self) {
-        self.buf.clear();
-        self.depth = 0;
-        self.in_str = false;
-        self.escaped = false;
-    }
 }
 
 impl StreamDecoder for Decoder {
     fn push_line(&mut self, line: &[u8], out: &mut Vec<Event<'static>>) -> Result<(), DecodeError> {
         let line = utf8(line)?;
-        let line = line.strip_suffix('\r').unwrap_or(line);
-        if self.buf.is_empty() {
-            let t = line.trim_start();
-            if t.is_empty() {
-                return Ok(());
-            }
-            if !t.starts_with('{') {
-                return Err(DecodeError::new(
-                    BadLineReason::InvalidJson,
-                    "expected a JSON object",
-                ));
-            }
+        if let Some(object) = self.framer.push_line(line)? {
+            let v: Value = parse(&object)?;
+            self.record(&v, out);
         }
-        self.buf.push_str(line);
-        self.buf.push('\n');
-        let closed = self.scan(line);
-        if self.buf.len() > MAX_OBJECT_BYTES {
-            self.reset();
-            return Err(DecodeError::new(
-                BadLineReason::TooLong,
-                "telemetry record too large",
-            ));
-        }
-        if !closed || self.depth > 0 {
-            return Ok(());
-        }
-        let unbalanced = self.depth < 0;
-        let text = std::mem::take(&mut self.buf);
-        self.reset();
-        if unbalanced {
-            return Err(DecodeError::new(
-                BadLineReason::InvalidJson,
-                "unbalanced braces",
-            ));
-        }
-        let v: Value = parse(&text)?;
-        self.record(&v, out);
         Ok(())
     }
 
     fn finish(&mut self, _out: &mut Vec<Event<'static>>) {
         // An object cut mid-way is dropped.
-        self.reset();
+        self.framer.reset();
     }
 
     fn skips(&self) -> SkipCounts {
@@ -358,70 +500,4 @@ impl StreamDecoder for Decoder {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::Format;
-    use super::super::provider::stream_decoder;
-    use super::*;
-
-    #[test]
-    fn pretty_printed_records_with_braces_in_strings() {
-        let input = r#"{
-  "hrTime": [1760000000, 5000000],
-  "attributes": {
-    "session.id": "s",
-    "event.name": "gemini_cli.api_request",
-    "event.timestamp": "2025-10-09T08:53:20.000Z",
-    "model": "gemini-2.5-pro",
-    "prompt_id": "p1",
-    "request_text": "a } brace and \" quote {"
-  }
-}
-{"attributes":{"session.id":"s","event.name":"gemini_cli.network_retry_attempt","attempt":2,"error_type":"ECONNRESET","model":"gemini-2.5-pro"}}
-{
-  "attributes": {
-    "session.id": "s",
-    "event.name": "gemini_cli.api_response",
-    "prompt_id": "p1",
-    "input_token_count": 100,
-    "output_token_count": 10,
-    "cached_content_token_count": 40,
-    "thoughts_token_count": 5,
-    "finish_reasons": ["stop"]
-  }
-}
-"#;
-        let mut d = stream_decoder(Format::GeminiCliTelemetry, "x").expect("decoder");
-        let mut out = Vec::new();
-        for line in input.lines() {
-            d.push_line(line.as_bytes(), &mut out).expect("line");
-        }
-        d.finish(&mut out);
-        let k: Vec<(&str, Option<u32>)> = out
-            .iter()
-            .map(|e| (e.kind.type_name(), e.attempt))
-            .collect();
-        assert_eq!(
-            k,
-            [
-                ("turn_start", Some(0)),
-                ("retry", Some(1)),
-                ("usage", Some(1)),
-                ("finish", Some(1))
-            ]
-        );
-        assert_eq!(out[0].ts_ms, Some(1_760_000_000_000));
-        assert!(matches!(
-            out[2].kind,
-            EventKind::Usage {
-                usage: Usage {
-                    input_tokens: 100,
-                    output_tokens: 15,
-                    cached_input_tokens: 40,
-                    reasoning_tokens: 5,
-                    ..
-                },
-                ..
-            }
-        ));
-    }
-}
+mod tests;

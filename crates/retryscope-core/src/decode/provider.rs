@@ -38,11 +38,17 @@ pub enum Format {
     Acp,
     /// gemini-cli telemetry log records (JSON lines or its pretty-printed outfile).
     GeminiCliTelemetry,
+    /// Claude Code's `--output-format stream-json` (and the Claude Agent SDK's stream).
+    ClaudeCode,
+    /// Codex's `codex exec --json` events.
+    CodexExec,
+    /// gemini-cli's `-o stream-json` output (joined with its telemetry outfile in `check`).
+    GeminiCliStreamJson,
 }
 
 impl Format {
     /// Every format, `Auto` first.
-    pub const ALL: [Format; 9] = [
+    pub const ALL: [Format; 12] = [
         Format::Auto,
         Format::Native,
         Format::OpenAiChat,
@@ -52,6 +58,9 @@ impl Format {
         Format::GeminiCliResponses,
         Format::Acp,
         Format::GeminiCliTelemetry,
+        Format::ClaudeCode,
+        Format::CodexExec,
+        Format::GeminiCliStreamJson,
     ];
 
     /// The name used on the command line.
@@ -66,6 +75,9 @@ impl Format {
             Format::GeminiCliResponses => "gemini-cli-responses",
             Format::Acp => "acp",
             Format::GeminiCliTelemetry => "gemini-cli-telemetry",
+            Format::ClaudeCode => "claude-code",
+            Format::CodexExec => "codex-exec",
+            Format::GeminiCliStreamJson => "gemini-cli-stream-json",
         }
     }
 }
@@ -79,7 +91,7 @@ impl fmt::Display for Format {
 /// A format name that is not one of [`Format::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown format `{0}` (expected one of: auto, native, openai-chat, openai-responses, anthropic, gemini, gemini-cli-responses, acp, gemini-cli-telemetry)"
+    "unknown format `{0}` (expected one of: auto, native, openai-chat, openai-responses, anthropic, gemini, gemini-cli-responses, acp, gemini-cli-telemetry, claude-code, codex-exec, gemini-cli-stream-json)"
 )]
 pub struct UnknownFormat(pub String);
 
@@ -143,6 +155,9 @@ pub fn stream_decoder(format: Format, stream_name: &str) -> Option<Box<dyn Strea
         Format::GeminiCliResponses => Box::new(super::gemini_cli::Decoder::new(ctx("gemini"))),
         Format::Acp => Box::new(super::acp::Decoder::default()),
         Format::GeminiCliTelemetry => Box::new(super::gemini_telemetry::Decoder::default()),
+        Format::ClaudeCode => Box::new(super::claude_code::Decoder::default()),
+        Format::CodexExec => Box::new(super::codex_exec::Decoder::default()),
+        Format::GeminiCliStreamJson => Box::new(super::gemini_stream_json::Decoder::default()),
     })
 }
 

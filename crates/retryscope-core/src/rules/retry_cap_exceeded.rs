@@ -19,9 +19,10 @@ pub fn on_new_attempt(turn: &str, attempt: u32, cap: u32, ts: i64) -> Option<Fin
             RULE.kind,
             turn,
             Some(attempt),
+            // Attempt numbers as logged, from 0, like every other report.
             format!(
-                "attempt {} exceeds the cap of {cap}",
-                u64::from(attempt) + 1
+                "attempt {attempt} is over the cap of {cap} attempt{}",
+                if cap == 1 { "" } else { "s" }
             ),
         )
         .at(ts)

@@ -262,7 +262,7 @@ fn naive_tree_attributes_events_and_statuses() {
     let (root, att0, c1, att1, c7) = (&spans[0], &spans[1], &spans[2], &spans[3], &spans[4]);
     assert_eq!(
         root.attributes,
-        expected_root_attrs(&r, 5, Some("critical"))
+        expected_root_attrs(&r, 6, Some("critical"))
     );
     assert_eq!(root.status, Status::Unset);
     assert!(root.events.is_empty());
@@ -284,7 +284,10 @@ fn naive_tree_attributes_events_and_statuses() {
     assert_eq!(c1.parent_span_id, att0.span_context.span_id());
     assert_eq!(c1.start_time, at(T0 + 1_000));
     assert_eq!(c1.attributes, exec_attrs("c1"));
-    assert_eq!(c1.status, Status::error("abandoned_tool_executed"));
+    assert_eq!(
+        c1.status,
+        Status::error("abandoned_tool_executed; unfinished_tool_executed")
+    );
     assert_eq!(
         event_summary(c1),
         vec![
@@ -306,6 +309,17 @@ fn naive_tree_attributes_events_and_statuses() {
                     "abandoned_tool_executed",
                     "critical",
                     "executed before the attempt was abandoned",
+                    0,
+                    Some("c1")
+                )
+            ),
+            (
+                FINDING_EVENT.to_owned(),
+                at(T0 + 1_000),
+                finding_attrs(
+                    "unfinished_tool_executed",
+                    "high",
+                    "executed although its attempt never finished (a retry replaced it)",
                     0,
                     Some("c1")
                 )
@@ -357,15 +371,18 @@ fn reset_has_no_splice_but_both_refunds_flagged() {
     check_common(&r, &spans);
     assert_eq!(
         spans[0].attributes,
-        expected_root_attrs(&r, 4, Some("critical"))
+        expected_root_attrs(&r, 5, Some("critical"))
     );
     assert_eq!(
         spans[1].status,
         Status::error("abandoned: ECONNRESET: connection reset by peer")
     );
     assert!(spans[1].events.is_empty());
-    assert_eq!(spans[2].status, Status::error("abandoned_tool_executed"));
-    assert_eq!(spans[2].events.len(), 2);
+    assert_eq!(
+        spans[2].status,
+        Status::error("abandoned_tool_executed; unfinished_tool_executed")
+    );
+    assert_eq!(spans[2].events.len(), 3);
     assert_eq!(spans[4].status, Status::error("duplicate_effect"));
     assert_eq!(spans[4].events.len(), 2);
 }
@@ -547,4 +564,29 @@ fn times_are_guarded_and_fall_back_to_the_turn() {
     r.started_ms = Some(-5);
     let spans = turn_spans(&r, &SpanOptions::default());
     assert_eq!(spans[0].start_time, UNIX_EPOCH);
+}
+
+#[test]
+fn unfinished_tool_finding_goes_on_the_execution_span_at_its_time() {
+    let r = one(r#"
+{"v":1,"turn":"t","type":"turn_start","ts":"2026-11-12T10:00:00.000Z","provider":"anthropic"}
+{"v":1,"turn":"t","type":"tool_call","ts":"2026-11-12T10:00:00.100Z","attempt":0,"id":"toolu_1","name":"Bash","args":{"command":"touch x"}}
+{"v":1,"turn":"t","type":"error","ts":"2026-11-12T10:00:00.200Z","attempt":0,"message":"terminated"}
+{"v":1,"turn":"t","type":"tool_exec","ts":"2026-11-12T10:00:00.300Z","attempt":0,"id":"toolu_1","name":"Bash"}
+{"v":1,"turn":"t","type":"turn_end","ts":"2026-11-12T10:00:01.000Z"}
+"#);
+    let spans = turn_spans(&r, &SpanOptions::default());
+    let exec = spans
+        .iter()
+        .find(|s| s.name.starts_with("execute_tool"))
+        .expect("an execution span");
+    assert_eq!(exec.status, Status::error("unfinished_tool_executed"));
+    let events = event_summary(exec);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].1, at(T0 + 300));
+    assert!(
+        events[0]
+            .2
+            .contains(&kv(attr::FINDING_KIND, "unfinished_tool_executed"))
+    );
 }

@@ -1,0 +1,231 @@
+//! Joining gemini-cli's two outputs of one session: the telemetry outfile (the attempts:
+//! requests, errors, retries, logged responses, usage) and the `-o stream-json` output (what
+//! the user saw: every delta and `tool_use` as it arrived, and the executions with their call
+//! ids). Both name turns by the session id, so their events meet in the same turns.
+//!
+//! Owns: [`SessionJoiner`], which holds the events of every gemini-cli input of a check run,
+//! and at the end merges them in time order (ties keep input order). For a session that has a
+//! stream-json, the telemetry's text, executions and the calls it made up for unlogged
+//! attempts are dropped: the stream-json has them all, with ids, and its deltas and calls land
+//! in the attempt that was streaming when they arrived (the abandoned attempt's too, which the
+//! telemetry never logs); the stream-json's inferred finishes are dropped too, the telemetry
+//! knows how each attempt ended. [`JoinFeed`] is the decoder wrapper that diverts an input's events
+//! into the joiner.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use super::gemini_telemetry::SYNTHETIC_CALL_PREFIX;
+use super::provider::{Format, StreamDecoder};
+use super::{DecodeError, SkipCounts};
+use crate::event::{Event, EventKind};
+
+/// Which output an event came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The telemetry outfile.
+    Telemetry,
+    /// The stream-json output.
+    StreamJson,
+}
+
+impl Source {
+    /// The source for a format that joins, if it does.
+    pub fn of(format: Format) -> Option<Source> {
+        match format {
+            Format::GeminiCliTelemetry => Some(Source::Telemetry),
+            Format::GeminiCliStreamJson => Some(Source::StreamJson),
+            _ => None,
+        }
+    }
+}
+
+/// The session a turn belongs to: its id up to the step (`#`) or role (`~`) suffix.
+fn session_of(turn: &str) -> &str {
+    turn.split(['#', '~']).next().unwrap_or(turn)
+}
+
+/// Events of every gemini-cli input, held until all are read.
+#[derive(Default)]
+pub struct SessionJoiner {
+    events: Vec<(Source, Event<'static>)>,
+}
+
+impl SessionJoiner {
+    /// Hold `events` from `source`.
+    pub fn push(&mut self, source: Source, events: &mut Vec<Event<'static>>) {
+        self.events.extend(events.drain(..).map(|e| (source, e)));
+    }
+
+    /// Whether anything is held.
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// Every held event, joined and in time order.
+    pub fn finish(&mut self) -> Vec<Event<'static>> {
+        let held = std::mem::take(&mut self.events);
+        let sessions = |source: Source| -> HashSet<String> {
+            held.iter()
+                .filter(|(s, _)| *s == source)
+                .map(|(_, e)| session_of(&e.turn).to_owned())
+                .collect()
+        };
+        let shown = sessions(Source::StreamJson);
+        let logged = sessions(Source::Telemetry);
+        let mut kept: Vec<(i64, usize, Event<'static>)> = Vec::with_capacity(held.len());
+        let mut last_ts = i64::MIN;
+        for (i, (source, e)) in held.into_iter().enumerate() {
+            let session = session_of(&e.turn);
+            let replaced = match source {
+                Source::Telemetry => {
+                    shown.contains(session)
+                        && match &e.kind {
+                            EventKind::Text { .. } | EventKind::ToolExec { .. } => true,
+                            EventKind::ToolCall { id, .. } => id.starts_with(SYNTHETIC_CALL_PREFIX),
+                            _ => false,
+                        }
+                }
+                // The telemetry knows whether and how each attempt finished.
+                Source::StreamJson => {
+                    logged.contains(session) && matches!(e.kind, EventKind::Finish { .. })
+                }
+            };
+            // An event without a time stays after the one before it.
+            let ts = e.ts_ms.unwrap_or(last_ts);
+            last_ts = ts;
+            if !replaced {
+                kept.push((ts, i, e));
+            }
+        }
+        kept.sort_by_key(|(ts, i, _)| (*ts, *i));
+        kept.into_iter().map(|(_, _, e)| e).collect()
+    }
+}
+
+/// A decoder whose events go to a [`SessionJoiner`] instead of its caller.
+pub struct JoinFeed {
+    inner: Box<dyn StreamDecoder>,
+    source: Source,
+    joiner: Arc<Mutex<SessionJoiner>>,
+    scratch: Vec<Event<'static>>,
+}
+
+impl JoinFeed {
+    /// Divert `inner`'s events (of `source`) into `joiner`.
+    pub fn new(
+        inner: Box<dyn StreamDecoder>,
+        source: Source,
+        joiner: Arc<Mutex<SessionJoiner>>,
+    ) -> Self {
+        JoinFeed {
+            inner,
+            source,
+            joiner,
+            scratch: Vec::new(),
+        }
+    }
+
+    fn hand_over(&mut self) {
+        if !self.scratch.is_empty()
+            && let Ok(mut j) = self.joiner.lock()
+        {
+            j.push(self.source, &mut self.scratch);
+        }
+        self.scratch.clear();
+    }
+}
+
+impl StreamDecoder for JoinFeed {
+    fn push_line(
+        &mut self,
+        line: &[u8],
+        _out: &mut Vec<Event<'static>>,
+    ) -> Result<(), DecodeError> {
+        let r = self.inner.push_line(line, &mut self.scratch);
+        self.hand_over();
+        r
+    }
+
+    fn finish(&mut self, _out: &mut Vec<Event<'static>>) {
+        self.inner.finish(&mut self.scratch);
+        self.hand_over();
+    }
+
+    fn skips(&self) -> SkipCounts {
+        self.inner.skips()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use super::*;
+
+    fn e(turn: &str, ts: i64, kind: EventKind<'static>) -> Event<'static> {
+        Event {
+            turn: Cow::Owned(turn.to_owned()),
+            attempt: None,
+            ts_ms: Some(ts),
+            kind,
+        }
+    }
+
+    fn text(t: &str) -> EventKind<'static> {
+        EventKind::Text {
+            text: Cow::Owned(t.to_owned()),
+        }
+    }
+
+    #[test]
+    fn merges_by_time_and_keeps_one_source_of_each_fact() {
+        let mut j = SessionJoiner::default();
+        let mut telemetry = vec![
+            e(
+                "s",
+                10,
+                EventKind::AttemptStart {
+                    model: None,
+                    request_id: None,
+                },
+            ),
+            e("s", 30, text("logged")),
+            e(
+                "s",
+                31,
+                EventKind::Finish {
+                    reason: Cow::Borrowed("STOP"),
+                },
+            ),
+            e("other", 5, text("no stream-json for this session")),
+        ];
+        let mut shown = vec![
+            e("s", 20, text("shown")),
+            e(
+                "s#2",
+                40,
+                EventKind::Finish {
+                    reason: Cow::Borrowed("stream_ended"),
+                },
+            ),
+        ];
+        j.push(Source::Telemetry, &mut telemetry);
+        j.push(Source::StreamJson, &mut shown);
+        let got: Vec<(String, &str, Option<i64>)> = j
+            .finish()
+            .iter()
+            .map(|e| (e.turn.to_string(), e.kind.type_name(), e.ts_ms))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("other".to_owned(), "text", Some(5)),
+                ("s".to_owned(), "attempt_start", Some(10)),
+                ("s".to_owned(), "text", Some(20)),
+                ("s".to_owned(), "finish", Some(31)),
+            ]
+        );
+        assert!(j.is_empty());
+    }
+}

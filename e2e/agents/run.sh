@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# End-to-end suite: the three real coding agents (gemini-cli, Claude Code, Codex), installed
+# from npm at pinned versions, run headless against local mocks of their provider APIs that
+# cut the first stream (e2e/agents/mock_server.py); then `retryscope check --json` over what
+# each client wrote, compared with expectations derived from the run's truth.json.
+#
+#   e2e/agents/run.sh                 install (cached), run every scenario fresh, check
+#   e2e/agents/run.sh --record        same, but write into tests/fixtures/agents/ (refresh)
+#   e2e/agents/run.sh --fixtures      no clients: check the committed recordings only
+#   e2e/agents/run.sh --record-otlp   record each client's OTLP/JSON telemetry export for the
+#                                     clean and after-tool-reset runs into otlp-<scenario>/
+#   CLIENTS="codex" SCENARIOS="clean after-tool-reset" e2e/agents/run.sh   a subset
+#
+# Environment: RETRYSCOPE_E2E_CACHE (npm install prefix, default ~/.cache/retryscope-e2e),
+# RETRYSCOPE_BIN (default: target/debug/retryscope, built first), E2E_TIMEOUT (seconds per
+# client run).
+# The last line is `N passed, N failed`. Exit status 1 if anything failed.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+HERE=$ROOT/e2e/agents
+CACHE=${RETRYSCOPE_E2E_CACHE:-$HOME/.cache/retryscope-e2e}
+BIN=${RETRYSCOPE_BIN:-$ROOT/target/debug/retryscope}
+TIMEOUT=${E2E_TIMEOUT:-90}
+MODE=fresh
+case "${1:-}" in
+  --record) MODE=record ;;
+  --fixtures) MODE=fixtures ;;
+  --record-otlp) MODE=otlp ;;
+  "") ;;
+  *) echo "usage: $0 [--record|--fixtures|--record-otlp]" >&2; exit 2 ;;
+esac
+ALL_CLIENTS="gemini-cli claude-code claude-code-partial codex"
+ALL_SCENARIOS="clean start-status start-error after-tool-reset after-tool-eof after-tool-error mid-word-reset mid-word-eof mid-word-error before-finish-reset before-finish-eof before-finish-error"
+CLIENTS=${CLIENTS:-$ALL_CLIENTS}
+SCENARIOS=${SCENARIOS:-$ALL_SCENARIOS}
+
+# Pinned versions (issue 10). Changing one means re-recording with --record.
+PKGS="@google/gemini-cli@0.61.0 @anthropic-ai/claude-code@2.1.328 @openai/codex@0.169.0"
+
+install_clients() {
+  local want have
+  want=$(printf '%s\n' $PKGS | sort | tr '\n' ' ')
+  have=$(cat "$CACHE/.installed" 2>/dev/null || true)
+  if [ "$want" = "$have" ] && [ -x "$CACHE/node_modules/.bin/gemini" ] \
+    && [ -x "$CACHE/node_modules/.bin/claude" ] && [ -x "$CACHE/node_modules/.bin/codex" ]; then
+    echo "clients: cached in $CACHE"
+  else
+    mkdir -p "$CACHE"
+    echo "clients: npm install --prefix $CACHE $PKGS"
+    npm install --prefix "$CACHE" --no-audit --no-fund --loglevel=error $PKGS >"$CACHE/npm-install.log" 2>&1 \
+      || { cat "$CACHE/npm-install.log"; echo "npm install failed"; return 1; }
+    echo "$want" >"$CACHE/.installed"
+  fi
+  local b
+  for b in gemini claude codex; do
+    printf '  %s: %s\n' "$b" "$(timeout 60 "$CACHE/node_modules/.bin/$b" --version 2>&1 | tail -n 1)"
+  done
+}
+
+if [ "$MODE" = otlp ]; then
+  install_clients || exit 1
+  for c in $CLIENTS; do
+    [ "$c" = claude-code-partial ] && continue # same telemetry as claude-code
+    for s in clean after-tool-reset; do
+      rm -rf "$ROOT/tests/fixtures/agents/$c/otlp-$s"
+      python3 "$HERE/record.py" --client "$c" --scenario "$s" --otlp \
+        --bin-dir "$CACHE/node_modules/.bin" --out "$ROOT/tests/fixtures/agents/$c/otlp-$s" \
+        --timeout "$TIMEOUT" || echo "$c otlp-$s: recording failed"
+    done
+  done
+  exit 0
+fi
+if [ "$MODE" = fixtures ]; then
+  OUT=$ROOT/tests/fixtures/agents
+else
+  install_clients || { echo "0 passed, 1 failed"; exit 1; }
+  if [ "$MODE" = record ]; then
+    OUT=$ROOT/tests/fixtures/agents
+  else
+    OUT=$(mktemp -d "${TMPDIR:-/tmp}/retryscope-e2e-agents.XXXXXX")
+  fi
+  echo "recording into $OUT"
+  # one background job per client (they are independent), scenarios in order within each
+  pids=()
+  for c in $CLIENTS; do
+    (
+      for s in $SCENARIOS; do
+        rm -rf "${OUT:?}/$c/$s"
+        python3 "$HERE/record.py" --client "$c" --scenario "$s" \
+          --bin-dir "$CACHE/node_modules/.bin" --out "$OUT/$c/$s" --timeout "$TIMEOUT" \
+          || echo "$c $s: recording failed"
+      done
+    ) &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+fi
+
+if [ -z "${RETRYSCOPE_BIN:-}" ]; then
+  # the default binary is built from this tree (a no-op when it is up to date)
+  cargo build --quiet --bin retryscope || { echo "0 passed, 1 failed"; exit 1; }
+fi
+[ -x "$BIN" ] || { echo "no retryscope binary at $BIN"; echo "0 passed, 1 failed"; exit 1; }
+args=()
+for c in $CLIENTS; do
+  for s in $SCENARIOS; do
+    [ -f "$OUT/$c/$s/truth.json" ] && args+=("$OUT/$c/$s")
+  done
+done
+python3 "$HERE/expect.py" --bin "$BIN" "${args[@]}"

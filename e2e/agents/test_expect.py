@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Unit tests of the truth-derived expectations in expect.py (rules only; the real runs are
+checked by run.sh). Run: python3 -m unittest e2e/agents/test_expect.py"""
+
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import expect  # noqa: E402
+
+
+def req(step, attempt=None, finished=True, retried=False, executed=None, marker_ms=None,
+        finish_ms=1000, ended_ms=1000, content=True):
+    calls = []
+    if executed is not None:
+        calls.append({"id": f"c{attempt}", "name": "sh", "executed": executed,
+                      "marker_mtime_ms": marker_ms})
+    return {"step": step, "attempt": attempt, "finished": finished, "retried": retried,
+            "calls": calls, "finish_sent_ms": finish_ms if finished else None,
+            "ended_ms": ended_ms, "content_delivered": content}
+
+
+class ImpliedFindings(unittest.TestCase):
+    def test_clean_run_that_executes_after_finish_implies_nothing(self):
+        t = {"main_requests": [req(1, 1, executed=True, marker_ms=1200), req(2)],
+             "visible_text": "[A1] x[F] y"}
+        self.assertEqual(expect.implied_findings(t), set())
+
+    def test_execution_before_the_finish_event_is_early(self):
+        t = {"main_requests": [req(1, 1, executed=True, marker_ms=900), req(2)]}
+        self.assertEqual(expect.implied_findings(t), {"early_execution"})
+
+    def test_abandoned_call_that_ran_after_the_retry(self):
+        t = {"main_requests": [req(1, 1, finished=False, retried=True, executed=True,
+                                   marker_ms=5000, ended_ms=1000),
+                               req(1, 2, executed=True, marker_ms=5000, finish_ms=4000), req(2)],
+             "visible_text": "[A1] I will now crea[A2] I will"}
+        self.assertEqual(expect.implied_findings(t), {"abandoned_tool_executed",
+                                                      "unfinished_tool_executed", "spliced_text"})
+
+    def test_unfinished_call_run_before_the_cut_without_retry(self):
+        t = {"main_requests": [req(1, 1, finished=False, executed=True, marker_ms=900,
+                                   ended_ms=1000), req(2)],
+             "visible_text": "[A1] text"}
+        # no retry: the visible [A1] text is not spliced, the call is not abandoned
+        self.assertEqual(expect.implied_findings(t), {"unfinished_tool_executed",
+                                                      "early_execution"})
+
+    def test_retry_cap(self):
+        t = {"main_requests": [req(1, i, finished=False, retried=True) for i in range(1, 6)]}
+        self.assertEqual(expect.implied_findings(t), {"retry_cap_exceeded"})
+
+
+class ExpectedAttempts(unittest.TestCase):
+    def test_silent_contentless_retry_is_not_expected(self):
+        t = {"main_requests": [req(1, 1, finished=False, retried=True, content=False),
+                               req(1, 2), req(2)]}
+        self.assertEqual(len(expect.expected_attempts(t, signals=0)), 2)
+        self.assertEqual(len(expect.expected_attempts(t, signals=1)), 3)
+
+    def test_contentless_attempt_named_in_the_output_is_expected(self):
+        first = req(1, 1, finished=False, retried=True, content=False)
+        first["ids"] = {"message_id": "msg_1"}
+        t = {"main_requests": [first, req(1, 2), req(2)]}
+        out = '{"type":"stream_event","event":{"type":"message_start","message":{"id":"msg_1"}}}'
+        self.assertEqual(len(expect.expected_attempts(t, 0, out)), 3)
+        self.assertEqual(len(expect.expected_attempts(t, 0, "")), 2)
+
+    def test_cut_attempt_with_content_is_always_expected(self):
+        t = {"main_requests": [req(1, 1, finished=False, content=True), req(2)]}
+        self.assertEqual(len(expect.expected_attempts(t, signals=0)), 2)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,198 @@
+//! Words and numbers for people: one cost format, thousands separators, plurals, and each
+//! finding's evidence as a plain sentence. Shared by the text and HTML reports.
+//!
+//! Attempts are numbered as in the log's `attempt` field, from 0: attempt 0 is the first
+//! try, attempt 1 the first retry. Every human-facing report uses this numbering.
+//!
+//! The sentences are raw text from the log (tool names, ids, attempt text): callers escape
+//! them for their medium (`sanitize::display` for a terminal, HTML escaping for a page).
+
+use crate::finding::{Finding, FindingKind};
+use crate::report::TurnReport;
+
+/// `1234567` as `1,234,567`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// USD with four decimals and thousands separators (`$0.0031`, `$1,974.7215`); amounts too
+/// small to show are `<$0.0001`, nothing at all is `$0`.
+pub fn usd(v: f64) -> String {
+    if v == 0.0 {
+        return "$0".to_owned();
+    }
+    if v.abs() < 0.000_05 {
+        return "<$0.0001".to_owned();
+    }
+    let s = format!("{:.4}", v.abs());
+    let (int, frac) = s.split_once('.').unwrap_or((&s, "0000"));
+    let int: u64 = int.parse().unwrap_or(0);
+    let sign = if v < 0.0 { "-" } else { "" };
+    format!("{sign}${}.{frac}", thousands(int))
+}
+
+/// `1 attempt`, `2 attempts`.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", thousands(n), if n == 1 { one } else { many })
+}
+
+/// At most `max` characters of `text`, with `…` when cut.
+pub fn clip(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text.to_owned(),
+    }
+}
+
+fn call(f: &Finding) -> String {
+    match (&f.tool, &f.call_id) {
+        (Some(tool), Some(id)) => format!("{tool} (call {id})"),
+        (Some(tool), None) => tool.clone(),
+        _ => "a tool call".to_owned(),
+    }
+}
+
+fn attempt(f: &Finding) -> String {
+    f.attempt
+        .map_or_else(|| "an attempt".to_owned(), |n| format!("attempt {n}"))
+}
+
+/// The attempt text an abandoned attempt streamed, when the report holds it (content capture).
+fn attempt_text(report: &TurnReport, n: u32) -> Option<&str> {
+    report
+        .attempts
+        .iter()
+        .find(|a| a.attempt == n)
+        .and_then(|a| a.text_prefix.as_deref())
+        .filter(|t| !t.is_empty())
+}
+
+/// The execution that first had this finding's effect, other than the finding's own call.
+fn first_same_effect(report: &TurnReport, f: &Finding) -> Option<(u32, String)> {
+    let key = f.effect_key.as_deref()?;
+    report.attempts.iter().find_map(|a| {
+        a.executed
+            .iter()
+            .find(|e| e.effect_key == key && Some(&e.id) != f.call_id.as_ref())
+            .map(|e| (a.attempt, e.id.clone()))
+    })
+}
+
+/// What proves a finding, as a sentence. Quotes attempt text only when the report carries it
+/// (it does only when the input held it and content capture is on).
+pub fn explain(f: &Finding, report: &TurnReport) -> String {
+    match f.kind {
+        FindingKind::AbandonedToolExecuted => {
+            let when = if f.evidence.contains("after") {
+                "after the retry had abandoned it"
+            } else {
+                "and then a retry abandoned it"
+            };
+            format!(
+                "{} from {} ran {when}: its effect happened for an answer the user never got",
+                call(f),
+                attempt(f)
+            )
+        }
+        FindingKind::DuplicateEffect => match first_same_effect(report, f) {
+            Some((n, id)) => format!(
+                "{} from {} repeats the effect of call {id} from attempt {n} (same tool, same \
+                 arguments): it happened twice",
+                call(f),
+                attempt(f)
+            ),
+            None => format!(
+                "{} from {} repeats an effect that already happened ({})",
+                call(f),
+                attempt(f),
+                f.evidence
+            ),
+        },
+        FindingKind::SplicedText => {
+            let mut s = match f.evidence.as_str() {
+                "output" => format!(
+                    "the user saw {}'s abandoned text together with the retry's (the client's \
+                     logged output holds both)",
+                    attempt(f)
+                ),
+                "no_reset" => format!(
+                    "the retry's text followed {}'s on screen with no render reset between: \
+                     the user read both",
+                    attempt(f)
+                ),
+                other => format!("the user saw {}'s abandoned text ({other})", attempt(f)),
+            };
+            if let Some(text) = f.attempt.and_then(|n| attempt_text(report, n)) {
+                s.push_str(&format!(": '{}'", clip(text, 60)));
+            }
+            s
+        }
+        FindingKind::SplicedStream => format!(
+            "the recorded stream carries a retried generation after {} ({})",
+            attempt(f),
+            f.evidence
+                .strip_prefix("stream carries a retried generation: ")
+                .unwrap_or(&f.evidence)
+        ),
+        FindingKind::EarlyExecution => format!(
+            "{} ran before {} finished: had the stream broken after it, the effect would stand \
+             for an abandoned answer",
+            call(f),
+            attempt(f)
+        ),
+        FindingKind::UnfinishedToolExecuted => format!(
+            "{} from {} ran although that attempt {}: the client did not hold the call until \
+             the finish event",
+            call(f),
+            attempt(f),
+            f.evidence
+                .strip_prefix("executed although its attempt ")
+                .unwrap_or(&f.evidence)
+        ),
+        FindingKind::RetryCapExceeded => format!(
+            "{} (the turn has {})",
+            f.evidence,
+            count(report.attempts.len() as u64, "attempt", "attempts")
+        ),
+        FindingKind::IncompleteTurn => f.evidence.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(2_000_745), "2,000,745");
+    }
+
+    #[test]
+    fn one_cost_format() {
+        assert_eq!(usd(0.0), "$0");
+        assert_eq!(usd(0.0116), "$0.0116");
+        assert_eq!(usd(0.005580), "$0.0056");
+        assert_eq!(usd(974.72154), "$974.7215");
+        assert_eq!(usd(12345.6), "$12,345.6000");
+        assert_eq!(usd(0.00001), "<$0.0001");
+    }
+
+    #[test]
+    fn plurals_and_clipping() {
+        assert_eq!(count(1, "request", "requests"), "1 request");
+        assert_eq!(count(2, "request", "requests"), "2 requests");
+        assert_eq!(clip("abcdef", 3), "abc…");
+        assert_eq!(clip("abc", 3), "abc");
+    }
+}

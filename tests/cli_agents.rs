@@ -1,0 +1,221 @@
+//! The real coding agents' output files through the binary: `check --format auto` (gemini-cli's
+//! two outputs joined), and `run` detecting each file's format while the files are written.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn recording(client: &str, scenario: &str, file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/agents")
+        .join(client)
+        .join(scenario)
+        .join(file)
+}
+
+fn check_json(files: &[PathBuf], extra: &[&str]) -> (Option<i32>, Vec<Value>) {
+    let out = Command::new(env!("CARGO_BIN_EXE_retryscope"))
+        .arg("check")
+        .arg("--json")
+        .args(extra)
+        .args(files)
+        .output()
+        .expect("run retryscope check");
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let lines = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    (out.status.code(), lines)
+}
+
+fn kinds(turn: &Value) -> Vec<String> {
+    let mut k: Vec<String> = turn["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["kind"].as_str().map(str::to_owned))
+        .collect();
+    k.sort();
+    k
+}
+
+#[test]
+fn check_joins_gemini_cli_telemetry_and_stream_json_of_one_session() {
+    let files = [
+        recording("gemini-cli", "after-tool-reset", "telemetry.log"),
+        recording("gemini-cli", "after-tool-reset", "stream.jsonl"),
+    ];
+    let (code, lines) = check_json(&files, &["--fail-on", "critical"]);
+    assert_eq!(code, Some(1), "a critical finding");
+    let turns: Vec<&Value> = lines.iter().filter(|l| l.get("turn").is_some()).collect();
+    let first = turns
+        .iter()
+        .find(|t| {
+            let id = t["turn"].as_str().unwrap_or("");
+            !id.contains('#') && !id.contains('~')
+        })
+        .expect("the first model call");
+    assert_eq!(
+        kinds(first),
+        [
+            "abandoned_tool_executed",
+            "spliced_text",
+            "unfinished_tool_executed"
+        ]
+    );
+    let ran: Vec<(u64, String)> = first["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|a| {
+            let n = a["attempt"].as_u64().unwrap();
+            a["executed"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(move |e| (n, e["id"].as_str().unwrap().to_owned()))
+        })
+        .collect();
+    assert_eq!(
+        ran,
+        [
+            (0, "run_shell_command__gcall-a1".to_owned()),
+            (1, "run_shell_command__gcall-a2".to_owned())
+        ]
+    );
+    let summary = &lines.last().unwrap()["summary"];
+    assert_eq!(summary["bad_lines"], 0, "{summary}");
+}
+
+#[test]
+fn check_reads_claude_code_and_codex_and_flags_the_unfinished_call() {
+    for (client, file) in [("claude-code", "stream.jsonl"), ("codex", "exec.jsonl")] {
+        let (code, lines) = check_json(
+            &[recording(client, "after-tool-eof", file)],
+            &["--fail-on", "high"],
+        );
+        assert_eq!(code, Some(1), "{client}");
+        let found: Vec<String> = lines
+            .iter()
+            .filter(|l| l.get("turn").is_some())
+            .flat_map(kinds)
+            .collect();
+        assert!(
+            found.contains(&"unfinished_tool_executed".to_owned()),
+            "{client}: {found:?}"
+        );
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn scrape(port: u16) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    Some(body.split_once("\r\n\r\n")?.1.to_owned())
+}
+
+fn value(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+struct Run(Child);
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn run_detects_each_agent_file_and_reads_files_written_while_tailing() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        recording("claude-code", "after-tool-reset", "stream.jsonl"),
+        dir.path().join("claude.log"),
+    )
+    .unwrap();
+    std::fs::copy(
+        recording("codex", "before-finish-eof", "exec.jsonl"),
+        dir.path().join("codex.log"),
+    )
+    .unwrap();
+    // The telemetry outfile is pretty-printed and starts with a span; it is written in two
+    // halves, the second while the collector tails it.
+    let telemetry =
+        std::fs::read(recording("gemini-cli", "after-tool-eof", "telemetry.log")).unwrap();
+    let half = telemetry.len() / 2;
+    let cut = half + telemetry[half..].iter().position(|b| *b == b'\n').unwrap() + 1;
+    let gemini = dir.path().join("gemini.log");
+    std::fs::write(&gemini, &telemetry[..cut]).unwrap();
+    let port = free_port();
+    let glob = format!("{}/*.log", dir.path().display());
+    let _run = Run(Command::new(env!("CARGO_BIN_EXE_retryscope"))
+        .args([
+            "run",
+            &glob,
+            "--findings-out",
+            "",
+            "--idle-timeout-secs",
+            "1",
+        ])
+        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start retryscope run"));
+    let unfinished = |tool: &str| {
+        format!(
+            "retryscope_findings_total{{kind=\"unfinished_tool_executed\",severity=\"high\",tool=\"{tool}\"}}"
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut appended = false;
+    loop {
+        let m = scrape(port).unwrap_or_default();
+        if !appended && m.contains("retryscope_build_info") {
+            std::thread::sleep(Duration::from_millis(300));
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&gemini)
+                .unwrap();
+            f.write_all(&telemetry[cut..]).unwrap();
+            appended = true;
+        }
+        let done = value(&m, &unfinished("Bash")) == 1.0
+            && value(&m, &unfinished("command_execution")) == 1.0
+            && value(&m, &unfinished("run_shell_command")) == 1.0;
+        if done {
+            let bad: f64 = m
+                .lines()
+                .filter(|l| l.starts_with("retryscope_bad_lines_total{"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum();
+            assert_eq!(bad, 0.0, "{m}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "timed out; last scrape:\n{m}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,242 @@
+//! The real coding agents' own output files (`tests/fixtures/agents/<client>/<scenario>/`,
+//! recorded by `e2e/agents/run.sh --record` against a mock that cuts the first stream), read
+//! the way `check --format auto` reads them, and compared with the recording's `truth.json`:
+//! which attempts the first model call had and how each ended, which calls ran from which
+//! attempt (marker files), and the findings that ground truth implies. Every other model call
+//! of the session must be clean.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{correlate, decode, findings, summary};
+use retryscope::decode::Format;
+use retryscope::decode::gemini_join::{SessionJoiner, Source};
+use retryscope::finding::FindingKind;
+use retryscope::report::{Outcome, TurnReport};
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/agents")
+}
+
+/// The recordings of `client` that hold `file` (gemini-cli's `otlp-*` runs export their
+/// telemetry over OTLP instead of to an outfile).
+fn scenarios_with(client: &str, file: &str) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root().join(client))
+        .unwrap_or_else(|e| panic!("{client}: {e}"))
+        .flatten()
+        .map(|d| d.path())
+        .filter(|p| p.join("truth.json").is_file() && p.join(file).is_file())
+        .collect();
+    dirs.sort();
+    assert!(!dirs.is_empty(), "no recordings for {client}");
+    dirs
+}
+
+/// Decode one client file with `--format auto` semantics and correlate it.
+fn reports(file: &Path, want: Format) -> Vec<TurnReport> {
+    let bytes = std::fs::read(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("x");
+    let d = decode(name, &bytes, Format::Auto);
+    assert_eq!(d.format, want, "{}: detected format", file.display());
+    assert_eq!(d.errors, 0, "{}: bad lines", file.display());
+    correlate(&d.events)
+}
+
+/// What the ground truth says the first model call's turn must show.
+struct Expected {
+    /// Per attempt: finished, and the ids of the calls that really ran.
+    attempts: Vec<(bool, bool, Vec<String>)>,
+    findings: Vec<FindingKind>,
+}
+
+/// Retries the client's output leaves no trace of (FORMATS.md): Claude Code retries an
+/// in-stream error right after `message_start` silently, Codex an HTTP error silently. The
+/// failed first attempt delivered no content, so nothing else depends on it.
+const SILENT_FIRST_ATTEMPT: [(&str, &str); 2] =
+    [("claude-code", "start-error"), ("codex", "start-status")];
+
+fn expected(truth: &Value, silent_first: bool, sees_output: bool) -> Expected {
+    let mut step1: Vec<&Value> = truth["main_requests"]
+        .as_array()
+        .expect("main_requests")
+        .iter()
+        .filter(|r| r["step"] == 1)
+        .collect();
+    if silent_first {
+        assert_eq!(
+            step1[0]["content_delivered"], false,
+            "a silent attempt delivered content"
+        );
+        step1.remove(0);
+    }
+    let mut findings = Vec::new();
+    let mut attempts = Vec::new();
+    for r in &step1 {
+        let finished = r["finished"] == true;
+        let retried = r["retried"] == true;
+        let end = r["finish_sent_ms"].as_i64().or(r["ended_ms"].as_i64());
+        let mut ran = Vec::new();
+        for c in r["calls"].as_array().into_iter().flatten() {
+            if c["executed"] != true {
+                continue;
+            }
+            ran.push(c["id"].as_str().unwrap_or("").to_owned());
+            // A call of an attempt that never finished ran: unfinished, retried or not; and
+            // abandoned too when a retry replaced the attempt.
+            if !finished {
+                findings.push(FindingKind::UnfinishedToolExecuted);
+                if retried {
+                    findings.push(FindingKind::AbandonedToolExecuted);
+                }
+            }
+            // Ran before its attempt finished or broke: early, unless the retry came first.
+            let marker = c["marker_mtime_ms"].as_i64();
+            if let (Some(m), Some(end)) = (marker, end)
+                && m < end
+            {
+                findings.push(FindingKind::EarlyExecution);
+            }
+        }
+        // What the user saw carries the abandoned attempt's text: spliced.
+        let text = r["text"].as_str().unwrap_or("");
+        let shown = truth["visible_text"].as_str().unwrap_or("");
+        if sees_output
+            && retried
+            && r["content_delivered"] == true
+            && text.len() >= 12
+            && shown.contains(&text[..12])
+        {
+            findings.push(FindingKind::SplicedText);
+        }
+        attempts.push((finished, retried, ran));
+    }
+    if !attempts.iter().any(|a| a.0) {
+        findings.push(FindingKind::IncompleteTurn);
+    }
+    findings.sort();
+    Expected { attempts, findings }
+}
+
+/// Check the first model call's turn against the truth; every other turn must be clean.
+/// `ids` says whether the client's call ids can be compared with the mock's.
+fn check_scenario(dir: &Path, file: &str, want: Format, ids: bool) {
+    let rs = reports(&dir.join(file), want);
+    check_reports(dir, &rs, ids, false);
+}
+
+/// Check reports of one recording; `sees_output` when the input shows what the user saw.
+fn check_reports(dir: &Path, rs: &[TurnReport], ids: bool, sees_output: bool) {
+    let truth: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("truth.json")).expect("truth"))
+            .expect("truth is JSON");
+    let scenario = dir.file_name().and_then(|n| n.to_str()).unwrap_or("?");
+    let client = truth["client"].as_str().unwrap_or("?");
+    let silent = SILENT_FIRST_ATTEMPT.contains(&(client, scenario));
+    let exp = expected(&truth, silent, sees_output);
+    let first = rs
+        .iter()
+        .find(|r| !r.turn.contains('#') && !r.turn.contains('~'))
+        .unwrap_or_else(|| panic!("{scenario}: no first turn"));
+    let ctx = format!("{scenario}: {}", summary(first));
+    assert_eq!(first.attempts.len(), exp.attempts.len(), "{ctx}");
+    for (a, (finished, retried, ran)) in first.attempts.iter().zip(&exp.attempts) {
+        let want_outcome = match (finished, retried) {
+            (true, _) => vec![Outcome::Completed],
+            (false, true) => vec![Outcome::Abandoned],
+            (false, false) => vec![Outcome::Failed, Outcome::Open],
+        };
+        assert!(want_outcome.contains(&a.outcome), "{ctx}");
+        assert_eq!(a.executed.len(), ran.len(), "{ctx}");
+        if ids {
+            for (e, id) in a.executed.iter().zip(ran) {
+                assert!(e.id.ends_with(id.as_str()), "{ctx}: ran {} not {id}", e.id);
+            }
+        }
+    }
+    assert_eq!(findings(first), exp.findings, "{ctx}");
+    for r in rs.iter().filter(|r| r.turn != first.turn) {
+        assert!(r.findings.is_empty(), "{scenario}: {}", summary(r));
+    }
+}
+
+#[test]
+fn claude_code_stream_json_matches_ground_truth() {
+    for dir in scenarios_with("claude-code", "stream.jsonl") {
+        check_scenario(&dir, "stream.jsonl", Format::ClaudeCode, true);
+    }
+}
+
+#[test]
+fn codex_exec_json_matches_ground_truth() {
+    // `codex exec --json` names calls by item id (`item_2`), not by the provider's call id.
+    for dir in scenarios_with("codex", "exec.jsonl") {
+        check_scenario(&dir, "exec.jsonl", Format::CodexExec, false);
+    }
+}
+
+#[test]
+fn gemini_cli_telemetry_outfile_matches_ground_truth() {
+    // The telemetry alone: the abandoned attempt's response is never logged, so its call is
+    // known only by the execution's tool and arguments (no provider id to compare).
+    for dir in scenarios_with("gemini-cli", "telemetry.log") {
+        check_scenario(&dir, "telemetry.log", Format::GeminiCliTelemetry, false);
+    }
+}
+
+#[test]
+fn gemini_cli_telemetry_joined_with_stream_json_matches_ground_truth() {
+    // Joined: the telemetry's attempts, the stream-json's deltas, calls (with ids) and
+    // executions; the spliced text the user saw is found from the stream-json's output.
+    for dir in scenarios_with("gemini-cli", "telemetry.log") {
+        let mut joiner = SessionJoiner::default();
+        for (file, want, source) in [
+            (
+                "telemetry.log",
+                Format::GeminiCliTelemetry,
+                Source::Telemetry,
+            ),
+            (
+                "stream.jsonl",
+                Format::GeminiCliStreamJson,
+                Source::StreamJson,
+            ),
+        ] {
+            let path = dir.join(file);
+            let bytes = std::fs::read(&path).expect("read");
+            let mut d = decode(file, &bytes, Format::Auto);
+            assert_eq!(d.format, want, "{}", path.display());
+            assert_eq!(d.errors, 0, "{}", path.display());
+            joiner.push(source, &mut d.events);
+        }
+        let rs = correlate(&joiner.finish());
+        check_reports(&dir, &rs, true, true);
+    }
+}
+
+#[test]
+fn gemini_cli_stream_json_alone_is_readable_but_blind_to_retries() {
+    // Without the telemetry a retry leaves no trace: one attempt per model call, every call
+    // attributed to it. Still decoded without a bad line, and the clean run is clean.
+    for dir in scenarios_with("gemini-cli", "stream.jsonl") {
+        let rs = reports(&dir.join("stream.jsonl"), Format::GeminiCliStreamJson);
+        assert!(
+            rs.iter().all(|r| r.attempts.len() == 1),
+            "{}",
+            dir.display()
+        );
+        if dir.ends_with("clean") {
+            assert!(rs.iter().all(|r| r.findings.is_empty()));
+        }
+    }
+}
+
+#[test]
+fn claude_code_with_partial_messages_matches_ground_truth() {
+    // `--include-partial-messages` shows every attempt's message_start (the silent retry of
+    // start-error too), the real stop reason and the exact finish or cut.
+    for dir in scenarios_with("claude-code-partial", "stream.jsonl") {
+        check_scenario(&dir, "stream.jsonl", Format::ClaudeCode, true);
+    }
+}
