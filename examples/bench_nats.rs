@@ -87,7 +87,10 @@ fn bench(
     std::fs::create_dir_all(&logs)?;
     let log = logs.join("agent.jsonl");
     let written = write_log(&log, events)?;
-    println!("log: {written} events, {} bytes", std::fs::metadata(&log)?.len());
+    println!(
+        "log: {written} events, {} bytes",
+        std::fs::metadata(&log)?.len()
+    );
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -233,8 +236,12 @@ fn append_turn(path: &std::path::Path, turn: &str) -> std::io::Result<()> {
     let args = r#"{"order":"o-1"}"#;
     let lines = [
         format!(r#"{{"turn":"{turn}","type":"turn_start"}}"#),
-        format!(r#"{{"turn":"{turn}","type":"tool_exec","attempt":0,"id":"a","name":"refund","args":{args}}}"#),
-        format!(r#"{{"turn":"{turn}","type":"tool_exec","attempt":1,"id":"b","name":"refund","args":{args}}}"#),
+        format!(
+            r#"{{"turn":"{turn}","type":"tool_exec","attempt":0,"id":"a","name":"refund","args":{args}}}"#
+        ),
+        format!(
+            r#"{{"turn":"{turn}","type":"tool_exec","attempt":1,"id":"b","name":"refund","args":{args}}}"#
+        ),
         format!(r#"{{"turn":"{turn}","type":"turn_end"}}"#),
     ];
     f.write_all((lines.join("\n") + "\n").as_bytes())?;
