@@ -2,7 +2,8 @@
 //! processes on two "hosts" (separate folders and data dirs) writing parts of the same turns
 //! (attempt 0 and its tool execution on host A, the retry re-executing the tool on host B: the
 //! duplicate effect exists only across the hosts), three `run --nats` collectors: one killed
-//! with SIGKILL mid-way, one added later, and the NATS server restarted once mid-run.
+//! with SIGKILL mid-way, one added later, the NATS server restarted once mid-run, and one
+//! shipper restarted without its checkpoint (it sends everything again).
 //!
 //! Checked: the findings stream holds exactly `check`'s findings over the merged logs, each
 //! once; the collectors' summed metrics give the same turn and finding counts.
@@ -329,7 +330,7 @@ fn turns_split_across_hosts_are_correlated_once_across_failover_and_a_server_res
     // Both logs exist before the shippers start (an empty file is fine).
     append(&log_a, &[]);
     append(&log_b, &[]);
-    let ship_a = shipper(&host_a, "hostA");
+    let mut ship_a = shipper(&host_a, "hostA");
     let ship_b = shipper(&host_b, "hostB");
     // c1 never checkpoints before it is killed: everything it published is replayed by the
     // new owners from sequence 0, and the findings' ids must make that replay invisible.
@@ -374,6 +375,15 @@ fn turns_split_across_hosts_are_correlated_once_across_failover_and_a_server_res
             }
             // A collector joins: c2 hands it half of the partitions.
             3 => c3 = Some(collector("c3", "700")),
+            // Host A's shipper restarts without its checkpoint (as after a crash before the
+            // first one): it sends its whole log again, and the message ids must make
+            // JetStream drop every line of it.
+            4 => {
+                ship_a.terminate();
+                std::fs::remove_file(host_a.join("data/ship-checkpoint.json"))
+                    .expect("host A's checkpoint");
+                ship_a = shipper(&host_a, "hostA");
+            }
             _ => {}
         }
     }

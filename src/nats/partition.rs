@@ -93,16 +93,28 @@ pub async fn ensure_findings_stream(
     js: &jetstream::Context,
     duplicate_window: Duration,
 ) -> Result<(), NatsError> {
-    js.get_or_create_stream(stream::Config {
-        name: FINDINGS_STREAM.to_string(),
-        subjects: vec!["retryscope.findings.>".to_string()],
-        duplicate_window,
-        storage: stream::StorageType::File,
-        ..Default::default()
-    })
-    .await
-    .map(|_| ())
-    .map_err(|e| NatsError::new("opening the findings stream", e))
+    if js.get_stream(FINDINGS_STREAM).await.is_ok() {
+        return Ok(());
+    }
+    let created = js
+        .create_stream(stream::Config {
+            name: FINDINGS_STREAM.to_string(),
+            subjects: vec!["retryscope.findings.>".to_string()],
+            duplicate_window,
+            storage: stream::StorageType::File,
+            ..Default::default()
+        })
+        .await;
+    match created {
+        Ok(_) => Ok(()),
+        // A peer starting at the same time created it first (the server then calls our
+        // identical request "a different configuration"): opening decides.
+        Err(e) => js
+            .get_stream(FINDINGS_STREAM)
+            .await
+            .map(|_| ())
+            .map_err(|_| NatsError::new("opening the findings stream", e)),
+    }
 }
 
 #[cfg(test)]
