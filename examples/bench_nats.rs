@@ -103,6 +103,7 @@ fn bench(
             ShipConfig {
                 url: url.clone(),
                 include: vec![format!("{}/*.jsonl", logs.display())],
+                stdin: false,
                 read_from: ReadFrom::Beginning,
                 data_dir: Some(dir.join("ship")),
                 source_id: "bench".into(),

@@ -435,3 +435,66 @@ fn turns_split_across_hosts_are_correlated_once_across_failover_and_a_server_res
         s.terminate();
     }
 }
+
+#[test]
+fn ship_from_stdin_until_it_ends() {
+    if Command::new("nats-server")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "nats-server is missing in CI"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let port = free_port();
+    let url = format!("nats://127.0.0.1:{port}");
+    let server = nats_server(port, &d.join("js"), &d.join("nats.log"));
+    let (a, b) = round(0);
+    let merged = d.join("merged.jsonl");
+    append(&merged, &a);
+    append(&merged, &b);
+    let status = Command::new(env!("CARGO_BIN_EXE_retryscope"))
+        .args(["ship", "-", "--nats", &url, "--source-id", "pipe"])
+        .stdin(std::fs::File::open(&merged).expect("merged log"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(d.join("ship.log")).expect("log"))
+        .status()
+        .expect("run ship -");
+    assert!(status.success(), "ship - exits 0 when stdin ends");
+    let mport = free_port();
+    let collector = retryscope(
+        "c",
+        &[
+            "run",
+            "--nats",
+            &url,
+            "--lease-secs",
+            "2",
+            "--metrics-addr",
+            &format!("127.0.0.1:{mport}"),
+            "--findings-out",
+            "",
+        ],
+        &d.join("c.log"),
+    );
+    let expected = check(&merged, Path::new("/dev/null")).0;
+    assert!(!expected.is_empty());
+    let mut got = Vec::new();
+    wait_for(
+        "the findings of stdin's lines",
+        Duration::from_secs(30),
+        || {
+            got = findings_in_stream(&url);
+            got.len() >= expected.len()
+        },
+    );
+    got.sort();
+    assert_eq!(got, expected);
+    collector.terminate();
+    server.terminate();
+}

@@ -16,7 +16,7 @@ use retryscope::source::file::ReadFrom;
 /// Flags of `ship`.
 #[derive(Debug, Args)]
 pub struct ShipArgs {
-    /// Files or glob patterns to tail.
+    /// Files or glob patterns to tail, or `-` for stdin (shipped until it ends).
     #[arg(value_name = "PATH_OR_GLOB", required = true)]
     paths: Vec<String>,
     /// NATS server URL (JetStream enabled).
@@ -51,12 +51,14 @@ fn host_name() -> String {
 }
 
 pub fn run(args: ShipArgs) -> anyhow::Result<ExitCode> {
-    if args.paths.iter().any(|p| p == "-") {
-        anyhow::bail!("ship reads files (stdin has no offsets to checkpoint); give globs");
+    let stdin = args.paths.iter().any(|p| p == "-");
+    if stdin && args.paths.len() > 1 {
+        anyhow::bail!("ship reads either files or stdin (`-`), not both");
     }
     let cfg = ShipConfig {
         url: args.nats,
-        include: args.paths,
+        stdin,
+        include: if stdin { Vec::new() } else { args.paths },
         read_from: args.read_from,
         data_dir: args.data_dir,
         source_id: args.source_id.unwrap_or_else(host_name),

@@ -35,6 +35,8 @@ pub struct ShipConfig {
     pub url: String,
     /// Globs to tail.
     pub include: Vec<String>,
+    /// Ship standard input instead (until it ends); no checkpoint.
+    pub stdin: bool,
     /// Where files without a checkpoint start.
     pub read_from: ReadFrom,
     /// Where the offsets checkpoint lives (none: start over each time).
@@ -72,6 +74,9 @@ pub async fn ship(cfg: ShipConfig, shutdown: Arc<AtomicBool>) -> Result<ShipSumm
     let js = jetstream::new(client);
     let partitions = ensure_events_stream(&js, cfg.partitions, cfg.duplicate_window).await?;
     tracing::info!(partitions, "shipping to JetStream");
+    if cfg.stdin {
+        return ship_stdin(&cfg, &js, partitions, shutdown).await;
+    }
     let checkpoint_path = cfg.data_dir.as_ref().map(|d| d.join(SHIP_CHECKPOINT_FILE));
     let restored: Vec<FileCheckpoint> = match &checkpoint_path {
         Some(p) => load_offsets(p),
@@ -152,6 +157,73 @@ pub async fn ship(cfg: ShipConfig, shutdown: Arc<AtomicBool>) -> Result<ShipSumm
             tokio::time::sleep(cfg.poll_interval).await;
         }
     }
+}
+
+/// Ship standard input until it ends. Lines have no position to checkpoint: their ids
+/// (`<source id>/stdin.<start ms>/<line number>`) only make a batch re-published after a
+/// failed publish harmless; a restarted shipper reads a new stdin.
+async fn ship_stdin(
+    cfg: &ShipConfig,
+    js: &jetstream::Context,
+    partitions: u32,
+    shutdown: Arc<AtomicBool>,
+) -> Result<ShipSummary, NatsError> {
+    use crate::run::{FeedItem, start_feeds};
+    use std::sync::mpsc::TryRecvError;
+    const MAX_BATCH: usize = 4096;
+    let rx = start_feeds(true, None, cfg.max_line_bytes, shutdown.clone());
+    let nonce = super::wall_ms();
+    let stream = format!("{}:stdin", cfg.source_id);
+    let mut number = 0u64;
+    let mut summary = ShipSummary {
+        lines: 0,
+        partitions,
+    };
+    let mut ended = false;
+    while !ended && !shutdown.load(Ordering::SeqCst) {
+        let mut batch = Vec::new();
+        while batch.len() < MAX_BATCH {
+            let item = match rx.try_recv() {
+                Ok(item) => item,
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    ended = true;
+                    break;
+                }
+            };
+            match item {
+                FeedItem::Line { bytes, .. } => {
+                    number += 1;
+                    let payload = Bytes::from(bytes);
+                    let mut headers = HeaderMap::new();
+                    headers.insert(
+                        "Nats-Msg-Id",
+                        format!("{}/stdin.{nonce}/{number}", cfg.source_id).as_str(),
+                    );
+                    headers.insert(STREAM_HEADER, stream.as_str());
+                    batch.push(Pending {
+                        subject: subject(partition_of(&payload, partitions)),
+                        headers,
+                        payload,
+                    });
+                }
+                FeedItem::TooLong { len, .. } => {
+                    number += 1;
+                    tracing::warn!(line = number, bytes = len, "stdin line too long; skipped");
+                }
+                FeedItem::End { .. } => ended = true,
+            }
+        }
+        if batch.is_empty() {
+            if !ended {
+                tokio::time::sleep(cfg.poll_interval.min(Duration::from_millis(20))).await;
+            }
+            continue;
+        }
+        publish_all(js, &batch, &shutdown).await?;
+        summary.lines += batch.len() as u64;
+    }
+    Ok(summary)
 }
 
 /// Publish a batch and wait for every acknowledgement; on failure (server away) publish the
