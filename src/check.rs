@@ -100,8 +100,12 @@ pub struct Summary {
     pub unknown_fields: u64,
     /// Events out of order.
     pub late_events: u64,
-    /// Events for turns already closed (dropped).
+    /// Events for turns already closed in the same input (dropped).
     pub after_close_events: u64,
+    /// Turn ids that closed in one input and came back in a later one (checked as new turns).
+    pub reused_turn_ids: u64,
+    /// Open turns evicted to bound memory (`--max-open-turns`): closed early, as incomplete.
+    pub evicted_turns: u64,
 }
 
 impl Summary {
@@ -146,6 +150,8 @@ impl Summary {
         self.unknown_fields = counters.skips.unknown_fields;
         self.late_events = stats.late_events;
         self.after_close_events = stats.after_close_events;
+        self.reused_turn_ids = stats.reused_turn_ids;
+        self.evicted_turns = stats.evicted_turns;
         for kind in FindingKind::ALL {
             self.findings.entry(kind.as_str().to_owned()).or_insert(0);
         }
@@ -165,6 +171,10 @@ impl Summary {
 
 /// Expand inputs: directories become their regular files that look like logs (see
 /// [`files`]), recursively, in name order.
+///
+/// Every directory and file is visited once by its (device, inode): a symlink loop
+/// (`sub/up -> ..`, `self -> .`) ends where it starts over, and a file reached through two
+/// names (or named twice) is read once.
 pub fn expand_inputs(specs: &[InputSpec]) -> Vec<InputSpec> {
     expand_inputs_listing_skipped(specs).0
 }
@@ -173,16 +183,37 @@ pub fn expand_inputs(specs: &[InputSpec]) -> Vec<InputSpec> {
 pub fn expand_inputs_listing_skipped(specs: &[InputSpec]) -> (Vec<InputSpec>, Vec<PathBuf>) {
     let mut out = Vec::new();
     let mut skipped = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for spec in specs {
         match spec {
-            InputSpec::Path(p) if p.is_dir() => collect_dir(p, &mut out, &mut skipped),
-            other => out.push(other.clone()),
+            InputSpec::Path(p) if p.is_dir() => collect_dir(p, &mut seen, &mut out, &mut skipped),
+            InputSpec::Path(p) => {
+                // Unreadable paths are kept, to be reported; a file seen before is skipped.
+                if identity(p).is_none_or(|id| seen.insert(id)) {
+                    out.push(spec.clone());
+                }
+            }
+            InputSpec::Stdin => out.push(InputSpec::Stdin),
         }
     }
     (out, skipped)
 }
 
-fn collect_dir(dir: &Path, out: &mut Vec<InputSpec>, skipped: &mut Vec<PathBuf>) {
+/// (device, inode) of what `path` resolves to.
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+fn collect_dir(
+    dir: &Path,
+    seen: &mut std::collections::HashSet<(u64, u64)>,
+    out: &mut Vec<InputSpec>,
+    skipped: &mut Vec<PathBuf>,
+) {
+    if identity(dir).is_some_and(|id| !seen.insert(id)) {
+        return;
+    }
     let Ok(entries) = std::fs::read_dir(dir) else {
         out.push(InputSpec::Path(dir.to_path_buf()));
         return;
@@ -191,8 +222,8 @@ fn collect_dir(dir: &Path, out: &mut Vec<InputSpec>, skipped: &mut Vec<PathBuf>)
     paths.sort();
     for p in paths {
         if p.is_dir() {
-            collect_dir(&p, out, skipped);
-        } else if p.is_file() {
+            collect_dir(&p, seen, out, skipped);
+        } else if p.is_file() && identity(&p).is_none_or(|id| seen.insert(id)) {
             if files::is_log_file(&p) {
                 out.push(InputSpec::Path(p));
             } else {
@@ -346,6 +377,7 @@ fn sequential(
         };
         let stream = ingest.stream(source, &name);
         summary.inputs += 1;
+        ingest.next_input();
         let mut lines = LineReader::new(reader, opts.max_line_bytes);
         let mut since_tick = 0u32;
         loop {

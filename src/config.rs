@@ -103,6 +103,10 @@ pub struct RunConfig {
     pub otlp: OtlpSettings,
     /// The demo fleet (`--demo`).
     pub demo: DemoSettings,
+    /// `--reset-checkpoint` (command line only): move an unusable checkpoint and the findings
+    /// file aside and start over, instead of refusing to start.
+    #[serde(skip)]
+    pub reset_checkpoint: bool,
 }
 
 impl Default for RunConfig {
@@ -127,6 +131,7 @@ impl Default for RunConfig {
             labels: MetricsConfig::default(),
             otlp: OtlpSettings::default(),
             demo: DemoSettings::default(),
+            reset_checkpoint: false,
         }
     }
 }

@@ -196,6 +196,16 @@ impl TailerEvents for TailerReport<'_> {
             tracing::warn!(path = %display(&path.to_string_lossy()), %error, suppressed, "cannot read file; retrying at the next poll");
         }
     }
+    fn open_failed(&mut self, path: &Path, error: &io::Error) {
+        let kind = crate::sink::metrics::file_error_class(error);
+        self.metrics.inc_file_errors(kind);
+        if let Some(suppressed) = crate::ratelimit::allow("open_failed") {
+            tracing::warn!(
+                path = %display(&path.to_string_lossy()), %error, kind, suppressed,
+                "cannot open; not a rotation: kept pending and retried every poll"
+            );
+        }
+    }
     fn checkpoint_mismatch(&mut self, path: &Path) {
         self.metrics.inc_file_errors("checkpoint_mismatch");
         tracing::warn!(path = %display(&path.to_string_lossy()), "checkpointed inode now holds another file; reading it from the start");

@@ -9,8 +9,8 @@
 
 // The core crate's modules, under the paths the rest of this crate has always used.
 pub use retryscope_core::{
-    correlate, cost, decode, effect, event, fasthash, finding, ingest, input, pipeline, report,
-    rfc3339, rules, sanitize,
+    bounds, correlate, cost, decode, effect, event, fasthash, finding, ingest, input, pipeline,
+    report, rfc3339, rules, sanitize,
 };
 
 pub mod check;

@@ -61,6 +61,14 @@ pub enum RunError {
     /// The checkpoint's metric values do not fit this build.
     #[error("cannot restore metrics from the checkpoint: {0}")]
     MetricsRestore(String),
+    /// The data directory cannot hold checkpoints.
+    #[error("the data directory {dir} is not writable: {source}")]
+    DataDir {
+        /// Where.
+        dir: String,
+        /// Why.
+        source: std::io::Error,
+    },
     /// Nothing to read.
     #[error("no source: give files or globs, `-` for stdin, or --demo")]
     NoSource,
@@ -75,6 +83,23 @@ pub struct RunSummary {
     pub checkpoints: u64,
     /// Open turns left in the checkpoint at shutdown.
     pub open_turns_checkpointed: usize,
+    /// The checkpoint taken at shutdown could not be written (the next start resumes from an
+    /// older one, and re-reads what came after it).
+    pub final_checkpoint_failed: bool,
+}
+
+/// Descriptors kept for everything but tailed files: checkpoint, findings, HTTP clients,
+/// OTLP connections, the runtime.
+const RESERVED_FDS: u64 = 128;
+
+/// How many tailed files may be open at once: the soft descriptor limit less a reserve.
+fn max_open_files() -> usize {
+    match rlimit::Resource::NOFILE.get() {
+        Ok((soft, _)) => {
+            usize::try_from(soft.saturating_sub(RESERVED_FDS).max(16)).unwrap_or(usize::MAX)
+        }
+        Err(_) => usize::MAX,
+    }
 }
 
 /// Wall-clock milliseconds: arrival time of lines (the correlator itself never reads a clock).
@@ -189,10 +214,17 @@ impl Engine {
         };
         let checkpoint_path: Option<PathBuf> =
             self.cfg.data_dir.as_ref().map(|d| d.join(CHECKPOINT_FILE));
+        if let Some(dir) = &self.cfg.data_dir {
+            checkpoint::probe_data_dir(dir).map_err(|source| RunError::DataDir {
+                dir: dir.display().to_string(),
+                source,
+            })?;
+        }
         let restored = match &checkpoint_path {
-            Some(path) => Checkpoint::load(path)?,
+            Some(path) => self.load_checkpoint(path)?,
             None => None,
         };
+        let fresh = restored.is_none();
         let format = self.cfg.format;
         let (ingest, file_checkpoints, findings_offset) = match restored {
             Some(cp) => {
@@ -232,6 +264,10 @@ impl Engine {
                     read_from: self.cfg.read_from,
                     max_line_bytes: self.cfg.max_line_bytes,
                     rotate_wait: Duration::from_secs(self.cfg.rotate_wait_secs),
+                    // Listing directories and stat'ing every match at each 100 ms poll cost a
+                    // third of a core with 5,000 idle files; new files can wait a second.
+                    rescan_every: Duration::from_secs(1),
+                    max_open_files: max_open_files(),
                     ..FileTailerConfig::default()
                 },
                 file_checkpoints,
@@ -245,7 +281,7 @@ impl Engine {
                 shutdown.clone(),
             )
         });
-        Ok(Live {
+        let mut live = Live {
             ingest,
             tailer,
             feed,
@@ -254,7 +290,50 @@ impl Engine {
             out: Vec::new(),
             summary: RunSummary::default(),
             said_no_files: false,
-        })
+        };
+        if fresh && live.checkpoint_path.is_some() {
+            // A first checkpoint before anything is read: a crash before the first periodic
+            // one then resumes here, cutting the findings file back to its length at start,
+            // instead of appending every finding again.
+            if !self.write_checkpoint(&mut live) {
+                return Err(RunError::DataDir {
+                    dir: self
+                        .cfg
+                        .data_dir
+                        .as_ref()
+                        .map(|d| d.display().to_string())
+                        .unwrap_or_default(),
+                    source: std::io::Error::other("the first checkpoint could not be written"),
+                });
+            }
+        }
+        Ok(live)
+    }
+
+    /// Load the checkpoint. An unusable one stops the start, unless `--reset-checkpoint`
+    /// moves it and the findings file aside (then: start over).
+    fn load_checkpoint(&self, path: &std::path::Path) -> Result<Option<Checkpoint>, RunError> {
+        match Checkpoint::load(path) {
+            Err(checkpoint::CheckpointError::Unusable { why, .. }) if self.cfg.reset_checkpoint => {
+                let findings = (!matches!(self.cfg.findings_out.as_str(), "" | "-"))
+                    .then(|| std::path::Path::new(&self.cfg.findings_out));
+                let moved =
+                    checkpoint::set_aside(path, findings).map_err(|source| RunError::DataDir {
+                        dir: path.display().to_string(),
+                        source,
+                    })?;
+                let moved: Vec<String> = moved
+                    .iter()
+                    .map(|p| crate::sanitize::display(&p.to_string_lossy()).into_owned())
+                    .collect();
+                tracing::error!(
+                    path = %path.display(), why, moved_to = ?moved,
+                    "--reset-checkpoint: the unusable checkpoint and the findings file were moved aside; starting over from the beginning of every file"
+                );
+                Ok(None)
+            }
+            other => Ok(other?),
+        }
     }
 
     /// Read what the tailed files have new; `true` when there is more to read right away.
@@ -417,7 +496,7 @@ impl Engine {
         if live.checkpoint_path.is_some() {
             self.deliver(&mut live);
             live.summary.open_turns_checkpointed = live.ingest.correlator().open_turns();
-            self.write_checkpoint(&mut live);
+            live.summary.final_checkpoint_failed = !self.write_checkpoint(&mut live);
         } else {
             let metrics = &*self.metrics;
             live.ingest
@@ -431,9 +510,10 @@ impl Engine {
         live.summary
     }
 
-    fn write_checkpoint(&self, live: &mut Live) {
+    /// Write the checkpoint; `false` when it could not be written.
+    fn write_checkpoint(&self, live: &mut Live) -> bool {
         let Some(path) = &live.checkpoint_path else {
-            return;
+            return true;
         };
         let _span = tracing::info_span!(
             "checkpoint.write",
@@ -444,11 +524,11 @@ impl Engine {
             Ok(o) => o,
             Err(error) => {
                 CheckpointFailed {
-                    what: "cannot sync findings",
+                    what: "findings not durably written yet (kept in memory and retried)",
                     error: &error,
                 }
                 .emit(&self.metrics);
-                return;
+                return false;
             }
         };
         let pipeline = live.ingest.pipeline();
@@ -469,12 +549,16 @@ impl Engine {
             Ok(()) => {
                 live.summary.checkpoints += 1;
                 CheckpointWritten.emit(&self.metrics);
+                true
             }
-            Err(error) => CheckpointFailed {
-                what: "checkpoint write failed",
-                error: &error,
+            Err(error) => {
+                CheckpointFailed {
+                    what: "checkpoint write failed",
+                    error: &error,
+                }
+                .emit(&self.metrics);
+                false
             }
-            .emit(&self.metrics),
         }
     }
 }

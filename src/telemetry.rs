@@ -28,10 +28,13 @@ use std::time::Duration;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_subscriber::filter::FilterExt;
 use tracing_subscriber::filter::{EnvFilter, LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, fmt};
+
+pub mod logs;
 
 use crate::otlp::{TraceError, TraceExportConfig, build_exporter};
 
@@ -122,13 +125,16 @@ pub fn init_with_level(
 ) -> Result<TelemetryGuard, TelemetryError> {
     let log_filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(format!("{default_level},{QUIET_DEPS}")));
+    let ansi = log_colors(
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        std::env::var("NO_COLOR").ok().as_deref(),
+    );
     let log_layer = fmt::layer()
         .with_writer(std::io::stderr)
-        .with_ansi(log_colors(
-            std::io::IsTerminal::is_terminal(&std::io::stderr()),
-            std::env::var("NO_COLOR").ok().as_deref(),
-        ))
-        .with_filter(log_filter);
+        .with_ansi(ansi)
+        .fmt_fields(logs::fields())
+        .event_format(logs::NoteSuppressed(fmt::format().with_ansi(ansi)))
+        .with_filter(log_filter.and(logs::LogLimiter::new(logs::LOG_EVERY)));
     let provider = match self_export {
         Some(cfg) => self_provider(cfg)?,
         None => None,

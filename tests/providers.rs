@@ -22,7 +22,8 @@ fn load(rel: &str, want: Format) -> (Decoded, Vec<TurnReport>) {
     let d = decode(name, &bytes, Format::Auto);
     assert_eq!(d.format, want, "{rel}: detected format");
     assert_eq!(d.errors, 0, "{rel}: bad lines");
-    let reports = correlate(&d.events);
+    // Content capture on: these tests check the error texts decoders extract.
+    let reports = common::correlate_with(&d.events, true);
     (d, reports)
 }
 

@@ -59,6 +59,9 @@ impl TailerEvents for Rec {
     fn read_error(&mut self, path: &Path, error: &std::io::Error) {
         self.0.push(Ev::ReadError(path.into(), error.to_string()));
     }
+    fn open_failed(&mut self, path: &Path, error: &std::io::Error) {
+        self.0.push(Ev::ReadError(path.into(), error.to_string()));
+    }
     fn checkpoint_mismatch(&mut self, path: &Path) {
         self.0.push(Ev::Mismatch(path.into()));
     }

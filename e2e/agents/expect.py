@@ -129,7 +129,9 @@ def ordered_attempts(turns):
         return (t.get("started_ms") is None, t.get("started_ms") or 0)
 
     out = []
-    for t in sorted(turns, key=key):
+    # gemini-cli's routing-classifier call (`role: utility_router`) is its own turn, named
+    # `<prompt_id>~utility_router`: a side request in the truth, not an attempt of the answer.
+    for t in sorted((t for t in turns if "~" not in str(t.get("turn", ""))), key=key):
         out += sorted(t.get("attempts") or [], key=lambda a: a.get("attempt", 0))
     return out
 

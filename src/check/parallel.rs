@@ -200,6 +200,7 @@ fn worker(
         opened += 1;
         let name = path.display().to_string();
         let stream = ingest.stream(Source::File, &name);
+        ingest.next_input();
         let mut lines = LineReader::new(file, max_line_bytes);
         loop {
             let line = match lines.next_line() {

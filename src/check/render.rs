@@ -80,8 +80,14 @@ fn attempt_line(a: &AttemptReport) -> String {
     if let Some(f) = &a.finish_reason {
         let _ = write!(s, "  finish={}", display(f));
     }
-    if let Some(e) = &a.error {
-        let _ = write!(s, "  error={}", display(e));
+    match (&a.error, a.error_chars) {
+        (Some(e), _) => {
+            let _ = write!(s, "  error={}", display(e));
+        }
+        (None, Some(n)) => {
+            let _ = write!(s, "  error ({n} chars; --capture-content shows it)");
+        }
+        (None, None) => {}
     }
     let _ = write!(s, "  text={}", count(a.text_chars, "char", "chars"));
     if !a.tool_calls.is_empty() {
@@ -248,6 +254,24 @@ pub fn summary_text_styled(summary: &Summary, style: Style) -> String {
             "  note: {} used models with no price (not in cost; see --prices)",
             count(summary.unpriced_attempts, "attempt", "attempts")
         );
+    }
+    for (n, what) in [
+        (
+            summary.reused_turn_ids,
+            "turn ids closed in one input came back in another: checked as new turns with the same id",
+        ),
+        (
+            summary.after_close_events,
+            "events came after their turn had closed in the same input: counted, not correlated",
+        ),
+        (
+            summary.evicted_turns,
+            "open turns were evicted to bound memory (see --max-open-turns): reported as incomplete",
+        ),
+    ] {
+        if n > 0 {
+            let _ = writeln!(s, "  warning: {n} {what}");
+        }
     }
     if !summary.unreadable_inputs.is_empty() {
         let _ = writeln!(

@@ -16,6 +16,7 @@ use retryscope::correlate::CorrelatorConfig;
 use retryscope::cost::PriceTable;
 use retryscope::finding::Severity;
 use retryscope::report::TurnReport;
+use retryscope::sanitize::display;
 use retryscope::sink::traces::{Protocol, TraceExportConfig, TraceSink};
 
 /// Flags of `check`.
@@ -63,6 +64,10 @@ pub struct CheckArgs {
     /// Lines longer than this are skipped and counted.
     #[arg(long, default_value_t = 1 << 20, value_name = "N")]
     max_line_bytes: usize,
+    /// Open turns kept in memory (per worker); beyond it the least recently active is closed
+    /// early as incomplete, and counted (`evicted_turns`).
+    #[arg(long, default_value_t = 100_000, value_name = "N")]
+    max_open_turns: usize,
     /// Show every turn in the text report [default: only turns with findings or retries].
     #[arg(long, short)]
     verbose: bool,
@@ -85,9 +90,9 @@ pub struct CheckArgs {
     /// http/protobuf].
     #[arg(long, value_name = "PROTOCOL", value_parser = parse_protocol)]
     otlp_protocol: Option<Protocol>,
-    /// Put the first characters of each attempt's text (the attempt text prefix) in the
-    /// exported traces and the JSON lines (off by default; the text and HTML reports, which
-    /// stay on this machine, show it whenever the input holds text).
+    /// Put the first characters of each attempt's text (the attempt text prefix) and transport
+    /// error texts in the exported traces and the JSON lines (off by default: counts, lengths
+    /// and ids only; the text and HTML reports, which stay on this machine, show them).
     #[arg(long)]
     capture_content: bool,
 }
@@ -247,13 +252,19 @@ impl CheckObserver for Printer {
             self.bad_shown += 1;
             self.warn(&format!(
                 "retryscope: {}:{}: skipped: {}",
-                bad.input, bad.line, bad.reason
+                display(&bad.input),
+                bad.line,
+                display(&bad.reason)
             ));
         }
     }
 
     fn unreadable(&mut self, input: &str, error: &io::Error) {
-        self.warn(&format!("retryscope: cannot read {input}: {error}"));
+        self.warn(&format!(
+            "retryscope: cannot read {}: {}",
+            display(input),
+            display(&error.to_string())
+        ));
     }
 
     fn progress(&mut self, bytes: u64) {
@@ -289,7 +300,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         idle_timeout_ms: args
             .idle_timeout_secs
             .map(|s| i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)),
-        max_open_turns: usize::MAX,
+        max_open_turns: args.max_open_turns,
         // Attempt text prefixes only exist in reports when captured.
         capture_content: local_content
             || args.capture_content
@@ -397,6 +408,14 @@ fn report_and_status(
     }
     printer.out.flush().context("writing the report")?;
     if !summary.unreadable_inputs.is_empty() {
+        return Ok(ExitCode::from(2));
+    }
+    if summary.events == 0 {
+        eprintln!(
+            "retryscope: error: no events in {} input(s) ({} lines, {} bad): nothing was checked; \
+             is this the right path, and the right --format?",
+            summary.inputs, summary.lines, summary.bad_lines
+        );
         return Ok(ExitCode::from(2));
     }
     if let Some(threshold) = args.fail_on

@@ -99,6 +99,10 @@ pub struct RunArgs {
     /// With --nats: partition checkpoint interval in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub(super) checkpoint_ms: u64,
+    /// When the checkpoint in --data-dir is unusable (corrupt, empty, truncated), move it and
+    /// the findings file aside and start over; without this flag `run` refuses to start.
+    #[arg(long)]
+    reset_checkpoint: bool,
 }
 
 /// Flags of `validate`.
@@ -175,6 +179,7 @@ fn merge(args: &RunArgs) -> anyhow::Result<(RunConfig, Sources)> {
         cfg.otlp.protocol = Some(v);
     }
     cfg.otlp.capture_content |= args.capture_content;
+    cfg.reset_checkpoint = args.reset_checkpoint;
     cfg.validate()?;
     preflight(&cfg)?;
     let sources = Sources {
@@ -316,6 +321,7 @@ async fn serve(
     traces: Option<TraceExportConfig>,
     exit_on_eof: bool,
 ) -> anyhow::Result<ExitCode> {
+    raise_fd_limit();
     let metrics = Arc::new(Metrics::new(cfg.labels.clone()).context("registering metrics")?);
     warn_about_includes(&cfg.include);
     let listener = tokio::net::TcpListener::bind(&cfg.metrics_addr)
@@ -380,7 +386,23 @@ async fn serve(
         open_turns_checkpointed = summary.open_turns_checkpointed,
         "stopped"
     );
+    if summary.final_checkpoint_failed {
+        anyhow::bail!(
+            "the final checkpoint could not be written; the next start resumes from the last \
+             good one and reads again what came after it"
+        );
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Raise the soft limit on open files to the hard limit: one descriptor per tailed file
+/// (5,000 files do not fit the usual soft limit of 1,024). Files that still cannot be opened
+/// are counted (`retryscope_file_errors_total{error="emfile"}`) and retried.
+fn raise_fd_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => tracing::info!(limit, "open file limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open file limit"),
+    }
 }
 
 pub(super) async fn wait_for_signal() {

@@ -51,6 +51,55 @@ pub enum CheckpointError {
         /// Why.
         source: std::io::Error,
     },
+    /// The file is there but holds no usable checkpoint (empty, truncated, corrupt, NUL-filled,
+    /// wrong types or values, another version). Starting fresh would append every finding
+    /// again, so the collector refuses to start unless told to reset (see [`set_aside`]).
+    #[error(
+        "checkpoint {path} is unusable ({why}); refusing to start, because starting fresh would \
+         write every finding again. Restart with --reset-checkpoint to move it and the findings \
+         file aside and start over"
+    )]
+    Unusable {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        why: String,
+    },
+}
+
+/// Move an unusable checkpoint (and the findings file it vouched for, when there is one) aside
+/// as `<name>.unusable-<unix seconds>`, so a fresh start neither trusts nor duplicates them.
+/// Returns the new names.
+pub fn set_aside(
+    checkpoint: &Path,
+    findings: Option<&Path>,
+) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let mut moved = Vec::new();
+    for path in std::iter::once(checkpoint).chain(findings) {
+        if !path.exists() {
+            continue;
+        }
+        let mut name = path.as_os_str().to_owned();
+        name.push(format!(".unusable-{stamp}"));
+        let to = std::path::PathBuf::from(name);
+        std::fs::rename(path, &to)?;
+        moved.push(to);
+    }
+    Ok(moved)
+}
+
+/// Make sure `dir` can hold checkpoints: create it and write, sync and remove a probe file.
+/// Run at start-up, so an unwritable data directory stops the collector at once instead of
+/// failing every checkpoint later.
+pub fn probe_data_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let probe = dir.join(".write-probe");
+    checkpoint_io::write_atomic(&probe, b"probe")?;
+    std::fs::remove_file(&probe)
 }
 
 impl Checkpoint {
@@ -59,20 +108,20 @@ impl Checkpoint {
         self.correlator.open_turns()
     }
 
-    /// Load the checkpoint. Missing, empty, corrupt or other-version checkpoints are logged
-    /// clearly and mean "start fresh"; an unreadable one is an error (starting over could
-    /// double-count everything).
+    /// Load the checkpoint: `None` when there is none (first run). A checkpoint that exists
+    /// but cannot be used is an error, never "start fresh" (see [`CheckpointError::Unusable`]).
     pub fn load(path: &Path) -> Result<Option<Checkpoint>, CheckpointError> {
+        let unusable = |why: String| CheckpointError::Unusable {
+            path: path.display().to_string(),
+            why,
+        };
         let bytes = match checkpoint_io::read_checkpoint(path) {
             Ok(Some(bytes)) => bytes,
             Ok(None) => {
                 tracing::info!(path = %path.display(), "no checkpoint; starting fresh");
                 return Ok(None);
             }
-            Err(ReadCheckpointError::Empty { .. }) => {
-                tracing::warn!(path = %path.display(), "checkpoint is empty; starting fresh");
-                return Ok(None);
-            }
+            Err(ReadCheckpointError::Empty { .. }) => return Err(unusable("empty".to_owned())),
             Err(ReadCheckpointError::Unreadable { source, .. }) => {
                 return Err(CheckpointError::Unreadable {
                     path: path.display().to_string(),
@@ -80,16 +129,22 @@ impl Checkpoint {
                 });
             }
         };
+        if bytes.iter().all(|b| *b == 0) {
+            return Err(unusable(format!("{} NUL bytes", bytes.len())));
+        }
         match serde_json::from_slice::<Checkpoint>(&bytes) {
             Ok(cp) if (OLDEST_VERSION..=VERSION).contains(&cp.version) => Ok(Some(cp)),
-            Ok(cp) => {
-                tracing::warn!(path = %path.display(), version = cp.version, "checkpoint has another version; starting fresh");
-                Ok(None)
-            }
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "checkpoint is corrupt; starting fresh");
-                Ok(None)
-            }
+            Ok(cp) => Err(unusable(format!(
+                "version {}, this build reads versions {OLDEST_VERSION} to {VERSION}",
+                cp.version
+            ))),
+            // The error names a line, a column and a category; never the checkpoint's text.
+            Err(e) => Err(unusable(format!(
+                "{:?} error at line {} column {}",
+                e.classify(),
+                e.line(),
+                e.column()
+            ))),
         }
     }
 

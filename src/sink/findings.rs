@@ -1,8 +1,13 @@
 //! Findings as JSON lines, for log-based alerting: to stdout or to a file.
 //!
-//! With a file, the sink knows its byte offset; the collector stores it in its checkpoint and,
-//! on restart, cuts the file back to it before replaying, so a finding is written exactly once
-//! even after a crash.
+//! With a file, the sink knows how many bytes the file durably holds; the collector stores that
+//! offset in its checkpoint and, on restart, cuts the file back to it before replaying, so a
+//! finding is written exactly once even after a crash.
+//!
+//! A write that fails (a full disk, an I/O error) loses nothing: the unwritten bytes stay
+//! queued in memory, in order, and are retried on every later write and flush. The offset only
+//! counts bytes the kernel accepted, and [`FindingsSink::checkpoint_offset`] refuses to give an
+//! offset while anything is still queued, so a checkpoint can never point past a gap.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -21,11 +26,30 @@ pub enum FindingsSink {
     File {
         /// The path.
         path: PathBuf,
-        /// The writer.
-        writer: BufWriter<File>,
-        /// Bytes in the file after everything written so far.
+        /// The file, opened for appending.
+        file: File,
+        /// Bytes not yet accepted by the kernel, oldest first.
+        queued: Vec<u8>,
+        /// Bytes in the file: everything the kernel accepted so far.
         offset: u64,
     },
+}
+
+/// Why no checkpoint offset can be given now.
+#[derive(Debug, thiserror::Error)]
+pub enum FindingsError {
+    /// Findings are still queued (the last write failed): checkpointing now would record an
+    /// offset past findings that are not in the file.
+    #[error("{queued} bytes of findings not yet written: {source}")]
+    Queued {
+        /// Bytes still queued.
+        queued: usize,
+        /// The write error.
+        source: io::Error,
+    },
+    /// The file could not be synced.
+    #[error("cannot sync the findings file: {0}")]
+    Sync(io::Error),
 }
 
 impl FindingsSink {
@@ -44,19 +68,27 @@ impl FindingsSink {
                         file.set_len(at)?;
                         at
                     }
-                    _ => len,
+                    Some(at) => {
+                        tracing::warn!(
+                            path = %path.display(), checkpoint_offset = at, len,
+                            "findings file is shorter than the checkpoint says (rotated or cut by hand?); appending after its end"
+                        );
+                        len
+                    }
+                    None => len,
                 };
                 Ok(FindingsSink::File {
                     path,
-                    writer: BufWriter::new(file),
+                    file,
+                    queued: Vec::new(),
                     offset,
                 })
             }
         }
     }
 
-    /// Write one finding as a JSON line, flushed at once: a finding is visible (on stdout, in
-    /// the file) as soon as it is known, with or without a data dir.
+    /// Write one finding as a JSON line, handed to the kernel at once: a finding is visible (on
+    /// stdout, in the file) as soon as it is known. An error means it is queued, not lost.
     pub fn write(&mut self, finding: &Finding) -> io::Result<()> {
         let mut line = serde_json::to_vec(finding).map_err(io::Error::other)?;
         line.push(b'\n');
@@ -66,29 +98,72 @@ impl FindingsSink {
                 w.write_all(&line)?;
                 w.flush()
             }
-            FindingsSink::File { writer, offset, .. } => {
-                writer.write_all(&line)?;
-                *offset += line.len() as u64;
-                writer.flush()
+            FindingsSink::File { queued, .. } => {
+                queued.extend_from_slice(&line);
+                self.drain()
             }
         }
     }
 
-    /// Flush buffered lines.
+    /// Hand queued bytes to the kernel; on error the rest stays queued.
+    fn drain(&mut self) -> io::Result<()> {
+        let FindingsSink::File {
+            file,
+            queued,
+            offset,
+            ..
+        } = self
+        else {
+            return Ok(());
+        };
+        let mut done = 0;
+        let result = loop {
+            if done == queued.len() {
+                break Ok(());
+            }
+            match file.write(&queued[done..]) {
+                Ok(0) => break Err(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(n) => {
+                    done += n;
+                    *offset += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        queued.drain(..done);
+        result
+    }
+
+    /// Bytes of findings not yet in the file.
+    pub fn queued_bytes(&self) -> usize {
+        match self {
+            FindingsSink::File { queued, .. } => queued.len(),
+            _ => 0,
+        }
+    }
+
+    /// Flush queued lines.
     pub fn flush(&mut self) -> io::Result<()> {
         match self {
             FindingsSink::Off => Ok(()),
             FindingsSink::Stdout(w) => w.flush(),
-            FindingsSink::File { writer, .. } => writer.flush(),
+            FindingsSink::File { .. } => self.drain(),
         }
     }
 
-    /// The file offset to checkpoint (flushed first), for file sinks.
-    pub fn checkpoint_offset(&mut self) -> io::Result<Option<u64>> {
-        self.flush()?;
+    /// The file offset to checkpoint, for file sinks: everything queued is written and synced
+    /// first, or there is no offset.
+    pub fn checkpoint_offset(&mut self) -> Result<Option<u64>, FindingsError> {
+        if let Err(source) = self.flush() {
+            return Err(FindingsError::Queued {
+                queued: self.queued_bytes(),
+                source,
+            });
+        }
         match self {
-            FindingsSink::File { writer, offset, .. } => {
-                writer.get_ref().sync_data()?;
+            FindingsSink::File { file, offset, .. } => {
+                file.sync_data().map_err(FindingsError::Sync)?;
                 Ok(Some(*offset))
             }
             _ => Ok(None),
@@ -105,41 +180,4 @@ impl FindingsSink {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::finding::FindingKind;
-
-    #[test]
-    fn a_written_finding_is_in_the_file_before_any_flush() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("findings.jsonl");
-        let mut sink = FindingsSink::open(path.to_str().unwrap(), None).unwrap();
-        let f = Finding::new(FindingKind::DuplicateEffect, "t", Some(1), "x".into());
-        sink.write(&f).unwrap();
-        let text = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(text.lines().count(), 1, "{text:?}");
-    }
-
-    #[test]
-    fn file_sink_tracks_offset_and_resumes_by_truncating() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("findings.jsonl");
-        let target = path.to_str().unwrap();
-        let f = Finding::new(FindingKind::DuplicateEffect, "t", Some(1), "x".into());
-        let mut sink = FindingsSink::open(target, None).unwrap();
-        sink.write(&f).unwrap();
-        let at = sink.checkpoint_offset().unwrap().unwrap();
-        sink.write(&f).unwrap();
-        sink.flush().unwrap();
-        drop(sink);
-        assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 2);
-        // Restart from the checkpoint: the line written after it is cut, then written again.
-        let mut sink = FindingsSink::open(target, Some(at)).unwrap();
-        sink.write(&f).unwrap();
-        sink.flush().unwrap();
-        let text = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(text.lines().count(), 2);
-        let parsed: Finding = serde_json::from_str(text.lines().next().unwrap()).unwrap();
-        assert_eq!(parsed, f);
-    }
-}
+mod tests;

@@ -45,6 +45,17 @@ pub use sum::sum_snapshots;
 use family::F;
 use state::{Baselines, Hist, Series, StateCollector, Table, delta, lock};
 
+/// The bounded class of an open/list error: out of descriptors (per process, system-wide),
+/// permission denied, or anything else.
+pub fn file_error_class(e: &std::io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(24) => "emfile",
+        Some(23) => "enfile",
+        Some(13) | Some(1) => "eacces",
+        _ => "read",
+    }
+}
+
 /// The retry reason label when the client gave none.
 pub const UNSPECIFIED: &str = "unspecified";
 
@@ -61,7 +72,14 @@ pub const TOKEN_TYPES: [&str; 5] = [
 pub use crate::ingest::Source;
 
 /// The `kind` label values of `retryscope_file_errors_total`.
-pub const FILE_ERROR_KINDS: [&str; 3] = ["read", "checkpoint_mismatch", "checkpoint_orphaned"];
+pub const FILE_ERROR_KINDS: [&str; 6] = [
+    "emfile",
+    "enfile",
+    "eacces",
+    "read",
+    "checkpoint_mismatch",
+    "checkpoint_orphaned",
+];
 
 /// Label caps (the config file's `[labels]` table).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -94,6 +94,15 @@ pub struct FileTailerConfig {
     pub max_read_bytes_per_poll: usize,
     /// How long a rotated-away or deleted file must stay idle at EOF before it is released.
     pub rotate_wait: Duration,
+    /// Globs are rescanned (directories listed, every match stat'ed) at most this often;
+    /// watched files are still read at every poll. Zero rescans at every poll.
+    pub rescan_every: Duration,
+    /// Most files held open at once. Files beyond it stay pending (reported as EMFILE) so the
+    /// process keeps descriptors for its checkpoint, findings and HTTP connections.
+    pub max_open_files: usize,
+    /// With `max_open_files` reached and files waiting, handles idle this long at their end are
+    /// closed (parked) and reopened in turn.
+    pub park_idle_after: Duration,
 }
 
 impl Default for FileTailerConfig {
@@ -106,6 +115,9 @@ impl Default for FileTailerConfig {
             fingerprint_bytes: 256,
             max_read_bytes_per_poll: 4 * 1024 * 1024,
             rotate_wait: Duration::from_secs(5),
+            rescan_every: Duration::ZERO,
+            max_open_files: usize::MAX,
+            park_idle_after: Duration::from_secs(2),
         }
     }
 }
@@ -167,6 +179,10 @@ pub trait TailerEvents {
     fn line_too_long(&mut self, path: &Path, skipped_bytes: u64);
     /// Reading or checking a file failed; it is retried at the next poll.
     fn read_error(&mut self, path: &Path, error: &io::Error);
+    /// A matched file (or a directory of the globs) could not be opened: out of file
+    /// descriptors (EMFILE, ENFILE), permission denied (EACCES)... Not a rotation: the file
+    /// stays pending and its open is retried at the next poll, from where it was.
+    fn open_failed(&mut self, path: &Path, error: &io::Error);
     /// A checkpoint's inode exists but its first bytes differ: the inode was reused, the file
     /// is read from 0.
     fn checkpoint_mismatch(&mut self, path: &Path);
@@ -186,6 +202,7 @@ impl TailerEvents for NoEvents {
     fn file_drained_and_released(&mut self, _: &Path) {}
     fn line_too_long(&mut self, _: &Path, _: u64) {}
     fn read_error(&mut self, _: &Path, _: &io::Error) {}
+    fn open_failed(&mut self, _: &Path, _: &io::Error) {}
     fn checkpoint_mismatch(&mut self, _: &Path) {}
     fn checkpoint_orphaned(&mut self, _: &Path, _: u64) {}
 }
@@ -200,6 +217,19 @@ pub struct FileTailer {
     /// Watched files, oldest first: the read order.
     files: Vec<Watched>,
     chunk: Vec<u8>,
+    /// Checkpoints whose files could not be opened yet (out of descriptors): kept, retried
+    /// every poll, and written back into every checkpoint until then.
+    pending: Vec<FileCheckpoint>,
+    /// Paths named by the startup checkpoints (a new file there is read from the start).
+    checkpoint_paths: HashSet<PathBuf>,
+    /// Checkpointed identities whose content did not match (read from the start).
+    mismatched: HashSet<FileId>,
+    /// When the globs were last scanned.
+    last_scan: Option<Instant>,
+    /// Files whose handles were closed to make room (see [`FileTailer::park_idle`]).
+    parked: HashSet<FileId>,
+    /// A matched file could not be opened for want of descriptors at the last scan.
+    starved: bool,
 }
 
 impl FileTailer {
@@ -215,6 +245,12 @@ impl FileTailer {
             initial: Some(checkpoints),
             files: Vec::new(),
             chunk,
+            pending: Vec::new(),
+            checkpoint_paths: HashSet::new(),
+            mismatched: HashSet::new(),
+            last_scan: None,
+            parked: HashSet::new(),
+            starved: false,
         }
     }
 
@@ -225,10 +261,16 @@ impl FileTailer {
         on_line: &mut dyn FnMut(Line<'_>),
         events: &mut dyn TailerEvents,
     ) -> PollStats {
-        let matched = self.scan_globs();
-        match self.initial.take() {
-            Some(checkpoints) => self.first_scan(matched, checkpoints, events),
-            None => self.rescan(matched, events),
+        let due = self
+            .last_scan
+            .is_none_or(|t| t.elapsed() >= self.config.rescan_every);
+        if due {
+            self.last_scan = Some(Instant::now());
+            let (matched, complete) = self.scan_globs(events);
+            match self.initial.take() {
+                Some(checkpoints) => self.first_scan(matched, checkpoints, events),
+                None => self.rescan(matched, complete, events),
+            }
         }
         let mut stats = PollStats::default();
         for f in &mut self.files {
@@ -251,7 +293,12 @@ impl FileTailer {
     pub fn checkpoints(&self) -> Vec<FileCheckpoint> {
         match &self.initial {
             Some(initial) => initial.clone(),
-            None => self.files.iter().map(Watched::checkpoint).collect(),
+            None => self
+                .files
+                .iter()
+                .map(Watched::checkpoint)
+                .chain(self.pending.iter().cloned())
+                .collect(),
         }
     }
 
@@ -265,11 +312,16 @@ impl FileTailer {
         self.files.iter().map(Watched::lag).sum()
     }
 
-    /// Included, not excluded files with their identity, deduplicated, sorted by path.
-    fn scan_globs(&self) -> Vec<(PathBuf, FileId)> {
+    /// Included, not excluded files with their identity, deduplicated, sorted by path; and
+    /// whether the scan was complete (every directory could be listed).
+    fn scan_globs(&self, events: &mut dyn TailerEvents) -> (Vec<(PathBuf, FileId)>, bool) {
         let mut paths = Vec::new();
+        let mut errors = Vec::new();
         for p in &self.include {
-            p.expand(&mut paths);
+            p.expand_checked(&mut paths, &mut errors);
+        }
+        for (dir, e) in &errors {
+            events.open_failed(dir, e);
         }
         paths.sort();
         paths.dedup();
@@ -287,14 +339,159 @@ impl FileTailer {
                 out.push((path, id));
             }
         }
-        out
+        (out, errors.is_empty())
     }
 
     /// Open `path` and check that it is still `id` (it may have been rotated since the stat).
-    fn open_as(path: &Path, id: FileId) -> Option<File> {
-        let file = File::open(path).ok()?;
+    /// `None` when it is gone or is another file now; an open that fails otherwise (EMFILE,
+    /// ENFILE, EACCES) is reported, and the file stays pending for the next poll.
+    fn open_as(path: &Path, id: FileId, events: &mut dyn TailerEvents) -> Option<File> {
+        let file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                events.open_failed(path, &e);
+                return None;
+            }
+        };
         let meta = file.metadata().ok()?;
         (FileId::of(&meta) == id).then_some(file)
+    }
+
+    /// Resume one checkpointed file. `Err(cp)` when it could not be opened for a reason that
+    /// may pass (out of descriptors): the checkpoint stays pending, tried again next poll.
+    fn resume(
+        &mut self,
+        cp: FileCheckpoint,
+        by_id: &HashMap<FileId, &PathBuf>,
+        mismatched: &mut HashSet<FileId>,
+        events: &mut dyn TailerEvents,
+    ) -> Result<(), FileCheckpoint> {
+        let id = FileId {
+            dev: cp.dev,
+            ino: cp.ino,
+        };
+        if self.files.iter().any(|f| f.id == id) {
+            return Ok(());
+        }
+        if self.files.len() >= self.config.max_open_files {
+            // No descriptor to spare: it stays pending, with its offset, until one is free.
+            return Err(cp);
+        }
+        let included = by_id.contains_key(&id);
+        let found = match by_id.get(&id) {
+            Some(p) => Some((*p).clone()),
+            None => match find_in_dir(&cp.path, id) {
+                Ok(found) => found,
+                Err(e) => {
+                    events.open_failed(&cp.path, &e);
+                    return Err(cp);
+                }
+            },
+        };
+        let Some(path) = found else {
+            events.checkpoint_orphaned(&cp.path, cp.offset);
+            return Ok(());
+        };
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                events.checkpoint_orphaned(&cp.path, cp.offset);
+                return Ok(());
+            }
+            Err(e) => {
+                events.open_failed(&path, &e);
+                return Err(cp);
+            }
+        };
+        if !file.metadata().is_ok_and(|m| FileId::of(&m) == id) {
+            events.checkpoint_orphaned(&cp.path, cp.offset);
+            return Ok(());
+        }
+        match fingerprint_matches(&file, cp.fingerprint, cp.fingerprint_len) {
+            Ok(true) => {}
+            Ok(false) => {
+                events.checkpoint_mismatch(&path);
+                mismatched.insert(id);
+                return Ok(());
+            }
+            Err(e) => {
+                events.read_error(&path, &e);
+                // Not provably the same file: leave it to the new-file path if included.
+                mismatched.insert(id);
+                return Ok(());
+            }
+        }
+        if path != cp.path {
+            events.file_rotated(&cp.path, Some(&path));
+        }
+        let state = if included {
+            State::Active
+        } else {
+            State::Detached
+        };
+        let mut w = Watched::new(path, file, id, cp.offset, state);
+        w.fingerprint = cp.fingerprint;
+        w.fingerprint_len = cp.fingerprint_len;
+        // A size below the offset is reported as a truncation by the first read.
+        if !self.parked.remove(&id) {
+            events.file_resumed(&w.path, cp.offset);
+        }
+        self.files.push(w);
+        Ok(())
+    }
+
+    /// Out of descriptors with files waiting: close the handles of idle files read to their
+    /// end (their checkpoints hold everything) and queue them behind the waiting ones, so every
+    /// file gets read in turn instead of the first thousand forever.
+    fn park_idle(&mut self) {
+        let waiting = !self.pending.is_empty() || std::mem::take(&mut self.starved);
+        if !waiting || self.files.len() < self.config.max_open_files {
+            return;
+        }
+        let idle = self.config.park_idle_after;
+        let mut parked = Vec::new();
+        self.files.retain(|f| {
+            if parked.len() < 1024 && f.parkable(idle) {
+                parked.push(f.checkpoint());
+                false
+            } else {
+                true
+            }
+        });
+        for cp in parked {
+            self.parked.insert(FileId {
+                dev: cp.dev,
+                ino: cp.ino,
+            });
+            self.pending.push(cp);
+        }
+    }
+
+    /// Checkpointed files that could not be opened yet, by identity.
+    fn pending_ids(&self) -> HashSet<FileId> {
+        self.pending
+            .iter()
+            .map(|cp| FileId {
+                dev: cp.dev,
+                ino: cp.ino,
+            })
+            .collect()
+    }
+
+    /// Retry the checkpoints whose files could not be opened (see [`FileTailer::resume`]).
+    fn retry_pending(&mut self, matched: &[(PathBuf, FileId)], events: &mut dyn TailerEvents) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let by_id: HashMap<FileId, &PathBuf> = matched.iter().map(|(p, id)| (*id, p)).collect();
+        let mut mismatched = HashSet::new();
+        for cp in std::mem::take(&mut self.pending) {
+            if let Err(cp) = self.resume(cp, &by_id, &mut mismatched, events) {
+                self.pending.push(cp);
+            }
+        }
+        self.mismatched.extend(mismatched);
     }
 
     fn first_scan(
@@ -304,68 +501,53 @@ impl FileTailer {
         events: &mut dyn TailerEvents,
     ) {
         let by_id: HashMap<FileId, &PathBuf> = matched.iter().map(|(p, id)| (*id, p)).collect();
-        let checkpoint_paths: HashSet<&Path> =
-            checkpoints.iter().map(|c| c.path.as_path()).collect();
+        self.checkpoint_paths = checkpoints.iter().map(|c| c.path.clone()).collect();
         let mut mismatched = HashSet::new();
-        for cp in &checkpoints {
-            let id = FileId {
-                dev: cp.dev,
-                ino: cp.ino,
-            };
-            if self.files.iter().any(|f| f.id == id) {
-                continue;
+        for cp in checkpoints {
+            if let Err(cp) = self.resume(cp, &by_id, &mut mismatched, events) {
+                self.pending.push(cp);
             }
-            let included = by_id.contains_key(&id);
-            let found = match by_id.get(&id) {
-                Some(p) => Some((*p).clone()),
-                None => find_in_dir(&cp.path, id),
-            };
-            let Some(path) = found else {
-                events.checkpoint_orphaned(&cp.path, cp.offset);
-                continue;
-            };
-            let Some(file) = Self::open_as(&path, id) else {
-                events.checkpoint_orphaned(&cp.path, cp.offset);
-                continue;
-            };
-            match fingerprint_matches(&file, cp.fingerprint, cp.fingerprint_len) {
-                Ok(true) => {}
-                Ok(false) => {
-                    events.checkpoint_mismatch(&path);
-                    mismatched.insert(id);
-                    continue;
-                }
-                Err(e) => {
-                    events.read_error(&path, &e);
-                    // Not provably the same file: leave it to the new-file path if included.
-                    mismatched.insert(id);
-                    continue;
-                }
-            }
-            if path != cp.path {
-                events.file_rotated(&cp.path, Some(&path));
-            }
-            let state = if included {
-                State::Active
-            } else {
-                State::Detached
-            };
-            let mut w = Watched::new(path, file, id, cp.offset, state);
-            w.fingerprint = cp.fingerprint;
-            w.fingerprint_len = cp.fingerprint_len;
-            // A size below the offset is reported as a truncation by the first read.
-            events.file_resumed(&w.path, cp.offset);
-            self.files.push(w);
         }
+        self.mismatched.extend(mismatched);
+        self.add_new(matched, true, events);
+    }
+
+    /// Start watching matched files not watched yet. Checkpointed files still pending are
+    /// left to [`FileTailer::retry_pending`], never read again from the start.
+    fn add_new(
+        &mut self,
+        matched: Vec<(PathBuf, FileId)>,
+        first: bool,
+        events: &mut dyn TailerEvents,
+    ) -> HashSet<FileId> {
+        let pending = self.pending_ids();
+        let mut seen = HashSet::new();
         for (path, id) in matched {
-            if self.files.iter().any(|f| f.id == id) {
+            seen.insert(id);
+            if pending.contains(&id) {
                 continue;
             }
-            let Some(file) = Self::open_as(&path, id) else {
+            if let Some(f) = self.files.iter_mut().find(|f| f.id == id) {
+                if !first {
+                    if f.path != path {
+                        events.file_rotated(&f.path, Some(&path));
+                        f.path = path;
+                    }
+                    f.state = State::Active;
+                }
+                continue;
+            }
+            if self.files.len() >= self.config.max_open_files {
+                self.starved = true;
+                events.open_failed(&path, &io::Error::from_raw_os_error(24));
+                continue;
+            }
+            let Some(file) = Self::open_as(&path, id, events) else {
                 continue;
             };
-            let from_start = mismatched.contains(&id)
-                || checkpoint_paths.contains(path.as_path())
+            let from_start = !first
+                || self.mismatched.contains(&id)
+                || self.checkpoint_paths.contains(&path)
                 || self.config.read_from == ReadFrom::Beginning;
             let mut skip_tail = false;
             let offset = if from_start {
@@ -392,38 +574,49 @@ impl FileTailer {
             events.file_added(&w.path, offset);
             self.files.push(w);
         }
+        seen
     }
 
-    fn rescan(&mut self, matched: Vec<(PathBuf, FileId)>, events: &mut dyn TailerEvents) {
-        let mut seen = HashSet::new();
-        for (path, id) in matched {
-            seen.insert(id);
-            if let Some(f) = self.files.iter_mut().find(|f| f.id == id) {
-                if f.path != path {
-                    events.file_rotated(&f.path, Some(&path));
-                    f.path = path;
-                }
-                f.state = State::Active;
-                continue;
-            }
-            let Some(file) = Self::open_as(&path, id) else {
-                continue;
-            };
-            events.file_added(&path, 0);
-            self.files
-                .push(Watched::new(path, file, id, 0, State::Active));
+    fn rescan(
+        &mut self,
+        matched: Vec<(PathBuf, FileId)>,
+        complete: bool,
+        events: &mut dyn TailerEvents,
+    ) {
+        // Files never opened go first, then the pending checkpoints (parked files queue last).
+        self.park_idle();
+        let by_path: Vec<(PathBuf, FileId)> = matched.clone();
+        let seen = self.add_new(matched, false, events);
+        self.retry_pending(&by_path, events);
+        if !complete {
+            // A directory could not be listed: a file missing from the scan may still be
+            // there. Nothing is taken for rotated until a complete scan says so.
+            return;
         }
         for f in &mut self.files {
             if f.state == State::Detached || seen.contains(&f.id) {
                 continue;
             }
+            let deleted = f.file.metadata().is_ok_and(|m| m.nlink() == 0);
+            let found = if deleted {
+                Ok(None)
+            } else {
+                find_in_dir(&f.path, f.id)
+            };
+            let found = match found {
+                Ok(found) => found,
+                Err(e) => {
+                    // Cannot tell (out of descriptors?): keep it as it is, ask again later.
+                    events.open_failed(&f.path, &e);
+                    continue;
+                }
+            };
             f.state = State::Detached;
             f.last_change = Instant::now();
-            let deleted = f.file.metadata().is_ok_and(|m| m.nlink() == 0);
             if deleted {
                 continue;
             }
-            match find_in_dir(&f.path, f.id) {
+            match found {
                 Some(new_path) if new_path != f.path => {
                     events.file_rotated(&f.path, Some(&new_path));
                     f.path = new_path;
@@ -450,19 +643,24 @@ impl FileTailer {
 
 /// Look in the directory of `old_path` for the file `id` (a rotation to a name that the globs
 /// do not match).
-fn find_in_dir(old_path: &Path, id: FileId) -> Option<PathBuf> {
+fn find_in_dir(old_path: &Path, id: FileId) -> io::Result<Option<PathBuf>> {
     let dir = match old_path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    for entry in fs::read_dir(dir).ok()?.flatten() {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    for entry in entries.flatten() {
         if entry.ino() != id.ino {
             continue;
         }
         let path = entry.path();
         if fs::symlink_metadata(&path).is_ok_and(|m| FileId::of(&m) == id) {
-            return Some(path);
+            return Ok(Some(path));
         }
     }
-    None
+    Ok(None)
 }

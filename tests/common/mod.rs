@@ -69,8 +69,14 @@ pub fn decode(name: &str, bytes: &[u8], format: Format) -> Decoded {
 
 /// Run events through a fresh correlator (no idle timeout) and return the closed turns.
 pub fn correlate(events: &[Event<'static>]) -> Vec<TurnReport> {
+    correlate_with(events, false)
+}
+
+/// [`correlate`], with content capture on or off (error texts are in reports only with it).
+pub fn correlate_with(events: &[Event<'static>], capture_content: bool) -> Vec<TurnReport> {
     let cfg = CorrelatorConfig {
         idle_timeout_ms: None,
+        capture_content,
         ..CorrelatorConfig::default()
     };
     let mut c = Correlator::new(cfg, Arc::new(PriceTable::builtin()));

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cost::PriceTable;
 use crate::event::{Event, EventKind};
-use crate::fasthash::{FastMap, FastSet};
+use crate::fasthash::FastMap;
 use crate::finding::Finding;
 use crate::report::{CloseReason, TurnReport};
 
@@ -104,6 +104,10 @@ pub struct CorrelatorStats {
     pub turns_opened: u64,
     /// Turns closed.
     pub turns_closed: u64,
+    /// Events for a closed turn's id that came from a later input: a new turn with the same
+    /// id (counted, and reported, since ids are meant to be unique).
+    #[serde(default)]
+    pub reused_turn_ids: u64,
 }
 
 impl CorrelatorStats {
@@ -115,6 +119,7 @@ impl CorrelatorStats {
         self.evicted_turns += other.evicted_turns;
         self.turns_opened += other.turns_opened;
         self.turns_closed += other.turns_closed;
+        self.reused_turn_ids += other.reused_turn_ids;
     }
 }
 
@@ -142,10 +147,13 @@ pub struct Correlator {
     turns: FastMap<String, Box<TurnState>>,
     interner: Interner,
     closed_order: VecDeque<String>,
-    closed: FastSet<String>,
+    /// Closed turn ids, with the input they closed in.
+    closed: FastMap<String, u32>,
     stats: CorrelatorStats,
     seq: u64,
     seq_hint: Option<u64>,
+    /// The current input (see [`Correlator::next_input`]).
+    input: u32,
 }
 
 impl Correlator {
@@ -157,10 +165,11 @@ impl Correlator {
             turns: FastMap::default(),
             interner: Interner::default(),
             closed_order: VecDeque::new(),
-            closed: FastSet::default(),
+            closed: FastMap::default(),
             stats: CorrelatorStats::default(),
             seq: 0,
             seq_hint: None,
+            input: 0,
         }
     }
 
@@ -185,6 +194,14 @@ impl Correlator {
         self.seq_hint = Some(seq);
     }
 
+    /// The next events come from another input (the next file of `check`). A turn id that
+    /// closed in an earlier input and shows up again is then a new turn, counted in
+    /// [`CorrelatorStats::reused_turn_ids`], not a late event of the closed one. Turns still
+    /// open carry on across inputs (a turn split over rotated files is one turn).
+    pub fn next_input(&mut self) {
+        self.input = self.input.saturating_add(1);
+    }
+
     /// Apply one event that arrived at `now_ms` (used as its time when it has none).
     pub fn observe(&mut self, ev: &Event<'_>, now_ms: i64, out: &mut Vec<Output>) {
         self.stats.events += 1;
@@ -200,9 +217,13 @@ impl Correlator {
             };
             state.apply(ev, ts, now_ms, &mut env, out);
         } else {
-            if self.closed.contains(turn_id) {
-                self.stats.after_close_events += 1;
-                return;
+            if let Some(&closed_in) = self.closed.get(turn_id) {
+                if closed_in == self.input {
+                    self.stats.after_close_events += 1;
+                    return;
+                }
+                self.stats.reused_turn_ids += 1;
+                self.closed.remove(turn_id);
             }
             if self.turns.len() >= self.cfg.max_open_turns.max(1) {
                 self.evict_oldest(out);
@@ -284,7 +305,7 @@ impl Correlator {
             {
                 self.closed.remove(&old);
             }
-            self.closed.insert(id.clone());
+            self.closed.insert(id.clone(), self.input);
             self.closed_order.push_back(id);
         }
     }
@@ -312,7 +333,7 @@ impl Correlator {
             c.turns.insert(t.id().to_owned(), Box::new(t));
         }
         for id in snapshot.closed {
-            c.closed.insert(id.clone());
+            c.closed.insert(id.clone(), 0);
             c.closed_order.push_back(id);
         }
         c.stats = snapshot.stats;

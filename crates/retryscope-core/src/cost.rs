@@ -39,6 +39,8 @@ impl Price {
             + usage.cached_input_tokens as f64 * self.cache_read
             + usage.cache_write_tokens as f64 * self.cache_write
             + usage.output_tokens as f64 * self.output
+            // -0.0 + 0.0 is 0.0: no negative zero reaches a report.
+            + 0.0
     }
 }
 
@@ -121,6 +123,15 @@ impl PriceTable {
             else {
                 continue;
             };
+            let sane = |p: f64| p.is_finite() && p >= 0.0;
+            let extra = [
+                entry.cache_read_input_token_cost,
+                entry.cache_creation_input_token_cost,
+            ];
+            if !sane(input) || !sane(output) || extra.into_iter().flatten().any(|p| !sane(p)) {
+                // A negative or infinite price would make costs go backwards or overflow.
+                continue;
+            }
             prices.insert(
                 model.to_ascii_lowercase(),
                 Price {
@@ -193,7 +204,8 @@ fn strip_suffix_once(name: &str) -> Option<&str> {
         return Some(head);
     }
     // -YYYY-MM-DD
-    if name.len() > 11 {
+    // The date is ASCII: a split inside a multi-byte character cannot be one (and would panic).
+    if name.len() > 11 && name.is_char_boundary(name.len() - 11) {
         let (head, tail) = name.split_at(name.len() - 11);
         let t = tail.as_bytes();
         if t[0] == b'-'
@@ -291,5 +303,19 @@ mod tests {
             PriceTable::parse("{}", "x"),
             Err(PriceError::Empty { .. })
         ));
+    }
+
+    /// Found by the fault suite's hostile bytes: a model name whose 11th byte from the end
+    /// falls inside a multi-byte character panicked the date-suffix check.
+    #[test]
+    fn model_names_with_multibyte_characters_do_not_panic() {
+        let t = PriceTable::builtin();
+        for name in [
+            "é\u{1b}\u{202e}\u{feff}",
+            "modelé-2025-01-0é",
+            "ééééééééééé",
+        ] {
+            assert!(t.lookup(name).is_none());
+        }
     }
 }

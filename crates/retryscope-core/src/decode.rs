@@ -92,6 +92,57 @@ impl DecodeError {
     }
 }
 
+/// A serde_json error as a [`DecodeError`] whose message never echoes the line: string and
+/// other values quoted from the input (`invalid type: string "…"`, ``unknown variant `…` ``,
+/// ``unknown field `…` ``) become their length, so a bad-line warning carries the field's
+/// position and what was expected, not the content.
+pub fn json_error(e: &serde_json::Error) -> DecodeError {
+    let reason = match e.classify() {
+        serde_json::error::Category::Data => BadLineReason::InvalidValue,
+        _ => BadLineReason::InvalidJson,
+    };
+    let full = e.to_string();
+    let msg = match full.find(" at line ") {
+        Some(i) => &full[..i],
+        None => &full,
+    };
+    // What follows ", expected" is serde's description of our own type: kept as it is.
+    let (head, tail) = match msg.find(", expected") {
+        Some(i) => msg.split_at(i),
+        None => (msg, ""),
+    };
+    let head = if head.starts_with("missing field") {
+        head.to_owned()
+    } else {
+        redact_quoted(head)
+    };
+    DecodeError::new(reason, format!("{head}{tail} at column {}", e.column()))
+}
+
+/// Replace the text between `"` or `` ` `` pairs with its length in characters.
+fn redact_quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(open) = rest.find(['"', '`']) {
+        let q = rest.as_bytes()[open] as char;
+        out.push_str(&rest[..=open]);
+        let after = &rest[open + 1..];
+        match after.rfind(q) {
+            Some(close) => {
+                out.push_str(&format!("<{} chars>", after[..close].chars().count()));
+                out.push(q);
+                rest = &after[close + 1..];
+            }
+            None => {
+                out.push_str("<…>");
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Counters a decoder keeps about forward-compatible input it skipped.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SkipCounts {

@@ -165,6 +165,11 @@ impl Ingest {
         &mut self.pipeline
     }
 
+    /// The next lines come from another input of `check` (see [`Correlator::next_input`]).
+    pub fn next_input(&mut self) {
+        self.pipeline.next_input();
+    }
+
     /// The correlator.
     pub fn correlator(&self) -> &Correlator {
         self.pipeline.correlator()

@@ -117,6 +117,11 @@ impl Pipeline {
         self.correlator.set_sequence_hint(seq);
     }
 
+    /// The next lines come from another input (see [`Correlator::next_input`]).
+    pub fn next_input(&mut self) {
+        self.correlator.next_input();
+    }
+
     /// Decode one native-format line and correlate it.
     pub fn native_line(
         &mut self,
@@ -128,6 +133,10 @@ impl Pipeline {
         let decoded = native::decode_line(bytes, &mut self.counters.skips);
         match decoded {
             Ok(NativeLine::Event(ev)) => {
+                if let Err(e) = crate::bounds::check(&ev) {
+                    self.counters.bad(e.reason);
+                    return Err(e);
+                }
                 self.observe(&ev, arrival_ms, out);
                 Ok(LineOutcome::Event)
             }
@@ -137,8 +146,8 @@ impl Pipeline {
                 let result = self.envelope.push(&chunk, &mut events);
                 let outcome = self.observe_all(&mut events, arrival_ms, out);
                 self.scratch = events;
-                match result {
-                    Ok(()) => Ok(outcome),
+                match result.and(outcome) {
+                    Ok(o) => Ok(o),
                     Err(e) => {
                         self.counters.bad(e.reason);
                         Err(e)
@@ -165,8 +174,8 @@ impl Pipeline {
         let result = decoder.push_line(bytes, &mut events);
         let outcome = self.observe_all(&mut events, arrival_ms, out);
         self.scratch = events;
-        match result {
-            Ok(()) => Ok(outcome),
+        match result.and(outcome) {
+            Ok(o) => Ok(o),
             Err(e) => {
                 self.counters.bad(e.reason);
                 Err(e)
@@ -183,14 +192,19 @@ impl Pipeline {
     ) {
         let mut events = std::mem::take(&mut self.scratch);
         decoder.finish(&mut events);
-        self.observe_all(&mut events, arrival_ms, out);
+        if let Err(e) = self.observe_all(&mut events, arrival_ms, out) {
+            self.counters.bad(e.reason);
+        }
         self.scratch = events;
         self.counters.skips.add(decoder.skips());
     }
 
     /// Correlate events decoded elsewhere (e.g. joined from several inputs).
+    /// Events with numbers out of range are skipped and counted as bad values.
     pub fn observe_events(&mut self, events: &mut Vec<Event<'static>>, out: &mut Vec<Output>) {
-        self.observe_all(events, None, out);
+        if let Err(e) = self.observe_all(events, None, out) {
+            self.counters.bad(e.reason);
+        }
     }
 
     fn observe_all(
@@ -198,16 +212,26 @@ impl Pipeline {
         events: &mut Vec<Event<'static>>,
         arrival_ms: Option<i64>,
         out: &mut Vec<Output>,
-    ) -> LineOutcome {
+    ) -> Result<LineOutcome, DecodeError> {
         let outcome = if events.is_empty() {
             LineOutcome::Skipped
         } else {
             LineOutcome::Event
         };
+        // Events with numbers out of range are skipped; the line counts as one bad line.
+        let mut bad = None;
         for ev in events.drain(..) {
-            self.observe(&ev, arrival_ms, out);
+            match crate::bounds::check(&ev) {
+                Ok(()) => self.observe(&ev, arrival_ms, out),
+                Err(e) => {
+                    bad.get_or_insert(e);
+                }
+            }
         }
-        outcome
+        match bad {
+            None => Ok(outcome),
+            Some(e) => Err(e),
+        }
     }
 
     /// Correlate one event: it moves the logical clock, which stands in for a missing arrival.
@@ -235,7 +259,9 @@ impl Pipeline {
     pub fn close_all(&mut self, out: &mut Vec<Output>) {
         let mut events = std::mem::take(&mut self.scratch);
         self.envelope.finish(&mut events);
-        self.observe_all(&mut events, None, out);
+        if let Err(e) = self.observe_all(&mut events, None, out) {
+            self.counters.bad(e.reason);
+        }
         self.scratch = events;
         let skips = std::mem::take(&mut self.envelope).skips();
         self.counters.skips.add(skips);

@@ -214,9 +214,13 @@ pub struct AttemptReport {
     pub outcome: Outcome,
     /// Provider finish reason.
     pub finish_reason: Option<String>,
-    /// Transport error, when it failed.
+    /// Transport error (code and message from the log), when it failed; only when content
+    /// capture is opted into (it can carry prompts, paths or keys echoed by a server).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Characters of the transport error, whether or not its text is captured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_chars: Option<u64>,
     /// Why the client retried into this attempt.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_reason: Option<String>,

@@ -94,7 +94,7 @@ families! {
     FileTruncations => "retryscope_file_truncations_total", Counter, [],
         "Tailed files that were truncated.";
     FileErrors => "retryscope_file_errors_total", Counter, ["kind"],
-        "Problems with tailed files: read (a read or open failed; retried), checkpoint_mismatch (a checkpointed inode holds another file), checkpoint_orphaned (a checkpointed file is gone: its unread lines are lost).";
+        "Problems with tailed files: emfile, enfile, eacces (an open or directory listing failed for want of descriptors or permission; not a rotation: retried every poll), read (another read or open failure; retried), checkpoint_mismatch (a checkpointed inode holds another file), checkpoint_orphaned (a checkpointed file is gone: its unread lines are lost).";
     AfterCloseEvents => "retryscope_after_close_events_total", Counter, [],
         "Events for turns already closed (dropped).";
     SourceLag => "retryscope_source_lag_bytes", Gauge, ["source"],

@@ -99,9 +99,13 @@ impl LabelGuard {
     }
 }
 
-/// Trim and truncate a raw value to at most [`MAX_LABEL_CHARS`] characters.
+/// Trim, escape control characters (see [`crate::sanitize::label`]) and truncate a raw value
+/// to at most [`MAX_LABEL_CHARS`] characters.
 pub fn sanitize(raw: &str) -> String {
-    raw.trim().chars().take(MAX_LABEL_CHARS).collect()
+    crate::sanitize::label(raw.trim())
+        .chars()
+        .take(MAX_LABEL_CHARS)
+        .collect()
 }
 
 #[cfg(test)]
@@ -119,6 +123,14 @@ mod tests {
         assert_eq!(g.admit(Some("c")), Admitted::Overflow);
         assert_eq!(g.admit(Some("a")).as_str(), "a");
         assert_eq!(g.admitted().collect::<Vec<_>>(), vec!["a", "b"]);
+    }
+
+    #[test]
+    fn label_values_carry_no_raw_control_characters() {
+        let mut g = LabelGuard::new("model", 8, UNKNOWN);
+        let v = g.admit(Some("gpt\x1b]0;x\x07\r4"));
+        assert_eq!(v.as_str(), "gpt\\x1b]0;x\\x07\\r4");
+        assert!(!v.as_str().chars().any(char::is_control));
     }
 
     #[test]

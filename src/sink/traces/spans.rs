@@ -437,7 +437,9 @@ fn attempt_attributes(
         attr::ATTEMPT_RETRY_REASON,
         a.retry_reason.as_deref(),
     );
-    push_opt(&mut kv, attr::ATTEMPT_ERROR, a.error.as_deref());
+    if opts.capture_content {
+        push_opt(&mut kv, attr::ATTEMPT_ERROR, a.error.as_deref());
+    }
     if a.outcome.is_wasted() {
         kv.push(KeyValue::new(attr::ERROR_TYPE, a.outcome.as_str()));
     }

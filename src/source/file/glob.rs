@@ -74,7 +74,19 @@ impl Pattern {
 
     /// Every regular file (symlinks followed) that matches, in no particular order; may hold
     /// duplicates when `**` overlaps.
+    #[cfg(test)]
     pub(crate) fn expand(&self, out: &mut Vec<PathBuf>) {
+        self.expand_checked(out, &mut Vec::new());
+    }
+
+    /// [`Pattern::expand`], collecting the directories that could not be listed (out of file
+    /// descriptors, permission denied): the result is then incomplete, and a file missing from
+    /// it is not a file that went away.
+    pub(crate) fn expand_checked(
+        &self,
+        out: &mut Vec<PathBuf>,
+        errors: &mut Vec<(PathBuf, std::io::Error)>,
+    ) {
         let mut root = if self.absolute {
             PathBuf::from("/")
         } else {
@@ -88,7 +100,7 @@ impl Pattern {
             root.push(OsStr::from_bytes(name));
             i += 1;
         }
-        walk(&root, &self.segs[i..], out, 0);
+        walk(&root, &self.segs[i..], out, errors, 0);
     }
 }
 
@@ -100,50 +112,65 @@ fn dir_or_dot(dir: &Path) -> &Path {
     }
 }
 
-fn walk(dir: &Path, segs: &[Seg], out: &mut Vec<PathBuf>, depth: usize) {
+/// List a directory; a missing one is empty, any other failure is recorded.
+fn list(dir: &Path, errors: &mut Vec<(PathBuf, std::io::Error)>) -> Option<fs::ReadDir> {
+    match fs::read_dir(dir_or_dot(dir)) {
+        Ok(entries) => Some(entries),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => None,
+        Err(e) => {
+            errors.push((dir.to_path_buf(), e));
+            None
+        }
+    }
+}
+
+type Errors = Vec<(PathBuf, std::io::Error)>;
+
+fn walk(dir: &Path, segs: &[Seg], out: &mut Vec<PathBuf>, errors: &mut Errors, depth: usize) {
     let Some((first, rest)) = segs.split_first() else {
         return;
     };
     match first {
         Seg::Literal(name) => {
             let p = dir.join(OsStr::from_bytes(name));
-            visit(p, rest, out, depth);
+            visit(p, rest, out, errors, depth);
         }
         Seg::Wild(pat) => {
-            let Ok(entries) = fs::read_dir(dir_or_dot(dir)) else {
+            let Some(entries) = list(dir, errors) else {
                 return;
             };
             for entry in entries.flatten() {
                 let name = entry.file_name();
                 if wild_match(pat, name.as_bytes()) {
-                    visit(dir.join(&name), rest, out, depth);
+                    visit(dir.join(&name), rest, out, errors, depth);
                 }
             }
         }
         Seg::AnyDirs => {
-            walk(dir, rest, out, depth);
+            walk(dir, rest, out, errors, depth);
             if depth >= MAX_DEPTH {
                 return;
             }
-            let Ok(entries) = fs::read_dir(dir_or_dot(dir)) else {
+            let Some(entries) = list(dir, errors) else {
                 return;
             };
             for entry in entries.flatten() {
                 if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    walk(&dir.join(entry.file_name()), segs, out, depth + 1);
+                    walk(&dir.join(entry.file_name()), segs, out, errors, depth + 1);
                 }
             }
         }
     }
 }
 
-fn visit(p: PathBuf, rest: &[Seg], out: &mut Vec<PathBuf>, depth: usize) {
+fn visit(p: PathBuf, rest: &[Seg], out: &mut Vec<PathBuf>, errors: &mut Errors, depth: usize) {
     if rest.is_empty() {
         if fs::metadata(&p).is_ok_and(|m| m.is_file()) {
             out.push(p);
         }
     } else if fs::metadata(&p).is_ok_and(|m| m.is_dir()) {
-        walk(&p, rest, out, depth);
+        walk(&p, rest, out, errors, depth);
     }
 }
 

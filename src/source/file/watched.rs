@@ -77,6 +77,9 @@ pub(crate) struct Watched {
     pub state: State,
     /// Last time the file grew (or was detached): the clock for releasing detached files.
     pub last_change: Instant,
+    /// Size and modification time at the last poll that found nothing left to read: while
+    /// both stay the same, nothing was written, and the poll reads nothing (no prefix check).
+    idle_at: Option<(u64, std::time::SystemTime)>,
 }
 
 impl Watched {
@@ -95,7 +98,19 @@ impl Watched {
             skipping: None,
             state,
             last_change: Instant::now(),
+            idle_at: None,
         }
+    }
+
+    /// Whether the handle can be closed without losing anything: matched, read to its end with
+    /// no partial line held, and unchanged for `idle`. Its checkpoint is then all there is.
+    pub(crate) fn parkable(&self, idle: std::time::Duration) -> bool {
+        self.state == State::Active
+            && self.at_eof()
+            && self.pending.is_empty()
+            && self.skipping.is_none()
+            && self.offset == self.read_pos
+            && self.last_change.elapsed() >= idle
     }
 
     /// Treat the bytes from `offset` on as the tail of an over-long line (used when reading
@@ -154,13 +169,19 @@ impl Watched {
         events: &mut dyn TailerEvents,
         stats: &mut PollStats,
     ) -> bool {
-        let size = match self.file.metadata() {
-            Ok(m) => m.len(),
+        let (size, mtime) = match self.file.metadata() {
+            Ok(m) => (m.len(), m.modified().ok()),
             Err(e) => {
                 events.read_error(&self.path, &e);
                 return false;
             }
         };
+        let stamp = mtime.map(|t| (size, t));
+        if stamp.is_some() && stamp == self.idle_at && self.read_pos >= size {
+            // Unchanged since a poll that read it all: one fstat, no reads.
+            return false;
+        }
+        self.idle_at = None;
         let prefix_ok = if size < self.read_pos {
             false
         } else {
@@ -204,6 +225,9 @@ impl Watched {
             stats.bytes += n as u64;
             self.consume(&chunk[..n], max_line_bytes, on_line, events, stats);
             self.read_pos += n as u64;
+        }
+        if self.read_pos >= size {
+            self.idle_at = stamp;
         }
         false
     }

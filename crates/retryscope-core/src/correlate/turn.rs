@@ -640,7 +640,8 @@ impl TurnState {
                     attempt: a.number,
                     outcome: a.outcome,
                     finish_reason: a.finish_reason.as_ref().map(|r| r.to_string()),
-                    error: a.error.clone(),
+                    error: a.error.clone().filter(|_| capture_content),
+                    error_chars: a.error.as_ref().map(|e| e.chars().count() as u64),
                     retry_reason: a.retry_reason.as_ref().map(|r| r.to_string()),
                     model: a
                         .model

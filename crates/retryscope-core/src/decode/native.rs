@@ -73,22 +73,7 @@ pub fn decode_str<'a>(
 }
 
 fn json_error(e: serde_json::Error) -> DecodeError {
-    let reason = match e.classify() {
-        serde_json::error::Category::Data => BadLineReason::InvalidValue,
-        _ => BadLineReason::InvalidJson,
-    };
-    DecodeError::new(
-        reason,
-        format!("{} at column {}", strip_position(&e), e.column()),
-    )
-}
-
-fn strip_position(e: &serde_json::Error) -> String {
-    let s = e.to_string();
-    match s.find(" at line ") {
-        Some(i) => s[..i].to_string(),
-        None => s,
-    }
+    super::json_error(&e)
 }
 
 /// A string that borrows from the input when it has no escapes.

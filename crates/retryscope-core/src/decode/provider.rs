@@ -360,18 +360,7 @@ pub fn utf8(line: &[u8]) -> Result<&str, DecodeError> {
 
 /// Parse a payload, mapping serde errors to bounded reasons (never echoing the input).
 pub fn parse<'a, T: Deserialize<'a>>(data: &'a str) -> Result<T, DecodeError> {
-    serde_json::from_str(data).map_err(|e| {
-        let reason = match e.classify() {
-            serde_json::error::Category::Data => BadLineReason::InvalidValue,
-            _ => BadLineReason::InvalidJson,
-        };
-        let msg = e.to_string();
-        let msg = match msg.find(" at line ") {
-            Some(i) => msg[..i].to_owned(),
-            None => msg,
-        };
-        DecodeError::new(reason, format!("{msg} at column {}", e.column()))
-    })
+    serde_json::from_str(data).map_err(|e| super::json_error(&e))
 }
 
 /// An owned `Cow`.
