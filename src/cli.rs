@@ -2,7 +2,9 @@
 //! `--fail-on`, 2 unusable arguments or unreadable input.
 
 mod check_cmd;
+mod collect_cmd;
 mod run_cmd;
+mod ship_cmd;
 
 use std::process::ExitCode;
 
@@ -30,6 +32,8 @@ enum Command {
     Check(check_cmd::CheckArgs),
     /// Tail agent logs (or stdin, or a demo fleet) and serve Prometheus metrics live.
     Run(run_cmd::RunArgs),
+    /// Tail agent logs and publish their lines to NATS JetStream, partitioned by turn id.
+    Ship(ship_cmd::ShipArgs),
     /// Check a `run` configuration file without running.
     Validate(run_cmd::ValidateArgs),
 }
@@ -61,6 +65,10 @@ pub fn main() -> ExitCode {
         }
         Command::Run(args) => run_cmd::run(args),
         Command::Validate(args) => run_cmd::validate(args),
+        Command::Ship(args) => {
+            init_logging("info");
+            ship_cmd::run(args)
+        }
     };
     match result {
         Ok(code) => code,

@@ -28,7 +28,7 @@ use crate::sink::metrics::Metrics;
 use crate::source::file::{FileTailer, FileTailerConfig};
 
 pub use checkpoint::{CHECKPOINT_FILE, Checkpoint};
-pub use feeds::{Feed, FeedItem};
+pub use feeds::{Feed, FeedItem, start as start_feeds};
 
 /// Where lines come from.
 #[derive(Debug, Clone, Default)]

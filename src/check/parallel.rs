@@ -18,11 +18,11 @@ use super::{BadLine, CheckObserver, InputSpec, Summary};
 use crate::correlate::{Correlator, CorrelatorConfig, CorrelatorStats, Output};
 use crate::cost::PriceTable;
 use crate::decode::{Format, native};
-use crate::fasthash;
 use crate::ingest::{Ingest, Note, Source};
 use crate::input::{Line, LineReader};
 use crate::pipeline::InputCounters;
 use crate::report::TurnReport;
+use crate::turn_route;
 
 /// Workers; fixed (not the core count) so that results never depend on the machine.
 const SHARDS: usize = 2;
@@ -291,22 +291,12 @@ fn worker(
 /// The worker that owns a line (by a fixed hash of its top-level `turn`; worker 0 when the
 /// line has none, so that it reports the error) and the line's `ts`, if it has a valid one.
 fn route(line: &[u8]) -> (usize, Option<i64>) {
-    let (turn, ts) = top_level_turn_and_ts(line);
+    let (turn, ts) = turn_route::top_level_turn_and_ts(line);
     let ts = ts.and_then(native::ts_token);
-    let Some(raw) = turn else {
-        return (0, ts);
-    };
-    let hash = if raw.first() == Some(&b'"') && raw.contains(&b'\\') {
-        match serde_json::from_slice::<String>(raw) {
-            Ok(s) => fasthash::fnv1a(s.as_bytes()),
-            Err(_) => return (0, ts),
-        }
-    } else if raw.first() == Some(&b'"') && raw.len() >= 2 {
-        fasthash::fnv1a(&raw[1..raw.len() - 1])
-    } else {
-        fasthash::fnv1a(raw)
-    };
-    ((hash % SHARDS as u64) as usize, ts)
+    match turn.and_then(turn_route::hash_turn_token) {
+        Some(hash) => ((hash % SHARDS as u64) as usize, ts),
+        None => (0, ts),
+    }
 }
 
 /// A bad line from the ingest path's note, tagged with the global line it was read at.
@@ -327,106 +317,6 @@ fn push_bad(items: &mut Vec<(u8, u64, Item)>, global: u64, input: usize, note: N
                 reason,
             },
         ));
-    }
-}
-
-/// The raw JSON tokens of the top-level `turn` and `ts` values (a string with its quotes, or a
-/// number), scanning only as far as needed.
-fn top_level_turn_and_ts(line: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
-    let mut turn = None;
-    let mut ts = None;
-    let mut i = skip_ws(line, 0);
-    if line.get(i) != Some(&b'{') {
-        return (None, None);
-    }
-    i += 1;
-    loop {
-        i = skip_ws(line, i);
-        if line.get(i) != Some(&b'"') {
-            break;
-        }
-        let Some(key_end) = string_end(line, i) else {
-            break;
-        };
-        let key = &line[i + 1..key_end - 1];
-        i = skip_ws(line, key_end);
-        if line.get(i) != Some(&b':') {
-            break;
-        }
-        i = skip_ws(line, i + 1);
-        let Some(value_end) = value_end(line, i) else {
-            break;
-        };
-        match key {
-            b"turn" => turn = Some(&line[i..value_end]),
-            b"ts" => ts = Some(&line[i..value_end]),
-            _ => {}
-        }
-        if turn.is_some() && ts.is_some() {
-            break;
-        }
-        i = skip_ws(line, value_end);
-        match line.get(i) {
-            Some(b',') => i += 1,
-            _ => break,
-        }
-    }
-    (turn, ts)
-}
-
-fn skip_ws(line: &[u8], mut i: usize) -> usize {
-    while matches!(line.get(i), Some(b' ' | b'\t' | b'\r' | b'\n')) {
-        i += 1;
-    }
-    i
-}
-
-/// Index just past the closing quote of the string starting at `i`.
-fn string_end(line: &[u8], i: usize) -> Option<usize> {
-    let mut j = i + 1;
-    while j < line.len() {
-        match line[j] {
-            b'\\' => j += 2,
-            b'"' => return Some(j + 1),
-            _ => j += 1,
-        }
-    }
-    None
-}
-
-/// Index just past the value starting at `i`.
-fn value_end(line: &[u8], i: usize) -> Option<usize> {
-    match line.get(i)? {
-        b'"' => string_end(line, i),
-        b'{' | b'[' => {
-            let mut depth = 0usize;
-            let mut j = i;
-            while j < line.len() {
-                match line[j] {
-                    b'"' => {
-                        j = string_end(line, j)?;
-                        continue;
-                    }
-                    b'{' | b'[' => depth += 1,
-                    b'}' | b']' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            return Some(j + 1);
-                        }
-                    }
-                    _ => {}
-                }
-                j += 1;
-            }
-            None
-        }
-        _ => {
-            let mut j = i;
-            while j < line.len() && !matches!(line[j], b',' | b'}' | b' ' | b'\t' | b'\r' | b'\n') {
-                j += 1;
-            }
-            Some(j)
-        }
     }
 }
 
@@ -459,7 +349,7 @@ mod tests {
         ];
         for (line, want) in cases {
             assert_eq!(
-                top_level_turn_and_ts(line).0,
+                turn_route::top_level_turn_and_ts(line).0,
                 want,
                 "{}",
                 String::from_utf8_lossy(line)

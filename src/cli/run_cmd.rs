@@ -86,6 +86,19 @@ pub struct RunArgs {
     /// With stdin as the only source, exit when it ends instead of serving metrics on.
     #[arg(long)]
     exit_on_eof: bool,
+    /// Collect from NATS JetStream (lines sent by `retryscope ship`) instead of tailing:
+    /// share the partitions with the other collectors on the same server.
+    #[arg(long, value_name = "URL")]
+    pub(super) nats: Option<String>,
+    /// With --nats: this instance's name among the collectors [default: host name and pid].
+    #[arg(long, value_name = "NAME")]
+    pub(super) instance: Option<String>,
+    /// With --nats: partition lease in seconds (takeover time when an instance dies).
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    pub(super) lease_secs: u64,
+    /// With --nats: partition checkpoint interval in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub(super) checkpoint_ms: u64,
     /// When the checkpoint in --data-dir is unusable (corrupt, empty, truncated), move it and
     /// the findings file aside and start over; without this flag `run` refuses to start.
     #[arg(long)]
@@ -177,6 +190,14 @@ fn merge(args: &RunArgs) -> anyhow::Result<(RunConfig, Sources)> {
     Ok((cfg, sources))
 }
 
+/// The configuration of a NATS collector: the same flags, without file sources.
+fn merge_nats(args: &RunArgs) -> anyhow::Result<RunConfig> {
+    if !args.paths.is_empty() || args.demo {
+        anyhow::bail!("with --nats, lines come from `retryscope ship`: give no paths or --demo");
+    }
+    Ok(merge(args)?.0)
+}
+
 /// What `run` would reject at start, checked before it starts (and by `validate`): the price
 /// table loads, and the findings file's folder exists.
 fn preflight(cfg: &RunConfig) -> anyhow::Result<()> {
@@ -261,6 +282,10 @@ fn trace_config(cfg: &RunConfig) -> anyhow::Result<Option<TraceExportConfig>> {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    if args.nats.is_some() {
+        let cfg = merge_nats(&args)?;
+        return super::collect_cmd::run(cfg, &args);
+    }
     let (cfg, sources) = merge(&args)?;
     let traces = trace_config(&cfg)?;
     let exit_on_eof = args.exit_on_eof;
@@ -380,7 +405,7 @@ fn raise_fd_limit() {
     }
 }
 
-async fn wait_for_signal() {
+pub(super) async fn wait_for_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

@@ -21,6 +21,7 @@ mod family;
 mod guard;
 mod snapshot;
 mod state;
+mod sum;
 #[cfg(test)]
 mod tests;
 
@@ -39,6 +40,7 @@ pub use snapshot::{
     Float, HistogramSnapshot, MetricsSnapshot, OLDEST_SNAPSHOT_VERSION, SNAPSHOT_VERSION,
     ValueSnapshot,
 };
+pub use sum::sum_snapshots;
 
 use family::F;
 use state::{Baselines, Hist, Series, StateCollector, Table, delta, lock};

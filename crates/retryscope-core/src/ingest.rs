@@ -30,11 +30,13 @@ pub enum Source {
     Stdin,
     /// The built-in demo fleet.
     Demo,
+    /// Lines shipped over NATS JetStream by `retryscope ship`.
+    Nats,
 }
 
 impl Source {
     /// Every source, for pre-registering series.
-    pub const ALL: [Source; 3] = [Source::File, Source::Stdin, Source::Demo];
+    pub const ALL: [Source; 4] = [Source::File, Source::Stdin, Source::Demo, Source::Nats];
 
     /// The label value.
     pub fn as_str(self) -> &'static str {
@@ -42,6 +44,7 @@ impl Source {
             Source::File => "file",
             Source::Stdin => "stdin",
             Source::Demo => "demo",
+            Source::Nats => "nats",
         }
     }
 }

@@ -1,0 +1,86 @@
+//! `retryscope ship`: tail files and publish their lines to NATS JetStream, partitioned by
+//! turn id (see `retryscope::nats::ship`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+use retryscope::nats::ship::{ShipConfig, ship};
+use retryscope::source::file::ReadFrom;
+
+/// Flags of `ship`.
+#[derive(Debug, Args)]
+pub struct ShipArgs {
+    /// Files or glob patterns to tail, or `-` for stdin (shipped until it ends).
+    #[arg(value_name = "PATH_OR_GLOB", required = true)]
+    paths: Vec<String>,
+    /// NATS server URL (JetStream enabled).
+    #[arg(long, value_name = "URL")]
+    nats: String,
+    /// Directory for the offsets checkpoint (acknowledged lines are not sent again).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// This host's name in message ids and stream names [default: the host name].
+    #[arg(long, value_name = "NAME")]
+    source_id: Option<String>,
+    /// Partitions, when this shipper creates the stream (fixed afterwards).
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    partitions: u32,
+    /// The stream's duplicate window in seconds, when this shipper creates it.
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    duplicate_window_secs: u64,
+    /// Where files with no checkpoint start.
+    #[arg(long, value_name = "beginning|end", default_value = "beginning")]
+    read_from: ReadFrom,
+    /// Longest line shipped; longer ones are skipped and counted.
+    #[arg(long, value_name = "BYTES", default_value_t = 1024 * 1024)]
+    max_line_bytes: usize,
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "host".to_string())
+}
+
+pub fn run(args: ShipArgs) -> anyhow::Result<ExitCode> {
+    let stdin = args.paths.iter().any(|p| p == "-");
+    if stdin && args.paths.len() > 1 {
+        anyhow::bail!("ship reads either files or stdin (`-`), not both");
+    }
+    let cfg = ShipConfig {
+        url: args.nats,
+        stdin,
+        include: if stdin { Vec::new() } else { args.paths },
+        read_from: args.read_from,
+        data_dir: args.data_dir,
+        source_id: args.source_id.unwrap_or_else(host_name),
+        partitions: args.partitions.max(1),
+        duplicate_window: Duration::from_secs(args.duplicate_window_secs),
+        poll_interval: Duration::from_millis(100),
+        max_line_bytes: args.max_line_bytes,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(async move {
+        let shutdown = Arc::new(AtomicBool::new(false));
+        let flag = shutdown.clone();
+        tokio::spawn(async move {
+            super::run_cmd::wait_for_signal().await;
+            flag.store(true, Ordering::SeqCst);
+        });
+        let summary = ship(cfg, shutdown).await?;
+        tracing::info!(lines = summary.lines, "stopped");
+        Ok(ExitCode::SUCCESS)
+    })
+}

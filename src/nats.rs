@@ -1,0 +1,100 @@
+//! Past one machine: retryscope over NATS JetStream.
+//!
+//! `ship` tails files on each host and publishes every line to `retryscope.events.<partition>`,
+//! the partition being a stable hash of the line's turn id ([`partition`]); `run --nats` is a
+//! collector that owns some partitions at a time ([`lease`]), correlates them through the one
+//! ingest path, checkpoints each partition's correlator state with the stream sequence it
+//! covers into a key-value bucket ([`state`]) and publishes findings with deterministic message
+//! ids, so a new owner resumes exactly where the old one stopped ([`collect`]).
+//!
+//! Only JetStream features of server 2.9 are used (async-nats without the `server_2_10`+
+//! features): streams, pull consumers, key-value buckets, the duplicate window.
+
+pub mod collect;
+pub mod lease;
+pub mod partition;
+pub mod ship;
+pub mod state;
+
+/// The stream of shipped lines.
+pub const EVENTS_STREAM: &str = "RETRYSCOPE_EVENTS";
+/// The stream of findings, deduplicated by message id.
+pub const FINDINGS_STREAM: &str = "RETRYSCOPE_FINDINGS";
+/// Header naming the source stream of a shipped line (`<source id>:<path>`).
+pub const STREAM_HEADER: &str = "Retryscope-Stream";
+
+/// A NATS or JetStream operation failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {message}")]
+pub struct NatsError {
+    /// What was being done.
+    pub what: &'static str,
+    /// The client's message.
+    pub message: String,
+}
+
+impl NatsError {
+    /// An error while doing `what`.
+    pub fn new(what: &'static str, e: impl std::fmt::Display) -> Self {
+        NatsError {
+            what,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Connect to `url` with a name (shown in the server's connection list); the client
+/// reconnects by itself when the server goes away.
+pub async fn connect(url: &str, name: &str) -> Result<async_nats::Client, NatsError> {
+    async_nats::ConnectOptions::new()
+        .name(name)
+        .retry_on_initial_connect()
+        .connect(url)
+        .await
+        .map_err(|e| NatsError::new("connecting to NATS", e))
+}
+
+/// Milliseconds since the epoch, for leases and arrival times.
+pub(crate) fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// A key-value bucket (history 1, file storage), opened or created.
+///
+/// Created as its backing stream directly, with the key-value conventions (`KV_<bucket>`,
+/// `$KV.<bucket>.>`, rollup, direct get, discard new): async-nats 0.50's `create_key_value`
+/// first asks for the account's info, whose 2.9 reply it cannot parse.
+pub async fn kv_bucket(
+    js: &async_nats::jetstream::Context,
+    bucket: &str,
+) -> Result<async_nats::jetstream::kv::Store, NatsError> {
+    use async_nats::jetstream::stream;
+    if let Ok(s) = js.get_key_value(bucket).await {
+        return Ok(s);
+    }
+    let created = js
+        .create_stream(stream::Config {
+            name: format!("KV_{bucket}"),
+            subjects: vec![format!("$KV.{bucket}.>")],
+            max_messages_per_subject: 1,
+            max_message_size: -1,
+            storage: stream::StorageType::File,
+            allow_rollup: true,
+            deny_delete: true,
+            allow_direct: true,
+            discard: stream::DiscardPolicy::New,
+            num_replicas: 1,
+            ..Default::default()
+        })
+        .await;
+    if let Err(e) = created {
+        // A peer may have created it at the same time; opening decides.
+        tracing::debug!(bucket, error = %e, "creating bucket");
+    }
+    js.get_key_value(bucket)
+        .await
+        .map_err(|e| NatsError::new("opening a key-value bucket", e))
+}
