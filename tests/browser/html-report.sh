@@ -83,7 +83,7 @@ for name in naive reset reset-late-exec; do
 done
 
 # The table filters by finding kind (chosen here by the page's #filter= link): kind 0 is
-# abandoned_tool_executed (bookstore-1 has it), kind 6 incomplete_turn (it has not).
+# abandoned_tool_executed (bookstore-1 has it), kind 6 retry_cap_exceeded (it has not).
 for want in "k0:1–1 of 1 turns" "k6:no turns match"; do
   kind=${want%%:*}
   chrome --dump-dom "file://$out/naive.html#filter=$kind" >"$out/filter.dom" 2>/dev/null
