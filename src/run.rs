@@ -102,6 +102,11 @@ fn max_open_files() -> usize {
     }
 }
 
+/// Ticks (seconds) a gemini-cli session must be quiet before its held telemetry and
+/// stream-json events are joined and correlated: its telemetry outfile is written in batches,
+/// so a shorter wait could correlate a stream-json before the attempts it belongs to.
+const JOIN_QUIET_TICKS: u32 = 10;
+
 /// Wall-clock milliseconds: arrival time of lines (the correlator itself never reads a clock).
 fn wall_ms() -> i64 {
     SystemTime::now()
@@ -226,7 +231,7 @@ impl Engine {
         };
         let fresh = restored.is_none();
         let format = self.cfg.format;
-        let (ingest, file_checkpoints, findings_offset) = match restored {
+        let (mut ingest, file_checkpoints, findings_offset) = match restored {
             Some(cp) => {
                 tracing::info!(
                     open_turns = cp.open_turns(),
@@ -249,6 +254,8 @@ impl Engine {
                 None,
             ),
         };
+        // gemini-cli's telemetry outfile and stream-json of one session become one turn.
+        ingest.join_sessions();
         let findings =
             FindingsSink::open(&self.cfg.findings_out, findings_offset).map_err(|source| {
                 RunError::Findings {
@@ -440,12 +447,13 @@ impl Engine {
         (taken == MAX_ITEMS_PER_POLL, stdin_ended)
     }
 
-    /// Once a second: decide the format of streams that went quiet while sniffing, and let
-    /// idle turns time out.
+    /// Once a second: decide the format of streams that went quiet while sniffing, correlate
+    /// the joined outputs of gemini-cli sessions that went quiet, and let idle turns time out.
     fn tick(&self, live: &mut Live, now: i64) {
         let metrics = &*self.metrics;
         live.ingest
             .settle_idle(Some(now), &mut live.out, &mut |n| Ingested(n).emit(metrics));
+        live.ingest.release_joined(JOIN_QUIET_TICKS, &mut live.out);
         live.ingest.tick(now, &mut live.out);
     }
 
@@ -494,6 +502,8 @@ impl Engine {
         )
         .entered();
         if live.checkpoint_path.is_some() {
+            // Held gemini-cli session events are not in the checkpoint: correlate them now.
+            live.ingest.release_joined(0, &mut live.out);
             self.deliver(&mut live);
             live.summary.open_turns_checkpointed = live.ingest.correlator().open_turns();
             live.summary.final_checkpoint_failed = !self.write_checkpoint(&mut live);

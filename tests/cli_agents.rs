@@ -219,3 +219,74 @@ fn run_detects_each_agent_file_and_reads_files_written_while_tailing() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Findings by kind from a scrape (summed over severity and tool).
+fn findings_by_kind(metrics: &str) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    for l in metrics.lines() {
+        let Some(rest) = l.strip_prefix("retryscope_findings_total{kind=\"") else {
+            continue;
+        };
+        let kind = rest.split('"').next().unwrap_or("").to_owned();
+        let v: f64 = l
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        if v > 0.0 {
+            *out.entry(kind).or_insert(0.0) += v;
+        }
+    }
+    out
+}
+
+#[test]
+fn run_joins_gemini_cli_telemetry_and_stream_json_like_check() {
+    // Without the join the stream-json's turn never sees the retry, so `spliced_text` (what the
+    // user saw carries the abandoned attempt's text) cannot fire; `check` finds it.
+    let dir = tempfile::tempdir().unwrap();
+    let files = ["telemetry.log", "stream.jsonl"];
+    for f in files {
+        std::fs::copy(
+            recording("gemini-cli", "mid-word-reset", f),
+            dir.path().join(f),
+        )
+        .unwrap();
+    }
+    let (_, lines) = check_json(
+        &files.map(|f| recording("gemini-cli", "mid-word-reset", f)),
+        &[],
+    );
+    let mut want = std::collections::BTreeMap::new();
+    for t in lines.iter().filter(|l| l.get("turn").is_some()) {
+        for k in kinds(t) {
+            *want.entry(k).or_insert(0.0) += 1.0;
+        }
+    }
+    assert!(want.contains_key("spliced_text"), "{want:?}");
+    let port = free_port();
+    let _run = Run(Command::new(env!("CARGO_BIN_EXE_retryscope"))
+        .arg("run")
+        .arg(dir.path().join("telemetry.log"))
+        .arg(dir.path().join("stream.jsonl"))
+        .args(["--findings-out", "", "--idle-timeout-secs", "2"])
+        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start retryscope run"));
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let got = findings_by_kind(&scrape(port).unwrap_or_default());
+        if got == want {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "run found {got:?}, check found {want:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -136,11 +136,26 @@ impl Ingest {
     }
 
     /// Join the outputs of one client session that live in separate streams (gemini-cli's
-    /// telemetry outfile and its stream-json): their events are held until
-    /// [`Ingest::close_all`], then merged in time order ([`gemini_join`]). For whole inputs
-    /// (`check`), not for live tailing, where nothing would come out until the end.
+    /// telemetry outfile and its stream-json): their events are held, then merged in time
+    /// order ([`gemini_join`]): at [`Ingest::close_all`] for whole inputs (`check`), and for
+    /// live ones (`run`) session by session once quiet ([`Ingest::release_joined`]).
     pub fn join_sessions(&mut self) {
         self.joiner = Some(Arc::default());
+    }
+
+    /// For live sources, called once per tick: correlate the joined events of every held
+    /// session that got nothing for more than `quiet_ticks` ticks.
+    pub fn release_joined(&mut self, quiet_ticks: u32, out: &mut Vec<Output>) {
+        let Some(joiner) = &self.joiner else {
+            return;
+        };
+        let mut events = match joiner.lock() {
+            Ok(mut j) => j.release_quiet(quiet_ticks),
+            Err(_) => return,
+        };
+        if !events.is_empty() {
+            self.pipeline.observe_events(&mut events, out);
+        }
     }
 
     fn decoding_for(&self, format: Format, name: &str) -> Decoding {

@@ -3,8 +3,10 @@
 //! the user saw: every delta and `tool_use` as it arrived, and the executions with their call
 //! ids). Both name turns by the session id, so their events meet in the same turns.
 //!
-//! Owns: [`SessionJoiner`], which holds the events of every gemini-cli input of a check run,
-//! and at the end merges them in time order (ties keep input order). For a session that has a
+//! Owns: [`SessionJoiner`], which holds the events of every gemini-cli input, and merges them
+//! in time order (ties keep input order): at the end of a check run, or for a live collector,
+//! session by session once a session has been quiet for a while
+//! ([`SessionJoiner::release_quiet`]). For a session that has a
 //! stream-json, the telemetry's text, executions and the calls it made up for unlogged
 //! attempts are dropped: the stream-json has them all, with ids, and its deltas and calls land
 //! in the attempt that was streaming when they arrived (the abandoned attempt's too, which the
@@ -12,7 +14,7 @@
 //! knows how each attempt ended. [`JoinFeed`] is the decoder wrapper that diverts an input's events
 //! into the joiner.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use super::gemini_telemetry::SYNTHETIC_CALL_PREFIX;
@@ -45,16 +47,60 @@ fn session_of(turn: &str) -> &str {
     turn.split(['#', '~']).next().unwrap_or(turn)
 }
 
-/// Events of every gemini-cli input, held until all are read.
+/// Events of every gemini-cli input, held until all are read or their session goes quiet.
 #[derive(Default)]
 pub struct SessionJoiner {
     events: Vec<(Source, Event<'static>)>,
+    /// Per held session: [`SessionJoiner::release_quiet`] calls since its last event.
+    quiet: HashMap<String, u32>,
 }
+
+/// Events one session may hold before it is released anyway (bounded memory for a session
+/// that never goes quiet).
+const MAX_HELD_PER_SESSION: usize = 50_000;
 
 impl SessionJoiner {
     /// Hold `events` from `source`.
     pub fn push(&mut self, source: Source, events: &mut Vec<Event<'static>>) {
+        for e in events.iter() {
+            let session = session_of(&e.turn);
+            match self.quiet.get_mut(session) {
+                Some(q) => *q = 0,
+                None => {
+                    self.quiet.insert(session.to_owned(), 0);
+                }
+            }
+        }
         self.events.extend(events.drain(..).map(|e| (source, e)));
+    }
+
+    /// For a live collector, called once per tick: the joined events of every session that
+    /// got no event for more than `after` calls (or holds too many), in time order. Events of
+    /// a released session that arrive later are joined among themselves, and the correlator
+    /// places them in the turn that is still open.
+    pub fn release_quiet(&mut self, after: u32) -> Vec<Event<'static>> {
+        let mut held_per_session: HashMap<&str, usize> = HashMap::new();
+        for (_, e) in &self.events {
+            *held_per_session.entry(session_of(&e.turn)).or_insert(0) += 1;
+        }
+        let mut ready: HashSet<String> = HashSet::new();
+        for (session, q) in self.quiet.iter_mut() {
+            *q = q.saturating_add(1);
+            let full = held_per_session.get(session.as_str()).copied().unwrap_or(0)
+                >= MAX_HELD_PER_SESSION;
+            if *q > after || full {
+                ready.insert(session.clone());
+            }
+        }
+        if ready.is_empty() {
+            return Vec::new();
+        }
+        self.quiet.retain(|s, _| !ready.contains(s));
+        let (go, stay): (Vec<_>, Vec<_>) = std::mem::take(&mut self.events)
+            .into_iter()
+            .partition(|(_, e)| ready.contains(session_of(&e.turn)));
+        self.events = stay;
+        merge(go)
     }
 
     /// Whether anything is held.
@@ -64,43 +110,49 @@ impl SessionJoiner {
 
     /// Every held event, joined and in time order.
     pub fn finish(&mut self) -> Vec<Event<'static>> {
-        let held = std::mem::take(&mut self.events);
-        let sessions = |source: Source| -> HashSet<String> {
-            held.iter()
-                .filter(|(s, _)| *s == source)
-                .map(|(_, e)| session_of(&e.turn).to_owned())
-                .collect()
-        };
-        let shown = sessions(Source::StreamJson);
-        let logged = sessions(Source::Telemetry);
-        let mut kept: Vec<(i64, usize, Event<'static>)> = Vec::with_capacity(held.len());
-        let mut last_ts = i64::MIN;
-        for (i, (source, e)) in held.into_iter().enumerate() {
-            let session = session_of(&e.turn);
-            let replaced = match source {
-                Source::Telemetry => {
-                    shown.contains(session)
-                        && match &e.kind {
-                            EventKind::Text { .. } | EventKind::ToolExec { .. } => true,
-                            EventKind::ToolCall { id, .. } => id.starts_with(SYNTHETIC_CALL_PREFIX),
-                            _ => false,
-                        }
-                }
-                // The telemetry knows whether and how each attempt finished.
-                Source::StreamJson => {
-                    logged.contains(session) && matches!(e.kind, EventKind::Finish { .. })
-                }
-            };
-            // An event without a time stays after the one before it.
-            let ts = e.ts_ms.unwrap_or(last_ts);
-            last_ts = ts;
-            if !replaced {
-                kept.push((ts, i, e));
-            }
-        }
-        kept.sort_by_key(|(ts, i, _)| (*ts, *i));
-        kept.into_iter().map(|(_, _, e)| e).collect()
+        self.quiet.clear();
+        merge(std::mem::take(&mut self.events))
     }
+}
+
+/// Held events joined: for a session with a stream-json, one source of each fact; then in time
+/// order.
+fn merge(held: Vec<(Source, Event<'static>)>) -> Vec<Event<'static>> {
+    let sessions = |source: Source| -> HashSet<String> {
+        held.iter()
+            .filter(|(s, _)| *s == source)
+            .map(|(_, e)| session_of(&e.turn).to_owned())
+            .collect()
+    };
+    let shown = sessions(Source::StreamJson);
+    let logged = sessions(Source::Telemetry);
+    let mut kept: Vec<(i64, usize, Event<'static>)> = Vec::with_capacity(held.len());
+    let mut last_ts = i64::MIN;
+    for (i, (source, e)) in held.into_iter().enumerate() {
+        let session = session_of(&e.turn);
+        let replaced = match source {
+            Source::Telemetry => {
+                shown.contains(session)
+                    && match &e.kind {
+                        EventKind::Text { .. } | EventKind::ToolExec { .. } => true,
+                        EventKind::ToolCall { id, .. } => id.starts_with(SYNTHETIC_CALL_PREFIX),
+                        _ => false,
+                    }
+            }
+            // The telemetry knows whether and how each attempt finished.
+            Source::StreamJson => {
+                logged.contains(session) && matches!(e.kind, EventKind::Finish { .. })
+            }
+        };
+        // An event without a time stays after the one before it.
+        let ts = e.ts_ms.unwrap_or(last_ts);
+        last_ts = ts;
+        if !replaced {
+            kept.push((ts, i, e));
+        }
+    }
+    kept.sort_by_key(|(ts, i, _)| (*ts, *i));
+    kept.into_iter().map(|(_, _, e)| e).collect()
 }
 
 /// A decoder whose events go to a [`SessionJoiner`] instead of its caller.
