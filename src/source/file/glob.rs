@@ -87,6 +87,13 @@ impl Pattern {
         out: &mut Vec<PathBuf>,
         errors: &mut Vec<(PathBuf, std::io::Error)>,
     ) {
+        let (root, i) = self.root();
+        walk(&root, &self.segs[i..], out, errors, 0);
+    }
+
+    /// The directory named by the pattern's literal prefix (where expansion starts; `""` is
+    /// the current directory), and how many components that prefix has.
+    pub(crate) fn root(&self) -> (PathBuf, usize) {
         let mut root = if self.absolute {
             PathBuf::from("/")
         } else {
@@ -100,7 +107,7 @@ impl Pattern {
             root.push(OsStr::from_bytes(name));
             i += 1;
         }
-        walk(&root, &self.segs[i..], out, errors, 0);
+        (root, i)
     }
 }
 
