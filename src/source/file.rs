@@ -239,14 +239,8 @@ pub struct FileTailer {
     parked: HashSet<FileId>,
     /// A matched file could not be opened for want of descriptors at the last scan.
     starved: bool,
-    /// Directory change notification; `None` where the platform has none (every file polled).
-    notify: Option<notify::DirWatch>,
-    /// When every file was last looked at.
-    last_sweep: Option<Instant>,
-    /// Files to look at next poll whatever the events say (their budget ran out).
-    hot: HashSet<FileId>,
-    /// Per-file checks (one fstat each, then reads if it changed) since start.
-    file_checks: u64,
+    /// Which files changed (inotify), or every file where the platform cannot say.
+    changed: notify::Changed,
 }
 
 impl FileTailer {
@@ -268,28 +262,19 @@ impl FileTailer {
             last_scan: None,
             parked: HashSet::new(),
             starved: false,
-            notify: match notify::DirWatch::new() {
-                Ok(w) => Some(w),
-                Err(e) => {
-                    tracing::warn!(error = %e, "no file change notification here: polling every file");
-                    None
-                }
-            },
-            last_sweep: None,
-            hot: HashSet::new(),
-            file_checks: 0,
+            changed: notify::Changed::new(),
         }
     }
 
     /// How many times a watched file was checked (one fstat, then reads if it changed) since
     /// the tailer started. With change notification, idle files cost none between sweeps.
     pub fn file_checks(&self) -> u64 {
-        self.file_checks
+        self.changed.checks()
     }
 
     /// Whether change notification is in use (otherwise every poll checks every file).
     pub fn notifying(&self) -> bool {
-        self.notify.is_some()
+        self.changed.notifying()
     }
 
     /// Rescan globs, then read every complete new line of every watched file and hand each to
@@ -299,22 +284,14 @@ impl FileTailer {
         on_line: &mut dyn FnMut(Line<'_>),
         events: &mut dyn TailerEvents,
     ) -> PollStats {
-        let changes = self.notify.as_mut().map(notify::DirWatch::drain);
-        let events_ok = changes.as_ref().is_some_and(|c| !c.all);
-        let sweep_due = self.last_sweep.is_none_or(|t| t.elapsed() >= SAFETY_SWEEP);
         let timer = self
             .last_scan
             .is_none_or(|t| t.elapsed() >= self.config.rescan_every);
-        // With events, a rescan waits for a directory change or the sweep, unless files are
-        // waiting for descriptors (their turn comes by the timer) or rescans are continuous.
-        let due = timer
-            && (!events_ok
-                || self.last_scan.is_none()
-                || sweep_due
-                || self.config.rescan_every.is_zero()
-                || changes.as_ref().is_some_and(|c| c.structure)
-                || self.starved
-                || !self.pending.is_empty());
+        let follow_timer = self.last_scan.is_none()
+            || self.config.rescan_every.is_zero()
+            || self.starved
+            || !self.pending.is_empty();
+        let due = self.changed.begin_poll(timer, follow_timer);
         if due {
             self.last_scan = Some(Instant::now());
             let (matched, complete) = self.scan_globs(events);
@@ -322,23 +299,19 @@ impl FileTailer {
                 Some(checkpoints) => self.first_scan(matched, checkpoints, events),
                 None => self.rescan(matched, complete, events),
             }
-            self.watch_dirs();
+            let roots: Vec<PathBuf> = self.include.iter().map(|p| p.root().0).collect();
+            let parents = self.files.iter().filter_map(|f| f.path.parent());
+            self.changed
+                .watch_dirs(roots.iter().map(PathBuf::as_path).chain(parents));
         }
-        let full = !events_ok || due || sweep_due;
-        if full {
-            self.last_sweep = Some(Instant::now());
-        }
-        let written = changes.map(|c| c.written).unwrap_or_default();
         let mut stats = PollStats::default();
         for f in &mut self.files {
-            let look = full
-                || f.state == State::Detached
-                || self.hot.contains(&f.id)
-                || (!written.is_empty() && written.contains(&f.path));
-            if !look {
+            if !self
+                .changed
+                .should_check(f.id, &f.path, f.state == State::Detached)
+            {
                 continue;
             }
-            self.file_checks += 1;
             let throttled = f.read(
                 &mut self.chunk,
                 self.config.max_read_bytes_per_poll,
@@ -348,29 +321,11 @@ impl FileTailer {
                 events,
                 &mut stats,
             );
-            if throttled {
-                self.hot.insert(f.id);
-            } else if !self.hot.is_empty() {
-                self.hot.remove(&f.id);
-            }
+            self.changed.checked(f.id, throttled);
             stats.throttled |= throttled;
         }
         self.release_drained(events);
         stats
-    }
-
-    /// Watch the directories of the watched files (after a scan, before they are read, so a
-    /// write after the read is an event).
-    fn watch_dirs(&mut self) {
-        let Some(w) = &mut self.notify else { return };
-        for p in &self.include {
-            w.watch(&p.root().0);
-        }
-        for f in &self.files {
-            if let Some(dir) = f.path.parent() {
-                w.watch(dir);
-            }
-        }
     }
 
     /// Identity + offset of everything delivered so far. Before the first poll, the

@@ -18,8 +18,12 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
+
+use super::SAFETY_SWEEP;
+use super::watched::FileId;
 
 /// What changed since the last drain.
 #[derive(Debug, Default)]
@@ -146,6 +150,97 @@ impl DirWatch {
             let _ = self.inotify.watches().remove(wd);
         }
         changes
+    }
+}
+
+/// The tailer's use of a [`DirWatch`]: whether a poll rescans, which files it checks, and how
+/// many checks were made. Without a watcher, every poll checks every file and rescans by the
+/// timer alone.
+pub(crate) struct Changed {
+    watch: Option<DirWatch>,
+    /// When every file was last checked.
+    last_sweep: Option<Instant>,
+    /// Files to check next poll whatever the events say (their read budget ran out).
+    hot: HashSet<FileId>,
+    /// Files checked since start.
+    checks: u64,
+    /// This poll checks every file.
+    full: bool,
+    /// Paths written to since the last poll.
+    written: HashSet<PathBuf>,
+}
+
+impl Changed {
+    /// With inotify where it can be initialised; otherwise says so once and polls.
+    pub(crate) fn new() -> Self {
+        let watch = match DirWatch::new() {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(error = %e, "no file change notification here: polling every file");
+                None
+            }
+        };
+        Changed {
+            watch,
+            last_sweep: None,
+            hot: HashSet::new(),
+            checks: 0,
+            full: true,
+            written: HashSet::new(),
+        }
+    }
+
+    pub(crate) fn notifying(&self) -> bool {
+        self.watch.is_some()
+    }
+
+    pub(crate) fn checks(&self) -> u64 {
+        self.checks
+    }
+
+    /// Start a poll: take the queued events and say whether to rescan. `timer_due`: the
+    /// rescan timer allows one; `follow_timer`: rescans must follow the timer whatever the
+    /// events say (first scan, continuous rescans, files waiting for descriptors).
+    pub(crate) fn begin_poll(&mut self, timer_due: bool, follow_timer: bool) -> bool {
+        let changes = self.watch.as_mut().map(DirWatch::drain);
+        let events_ok = changes.as_ref().is_some_and(|c| !c.all);
+        let sweep_due = self.last_sweep.is_none_or(|t| t.elapsed() >= SAFETY_SWEEP);
+        let structure = changes.as_ref().is_some_and(|c| c.structure);
+        let due = timer_due && (!events_ok || follow_timer || sweep_due || structure);
+        self.full = !events_ok || due || sweep_due;
+        if self.full {
+            self.last_sweep = Some(Instant::now());
+        }
+        self.written = changes.map(|c| c.written).unwrap_or_default();
+        due
+    }
+
+    /// Watch these directories (after a scan, before the files are read, so that a write
+    /// after the read is an event).
+    pub(crate) fn watch_dirs<'a>(&mut self, dirs: impl Iterator<Item = &'a Path>) {
+        if let Some(w) = &mut self.watch {
+            dirs.for_each(|d| w.watch(d));
+        }
+    }
+
+    /// Whether this poll checks the file (counted when it does). Detached files (rotated
+    /// away, maybe out of the watched directories) are always checked while they drain.
+    pub(crate) fn should_check(&mut self, id: FileId, path: &Path, detached: bool) -> bool {
+        let check = self.full
+            || detached
+            || self.hot.contains(&id)
+            || (!self.written.is_empty() && self.written.contains(path));
+        self.checks += u64::from(check);
+        check
+    }
+
+    /// After a check: a file whose budget ran out is checked again next poll.
+    pub(crate) fn checked(&mut self, id: FileId, throttled: bool) {
+        if throttled {
+            self.hot.insert(id);
+        } else if !self.hot.is_empty() {
+            self.hot.remove(&id);
+        }
     }
 }
 
