@@ -179,6 +179,23 @@ fn own_opt(c: Option<Cow<'_, str>>) -> Option<Cow<'static, str>> {
     c.map(own)
 }
 
+impl Event<'static> {
+    /// An owned event of `turn` (decoders that build events from parsed JSON).
+    pub fn owned(
+        turn: &str,
+        attempt: Option<u32>,
+        ts_ms: Option<TimestampMs>,
+        kind: EventKind<'static>,
+    ) -> Self {
+        Event {
+            turn: Cow::Owned(turn.to_owned()),
+            attempt,
+            ts_ms,
+            kind,
+        }
+    }
+}
+
 impl Event<'_> {
     /// Detach the event from the buffer it borrows from.
     pub fn into_owned(self) -> Event<'static> {

@@ -26,8 +26,8 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::provider::{StreamDecoder, owned, parse, utf8};
-use super::{BadLineReason, DecodeError, SkipCounts};
+use super::provider::{StreamDecoder, json_object_line, owned};
+use super::{DecodeError, SkipCounts};
 use crate::cost::estimate_tokens;
 use crate::event::{Event, EventKind, TimestampMs, Usage};
 
@@ -72,20 +72,6 @@ fn n(v: &Value, k: &str) -> u64 {
     v.get(k).and_then(Value::as_u64).unwrap_or(0)
 }
 
-fn ev(
-    turn: &str,
-    attempt: Option<u32>,
-    ts: Option<TimestampMs>,
-    kind: EventKind<'static>,
-) -> Event<'static> {
-    Event {
-        turn: Cow::Owned(turn.to_owned()),
-        attempt,
-        ts_ms: ts,
-        kind,
-    }
-}
-
 impl Decoder {
     fn emit(
         &self,
@@ -94,7 +80,7 @@ impl Decoder {
         kind: EventKind<'static>,
     ) {
         if let Some(c) = &self.call {
-            out.push(ev(&c.turn, Some(c.attempt), ts, kind));
+            out.push(Event::owned(&c.turn, Some(c.attempt), ts, kind));
         }
     }
 
@@ -368,7 +354,12 @@ impl Decoder {
         self.finish_call(out, ts, None);
         if let Some(c) = &self.call {
             // The next model call of the agent loop: the previous one's turn is over.
-            out.push(ev(&c.turn, None, ts, EventKind::TurnEnd { status: None }));
+            out.push(Event::owned(
+                &c.turn,
+                None,
+                ts,
+                EventKind::TurnEnd { status: None },
+            ));
         }
         self.calls += 1;
         let turn = if self.calls == 1 {
@@ -415,7 +406,7 @@ impl Decoder {
                 ("tool".to_owned(), turn)
             });
             let failed = b.get("is_error").and_then(Value::as_bool) == Some(true);
-            let exec = ev(
+            let exec = Event::owned(
                 &turn,
                 None,
                 ts,
@@ -456,7 +447,7 @@ impl Decoder {
                 let reason = s(v, "stop_reason");
                 self.finish_call(out, ts, reason);
                 if let Some(c) = self.call.take() {
-                    out.push(ev(
+                    out.push(Event::owned(
                         &c.turn,
                         None,
                         ts,
@@ -473,18 +464,9 @@ impl Decoder {
 
 impl StreamDecoder for Decoder {
     fn push_line(&mut self, line: &[u8], out: &mut Vec<Event<'static>>) -> Result<(), DecodeError> {
-        let line = utf8(line)?.trim();
-        if line.is_empty() {
-            return Ok(());
+        if let Some(v) = json_object_line(line)? {
+            self.record(&v, out);
         }
-        if !line.starts_with('{') {
-            return Err(DecodeError::new(
-                BadLineReason::InvalidJson,
-                "expected a JSON object",
-            ));
-        }
-        let v: Value = parse(line)?;
-        self.record(&v, out);
         Ok(())
     }
 

@@ -15,8 +15,8 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::provider::{StreamDecoder, owned, parse, utf8};
-use super::{BadLineReason, DecodeError, SkipCounts};
+use super::provider::{StreamDecoder, json_object_line, owned};
+use super::{DecodeError, SkipCounts};
 use crate::event::{Event, EventKind, TimestampMs};
 
 /// One step (model call) as displayed.
@@ -197,18 +197,9 @@ impl Decoder {
 
 impl StreamDecoder for Decoder {
     fn push_line(&mut self, line: &[u8], out: &mut Vec<Event<'static>>) -> Result<(), DecodeError> {
-        let line = utf8(line)?.trim();
-        if line.is_empty() {
-            return Ok(());
+        if let Some(v) = json_object_line(line)? {
+            self.record(&v, out);
         }
-        if !line.starts_with('{') {
-            return Err(DecodeError::new(
-                BadLineReason::InvalidJson,
-                "expected a JSON object",
-            ));
-        }
-        let v: Value = parse(line)?;
-        self.record(&v, out);
         Ok(())
     }
 

@@ -101,20 +101,6 @@ fn ts_of(record: &Value, attrs: &Value) -> Option<TimestampMs> {
     secs.checked_mul(1000)?.checked_add(nanos / 1_000_000)
 }
 
-fn ev(
-    turn: &str,
-    attempt: Option<u32>,
-    ts: Option<TimestampMs>,
-    kind: EventKind<'static>,
-) -> Event<'static> {
-    Event {
-        turn: Cow::Owned(turn.to_owned()),
-        attempt,
-        ts_ms: ts,
-        kind,
-    }
-}
-
 /// The last `finishReason` among the streamed chunks, and the chunks' events.
 fn response_events(
     response: &Value,
@@ -159,7 +145,7 @@ fn response_events(
                     canonical_args(Some(&args)),
                     false,
                 ));
-                out.push(ev(
+                out.push(Event::owned(
                     &call.turn,
                     Some(call.attempt),
                     ts,
@@ -173,7 +159,7 @@ fn response_events(
                 && let Some(t) = s(part, "text")
                 && !t.is_empty()
             {
-                out.push(ev(
+                out.push(Event::owned(
                     &call.turn,
                     Some(call.attempt),
                     ts,
@@ -213,7 +199,7 @@ impl Decoder {
             c.retry_pending = false;
             c.attempt += 1;
             let reason = c.retry_reason.take().unwrap_or_else(|| "retry".to_owned());
-            out.push(ev(
+            out.push(Event::owned(
                 &c.turn,
                 Some(c.attempt),
                 ts,
@@ -235,7 +221,7 @@ impl Decoder {
         } else {
             format!("{base}#{}", lane.calls)
         };
-        out.push(ev(
+        out.push(Event::owned(
             &turn,
             Some(0),
             ts,
@@ -285,7 +271,7 @@ impl Decoder {
             cache_write_tokens: 0,
             reasoning_tokens: thoughts,
         };
-        out.push(ev(
+        out.push(Event::owned(
             &c.turn,
             Some(c.attempt),
             ts,
@@ -295,7 +281,7 @@ impl Decoder {
             },
         ));
         match finish {
-            Some(reason) => out.push(ev(
+            Some(reason) => out.push(Event::owned(
                 &c.turn,
                 Some(c.attempt),
                 ts,
@@ -304,7 +290,7 @@ impl Decoder {
                 },
             )),
             // The stream ended before its finish event (gemini-cli logs it as a response).
-            None => out.push(ev(
+            None => out.push(Event::owned(
                 &c.turn,
                 Some(c.attempt),
                 ts,
@@ -346,7 +332,7 @@ impl Decoder {
                     id = format!("{SYNTHETIC_CALL_PREFIX}{name}#{}", c.synthesized);
                     attempt = Some(failed);
                     c.calls.push((failed, name.clone(), canonical, true));
-                    out.push(ev(
+                    out.push(Event::owned(
                         &c.turn,
                         attempt,
                         ts,
@@ -364,7 +350,7 @@ impl Decoder {
         }
         let ok = !matches!(attrs.get("success"), Some(Value::Bool(false)))
             && s(attrs, "success") != Some("false");
-        out.push(ev(
+        out.push(Event::owned(
             &c.turn,
             attempt,
             ts,
@@ -427,7 +413,7 @@ impl Decoder {
                 if c.failed.last() != Some(&c.attempt) {
                     c.failed.push(c.attempt);
                 }
-                out.push(ev(
+                out.push(Event::owned(
                     &c.turn,
                     Some(c.attempt),
                     ts,
@@ -457,7 +443,7 @@ impl Decoder {
                 let key = (key.0, "main".to_owned());
                 if let Some(c) = self.lanes.get_mut(&key).and_then(|l| l.cur.as_mut()) {
                     c.retry_pending = false;
-                    out.push(ev(
+                    out.push(Event::owned(
                         &c.turn,
                         Some(c.attempt),
                         ts,

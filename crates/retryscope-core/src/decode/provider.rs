@@ -358,6 +358,22 @@ pub fn utf8(line: &[u8]) -> Result<&str, DecodeError> {
     })
 }
 
+/// One line of a JSON-lines output (the coding agents' own formats): `None` for a blank line,
+/// the object otherwise; anything that is not a JSON object is a bad line.
+pub fn json_object_line(line: &[u8]) -> Result<Option<serde_json::Value>, DecodeError> {
+    let line = utf8(line)?.trim();
+    if line.is_empty() {
+        return Ok(None);
+    }
+    if !line.starts_with('{') {
+        return Err(DecodeError::new(
+            BadLineReason::InvalidJson,
+            "expected a JSON object",
+        ));
+    }
+    parse(line).map(Some)
+}
+
 /// Parse a payload, mapping serde errors to bounded reasons (never echoing the input).
 pub fn parse<'a, T: Deserialize<'a>>(data: &'a str) -> Result<T, DecodeError> {
     serde_json::from_str(data).map_err(|e| super::json_error(&e))
