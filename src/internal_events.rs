@@ -193,7 +193,7 @@ impl TailerEvents for TailerReport<'_> {
     fn read_error(&mut self, path: &Path, error: &io::Error) {
         self.metrics.inc_file_errors("read");
         if let Some(suppressed) = crate::ratelimit::allow("read_error") {
-            tracing::warn!(path = %display(&path.to_string_lossy()), %error, suppressed, "cannot read file; retrying at the next poll");
+            tracing::warn!(path = %display(&path.to_string_lossy()), %error, suppressed, "cannot read file; retrying soon");
         }
     }
     fn open_failed(&mut self, path: &Path, error: &io::Error) {

@@ -186,7 +186,8 @@ pub trait TailerEvents {
     fn file_drained_and_released(&mut self, path: &Path);
     /// A line longer than `max_line_bytes` was skipped.
     fn line_too_long(&mut self, path: &Path, skipped_bytes: u64);
-    /// Reading or checking a file failed; it is retried at the next poll.
+    /// Reading or checking a file failed; it is retried at the next event on it or the next
+    /// full sweep (every few seconds; every poll where inotify is unavailable).
     fn read_error(&mut self, path: &Path, error: &io::Error);
     /// A matched file (or a directory of the globs) could not be opened: out of file
     /// descriptors (EMFILE, ENFILE), permission denied (EACCES)... Not a rotation: the file
