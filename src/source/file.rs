@@ -4,7 +4,7 @@
 //! Design: synchronous and polling. The caller runs [`FileTailer::poll`] on a blocking thread
 //! every ~100 ms; each poll rescans the globs (when due), then reads watched files from where
 //! they left off with positioned reads (`pread`), handing each complete line to a callback.
-//! Where inotify is available ([`notify`]), a poll only looks at files written to since the
+//! Where inotify is available (`notify`), a poll only looks at files written to since the
 //! last one, rescans only when a watched directory's entries changed, and sweeps everything
 //! (every file stat'ed, the globs rescanned) every [`SAFETY_SWEEP`] and after lost events;
 //! elsewhere every poll looks at every file. The tailer

@@ -1,16 +1,15 @@
-//! Shared helpers for the decoder integration tests: decode a whole file the way the `check`
-//! command will (detect, pick a decoder, feed lines), then run the events through the real
-//! correlator.
+//! Shared helpers for the decoder integration tests: decode a whole file through the ingest
+//! path `check` and `run` use, keeping the events, then run them through the real correlator.
 #![allow(dead_code)]
 
 use std::sync::Arc;
 
 use retryscope::correlate::{Correlator, CorrelatorConfig, Output};
 use retryscope::cost::PriceTable;
-use retryscope::decode::native::{NativeLine, decode_line};
-use retryscope::decode::{EnvelopeDecoder, Format, SkipCounts, detect, stream_decoder};
+use retryscope::decode::{Format, SkipCounts};
 use retryscope::event::{Event, EventKind};
 use retryscope::finding::FindingKind;
+use retryscope::ingest::{Ingest, Note, Source};
 use retryscope::report::TurnReport;
 
 /// Everything decoding one file produced.
@@ -21,49 +20,41 @@ pub struct Decoded {
     pub errors: usize,
 }
 
-/// Decode `bytes` (named `name`) as `format`, or auto-detected when `Format::Auto`.
+/// Decode `bytes` (named `name`) as `format`, or auto-detected when `Format::Auto`, through
+/// the one ingest path `check` and `run` use (format choice, framing, blank lines, decoders),
+/// keeping the events it correlates.
 pub fn decode(name: &str, bytes: &[u8], format: Format) -> Decoded {
-    let format = match format {
-        Format::Auto => detect(bytes),
-        f => f,
+    let correlator = Correlator::new(
+        CorrelatorConfig {
+            idle_timeout_ms: None,
+            ..CorrelatorConfig::default()
+        },
+        Arc::new(PriceTable::builtin()),
+    );
+    let mut ingest = Ingest::new(correlator, format);
+    ingest.pipeline_mut().record_events();
+    let mut chosen = format;
+    let mut out = Vec::new();
+    let mut note = |n: Note<'_>| {
+        if let Note::Format { format, .. } = n {
+            chosen = format;
+        }
     };
-    let mut events = Vec::new();
-    let mut errors = 0;
-    let mut skips = SkipCounts::default();
-    let lines = bytes.split(|b| *b == b'\n');
-    if let Some(mut d) = stream_decoder(format, name) {
-        for line in lines {
-            if d.push_line(line, &mut events).is_err() {
-                errors += 1;
-            }
-        }
-        d.finish(&mut events);
-        skips = d.skips();
-    } else {
-        let mut env = EnvelopeDecoder::new();
-        for line in lines {
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            match decode_line(line, &mut skips) {
-                Ok(NativeLine::Event(e)) => events.push(e.into_owned()),
-                Ok(NativeLine::ProviderChunk(c)) => {
-                    if env.push(&c, &mut events).is_err() {
-                        errors += 1;
-                    }
-                }
-                Ok(NativeLine::UnknownType) => {}
-                Err(_) => errors += 1,
-            }
-        }
-        env.finish(&mut events);
-        skips.add(env.skips());
+    let stream = ingest.stream(Source::File, name);
+    let mut lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
+    if lines.last().is_some_and(|l| l.is_empty()) {
+        lines.pop(); // the newline that ends the last line starts no line
     }
+    for line in lines {
+        ingest.line(stream, None, line, None, &mut out, &mut note);
+    }
+    ingest.close_all(&mut out, &mut note);
+    let counters = ingest.counters().clone();
     Decoded {
-        format,
-        events,
-        skips,
-        errors,
+        format: chosen,
+        events: ingest.pipeline_mut().take_recorded(),
+        skips: counters.skips,
+        errors: usize::try_from(counters.bad_total()).unwrap_or(usize::MAX),
     }
 }
 

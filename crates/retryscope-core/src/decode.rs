@@ -5,23 +5,23 @@
 //! reports bad input as a [`DecodeError`] with a bounded [`BadLineReason`], so callers can count
 //! it by reason and go on.
 
-pub mod acp;
-pub mod anthropic;
-pub mod claude_code;
-pub mod codex_exec;
+pub(crate) mod acp;
+pub(crate) mod anthropic;
+pub(crate) mod claude_code;
+pub(crate) mod codex_exec;
 pub mod detect;
-pub mod envelope;
-pub mod gemini;
-pub mod gemini_cli;
+pub(crate) mod envelope;
+pub(crate) mod gemini;
+pub(crate) mod gemini_cli;
 pub mod gemini_join;
-pub mod gemini_stream_json;
-pub mod gemini_telemetry;
-pub mod json_objects;
+pub(crate) mod gemini_stream_json;
+pub(crate) mod gemini_telemetry;
+pub(crate) mod json_objects;
 pub mod native;
-pub mod openai_chat;
-pub mod openai_responses;
+pub(crate) mod openai_chat;
+pub(crate) mod openai_responses;
 pub mod provider;
-pub mod sse;
+pub(crate) mod sse;
 
 pub use detect::detect;
 pub use envelope::EnvelopeDecoder;

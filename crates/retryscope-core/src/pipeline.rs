@@ -67,6 +67,8 @@ pub struct Pipeline {
     clock_ms: i64,
     envelope: EnvelopeDecoder,
     scratch: Vec<Event<'static>>,
+    /// Every event correlated, kept when asked ([`Pipeline::record_events`]).
+    recorded: Option<Vec<Event<'static>>>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -88,7 +90,22 @@ impl Pipeline {
             clock_ms: 0,
             envelope: EnvelopeDecoder::new(),
             scratch: Vec::new(),
+            recorded: None,
         }
+    }
+
+    /// Keep a copy of every event correlated from now on (for tests and tools that inspect
+    /// what the decoders produced, through the same path as `check` and `run`).
+    pub fn record_events(&mut self) {
+        self.recorded.get_or_insert_with(Vec::new);
+    }
+
+    /// The events kept since [`Pipeline::record_events`] (or since the last call).
+    pub fn take_recorded(&mut self) -> Vec<Event<'static>> {
+        self.recorded
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// The correlator.
@@ -241,6 +258,9 @@ impl Pipeline {
         }
         let now = arrival_ms.unwrap_or(self.clock_ms);
         self.counters.events += 1;
+        if let Some(recorded) = &mut self.recorded {
+            recorded.push(ev.clone().into_owned());
+        }
         self.correlator.observe(ev, now, out);
     }
 
