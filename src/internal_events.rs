@@ -1,8 +1,8 @@
 //! Internal events: everything the collector notices about its own work, one type per event.
 //!
 //! Each event's [`InternalEvent::emit`] does both halves at once: it counts the event in the
-//! metrics and logs it, repeated warnings through the process's one rate limiter
-//! ([`crate::ratelimit::allow`]). Sources and sinks never pair a log line with a counter by
+//! metrics and logs it; repeated warnings are rate-limited, per call site, by the log layer
+//! every line passes (`telemetry::logs`), ours and the libraries' alike. Sources and sinks never pair a log line with a counter by
 //! hand; they build an event and emit it (the shape of Vector's internal events). Names and
 //! other log-derived text are escaped before they reach a log line.
 
@@ -83,15 +83,12 @@ pub struct LineRejected<'a> {
 impl InternalEvent for LineRejected<'_> {
     fn emit(self, metrics: &Metrics) {
         metrics.add_bad_lines(self.source, self.error.reason, 1);
-        if let Some(suppressed) = crate::ratelimit::allow("bad_line") {
-            tracing::warn!(
-                input = %display(self.input),
-                line = self.line,
-                error = %self.error,
-                suppressed,
-                "skipped a bad line"
-            );
-        }
+        tracing::warn!(
+            input = %display(self.input),
+            line = self.line,
+            error = %self.error,
+            "skipped a bad line"
+        );
     }
 }
 
@@ -135,9 +132,7 @@ pub struct CheckpointFailed<'a> {
 impl InternalEvent for CheckpointFailed<'_> {
     fn emit(self, metrics: &Metrics) {
         metrics.inc_checkpoint_failures();
-        if let Some(suppressed) = crate::ratelimit::allow("checkpoint_failed") {
-            tracing::warn!(error = %self.error, suppressed, "{}; checkpoint skipped", self.what);
-        }
+        tracing::warn!(error = %self.error, "{}; checkpoint skipped", self.what);
     }
 }
 
@@ -149,9 +144,7 @@ pub struct FindingWriteFailed<'a> {
 
 impl InternalEvent for FindingWriteFailed<'_> {
     fn emit(self, _metrics: &Metrics) {
-        if let Some(suppressed) = crate::ratelimit::allow("findings_write") {
-            tracing::warn!(error = %self.error, suppressed, "cannot write a finding");
-        }
+        tracing::warn!(error = %self.error, "cannot write a finding");
     }
 }
 
@@ -192,19 +185,15 @@ impl TailerEvents for TailerReport<'_> {
     }
     fn read_error(&mut self, path: &Path, error: &io::Error) {
         self.metrics.inc_file_errors("read");
-        if let Some(suppressed) = crate::ratelimit::allow("read_error") {
-            tracing::warn!(path = %display(&path.to_string_lossy()), %error, suppressed, "cannot read file; retrying soon");
-        }
+        tracing::warn!(path = %display(&path.to_string_lossy()), %error, "cannot read file; retrying soon");
     }
     fn open_failed(&mut self, path: &Path, error: &io::Error) {
         let kind = crate::sink::metrics::file_error_class(error);
         self.metrics.inc_file_errors(kind);
-        if let Some(suppressed) = crate::ratelimit::allow("open_failed") {
-            tracing::warn!(
-                path = %display(&path.to_string_lossy()), %error, kind, suppressed,
-                "cannot open; not a rotation: kept pending and retried every poll"
-            );
-        }
+        tracing::warn!(
+            path = %display(&path.to_string_lossy()), %error, kind,
+            "cannot open; not a rotation: kept pending and retried every poll"
+        );
     }
     fn checkpoint_mismatch(&mut self, path: &Path) {
         self.metrics.inc_file_errors("checkpoint_mismatch");

@@ -19,7 +19,6 @@ pub mod demo;
 pub mod internal_events;
 pub mod nats;
 pub mod otlp;
-pub mod ratelimit;
 pub mod run;
 pub mod server;
 pub mod sink;

@@ -183,12 +183,8 @@ impl TraceSink {
 
     fn drop_turn(&self, spans: usize) {
         TraceStats::add(&self.stats.spans_dropped, spans);
-        if let Some(suppressed) = crate::ratelimit::allow("otlp_queue_full") {
-            tracing::warn!(
-                suppressed,
-                "trace export queue full or closed; dropping turns (backend slow or down?)"
-            );
-        }
+        // Rate-limited per call site by the log layer (`telemetry::logs`).
+        tracing::warn!("trace export queue full or closed; dropping turns (backend slow or down?)");
     }
 
     /// Export what is queued within `timeout`, then shut the exporter down. Spans not sent
@@ -296,9 +292,7 @@ impl Worker {
             Err(e) => {
                 self.stats.export_failures.fetch_add(1, Ordering::Relaxed);
                 self.lose(n);
-                if let Some(suppressed) = crate::ratelimit::allow("otlp_export_failed") {
-                    tracing::warn!(suppressed, error = %e, "trace export failed; spans dropped");
-                }
+                tracing::warn!(error = %e, "trace export failed; spans dropped");
             }
         }
         true
