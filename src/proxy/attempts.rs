@@ -125,6 +125,9 @@ pub struct Tracker {
     order: VecDeque<String>,
     by_request: HashMap<u64, String>,
     calls: HashMap<String, CallInfo>,
+    /// Call ids seen in a stream whose call the decoder never completed (cut before its
+    /// arguments or finish): if a later history executes one, the client did assemble it.
+    partial: HashMap<String, CallInfo>,
     /// Call ids whose execution was already reported, per conversation.
     executed: HashMap<String, HashSet<String>>,
     max_turns: usize,
@@ -196,6 +199,7 @@ impl Tracker {
             order: VecDeque::new(),
             by_request: HashMap::new(),
             calls: HashMap::new(),
+            partial: HashMap::new(),
             executed: HashMap::new(),
             max_turns: MAX_TURNS,
             stats: TrackerStats::default(),
@@ -371,6 +375,7 @@ impl Tracker {
                     self.by_request.remove(&fp);
                 }
                 self.calls.retain(|_, c| c.turn != old);
+                self.partial.retain(|_, c| c.turn != old);
                 if t.step == 1
                     && !self
                         .turns
@@ -418,7 +423,30 @@ impl Tracker {
                     continue;
                 }
                 self.stats.executions += 1;
-                let known = r.id.as_ref().and_then(|id| self.calls.get(id)).cloned();
+                let mut known = r.id.as_ref().and_then(|id| self.calls.get(id)).cloned();
+                if known.is_none()
+                    && let Some(id) = &r.id
+                    && let Some(call) = self.partial.get(id).cloned()
+                {
+                    // The stream was cut before the decoder saw this call complete, yet the
+                    // client sends back its result: it assembled the call from that attempt.
+                    let args = in_history
+                        .iter()
+                        .find(|c| c.id.as_deref() == Some(id.as_str()))
+                        .map(|c| &c.args);
+                    self.emit(
+                        &call.turn,
+                        "tool_call",
+                        Some(call.attempt),
+                        now_ms,
+                        Fields::Exec {
+                            id,
+                            name: &call.name,
+                            args: Some(args.unwrap_or(&serde_json::Value::Null)),
+                        },
+                    );
+                    known = Some(call);
+                }
                 match known {
                     Some(call) => {
                         let id = r.id.as_deref().unwrap_or("");
@@ -485,6 +513,18 @@ impl Tracker {
                 data: &raw,
             },
         );
+        if let Some(marker) = call_marker(a.api)
+            && memchr::memmem::find(data.as_bytes(), marker.as_bytes()).is_some()
+            && let Ok(v) = serde_json::from_str::<serde_json::Value>(data)
+        {
+            for (id, name) in stream_call_ids(a.api, &v) {
+                self.partial.entry(id).or_insert(CallInfo {
+                    turn: a.turn.clone(),
+                    attempt: a.attempt,
+                    name,
+                });
+            }
+        }
         let Some(turn) = self.turns.get_mut(&a.turn) else {
             return;
         };
@@ -618,6 +658,72 @@ impl Tracker {
     /// The API a turn was for.
     pub fn api_of(&self, turn: &str) -> Option<Api> {
         self.turns.get(turn).map(|t| t.api)
+    }
+}
+
+/// A substring every payload that starts a tool call contains (a cheap filter before
+/// parsing).
+fn call_marker(api: Api) -> Option<&'static str> {
+    Some(match api {
+        Api::OpenAiChat => "tool_calls",
+        Api::OpenAiResponses => "call_id",
+        Api::Anthropic => "tool_use",
+        Api::Gemini => "functionCall",
+    })
+}
+
+/// The call ids (and names, when given) a payload starts.
+fn stream_call_ids(api: Api, v: &serde_json::Value) -> Vec<(String, String)> {
+    use serde_json::Value;
+    let id_name = |o: &Value, id: &str, name: &str| {
+        o.get(id)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(|i| {
+                (
+                    i.to_owned(),
+                    o.get(name).and_then(Value::as_str).unwrap_or("").to_owned(),
+                )
+            })
+    };
+    match api {
+        Api::OpenAiChat => v
+            .get("choices")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.pointer("/delta/tool_calls").and_then(Value::as_array))
+            .flatten()
+            .filter_map(|tc| {
+                let (id, _) = id_name(tc, "id", "type")?;
+                let name = tc
+                    .pointer("/function/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned();
+                Some((id, name))
+            })
+            .collect(),
+        Api::OpenAiResponses => v
+            .get("item")
+            .and_then(|i| id_name(i, "call_id", "name"))
+            .into_iter()
+            .collect(),
+        Api::Anthropic => v
+            .get("content_block")
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
+            .and_then(|b| id_name(b, "id", "name"))
+            .into_iter()
+            .collect(),
+        Api::Gemini => v
+            .get("candidates")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.pointer("/content/parts").and_then(Value::as_array))
+            .flatten()
+            .filter_map(|p| p.get("functionCall").and_then(|f| id_name(f, "id", "name")))
+            .collect(),
     }
 }
 
