@@ -462,7 +462,7 @@ fn dechunk(mut raw: &[u8]) -> (Vec<u8>, bool) {
 
 /// A minimal request body for a stream's API.
 pub fn request_for(path: &str, user: &str) -> String {
-    if path.contains("generateContent") {
+    if path.contains("enerateContent") {
         serde_json::json!({"contents":[{"role":"user","parts":[{"text":user}]}]}).to_string()
     } else if path.ends_with("/responses") {
         serde_json::json!({"model":"gpt-5","stream":true,"input":user}).to_string()
