@@ -432,6 +432,31 @@ fn content_length(raw: &[u8]) -> Option<usize> {
     Some(head_end + v.trim().parse::<usize>().ok()?)
 }
 
+/// GET `path` (a fresh connection, `connection: close`).
+pub async fn get(addr: SocketAddr, path: &str) -> Got {
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let req = format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
+    tcp.write_all(req.as_bytes()).await.expect("write");
+    let mut raw = Vec::new();
+    tcp.read_to_end(&mut raw).await.expect("read");
+    let head_end = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("head") + 4;
+    let head = String::from_utf8_lossy(&raw[..head_end]).into_owned();
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        dechunk(&raw[head_end..]).0
+    } else {
+        raw[head_end..].to_vec()
+    };
+    Got {
+        status: 200,
+        headers: Vec::new(),
+        body,
+        ending: Ending::Clean,
+    }
+}
+
 /// Decode a chunked body; `true` when its terminator was there.
 fn dechunk(mut raw: &[u8]) -> (Vec<u8>, bool) {
     if let Some(i) = raw.windows(4).position(|w| w == b"\r\n\r\n")
