@@ -252,12 +252,15 @@ fn client(
     .map_err(|e| ProxyError::Tls(e.to_string()))?
     .with_root_certificates(roots)
     .with_no_client_auth();
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
         .enable_http2()
-        .build();
+        .wrap_connector(http);
     Ok(Client::builder(TokioExecutor::new()).build(https))
 }
 
