@@ -1,7 +1,7 @@
 //! TLS for OTLP export: which certificates to trust (the system's roots plus an optional CA
 //! file) and an optional client certificate and key (mTLS), read once at startup and turned
 //! into the two clients' configurations: a rustls [`ClientConfig`] behind hyper for
-//! OTLP/HTTP, a tonic [`ClientTlsConfig`] for OTLP/gRPC. rustls runs on the `ring` provider
+//! OTLP/HTTP, a tonic `ClientTlsConfig` for OTLP/gRPC. rustls runs on the `ring` provider
 //! only (the one async-nats uses), so the process has one crypto provider.
 //!
 //! Every problem is a [`TraceError::Tls`] naming the setting and the file, at startup: an
