@@ -331,3 +331,63 @@ async fn bad_endpoints_stop_run_at_startup_naming_the_setting() {
         assert!(stderr.contains(want), "{extra:?}: {stderr}");
     }
 }
+
+#[test]
+fn validate_checks_the_otlp_endpoint_and_tls_files() {
+    let pki = Pki::new();
+    let validate = |toml: String| -> Output {
+        let path = pki.dir.path().join("retryscope.toml");
+        std::fs::write(&path, toml).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_retryscope"));
+        cmd.arg("validate").arg(&path);
+        for (var, _) in std::env::vars() {
+            if var.starts_with("OTEL_") {
+                cmd.env_remove(var);
+            }
+        }
+        cmd.output().unwrap()
+    };
+    let ca = pki.ca_file().display().to_string();
+    let ok = validate(format!(
+        "[otlp]\nendpoint = \"https://127.0.0.1:4317\"\nca_file = \"{ca}\"\n"
+    ));
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let bad = validate("[otlp]\nendpoint = \"tcp://127.0.0.1:4317\"\n".to_owned());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success());
+    assert!(
+        stderr.contains("[otlp] endpoint") && stderr.contains("tcp"),
+        "{stderr}"
+    );
+    let missing = validate(format!(
+        "[otlp]\nendpoint = \"https://127.0.0.1:4317\"\nca_file = \"{ca}.missing\"\n"
+    ));
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(!missing.status.success());
+    assert!(stderr.contains("ca_file"), "{stderr}");
+}
+
+#[test]
+fn check_refuses_a_bad_endpoint_with_exit_2() {
+    let log = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookstore/naive.jsonl");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_retryscope"));
+    cmd.arg("check")
+        .arg(&log)
+        .args(["--otlp-endpoint", "quic://127.0.0.1:4317"]);
+    for (var, _) in std::env::vars() {
+        if var.starts_with("OTEL_") {
+            cmd.env_remove(var);
+        }
+    }
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--otlp-endpoint") && stderr.contains("quic"),
+        "{stderr}"
+    );
+}

@@ -117,6 +117,10 @@ pub struct ValidateArgs {
 pub fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     let cfg = RunConfig::load(&args.config)?;
     preflight(&cfg)?;
+    // The OTLP endpoint and TLS files, as `run` would check them at startup (no connection).
+    if let Some(traces) = trace_config(&cfg)? {
+        traces.prepare()?;
+    }
     println!(
         "{}: ok ({} include patterns, metrics on {})",
         args.config.display(),
