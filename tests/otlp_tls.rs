@@ -392,24 +392,33 @@ fn check_refuses_a_bad_endpoint_with_exit_2() {
     );
 }
 
-/// Without the CA file, `run` still runs, and says the export failed (never silently).
+/// Without the CA file, `run` still runs, and says the export failed and why (never silently).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_without_the_ca_file_logs_the_failed_export() {
     let pki = Pki::new();
-    let seen = Seen::default();
-    let (addr, failed_handshakes) = serve(Protocol::HttpProtobuf, &pki, false, &seen).await;
     let other = pki.dir.path().join("other-ca.pem");
     write_other_ca(&other);
-    let out = run_stdin(args(&[
-        "--otlp-endpoint",
-        &format!("https://{addr}"),
-        "--otlp-ca-file",
-        other.to_str().unwrap(),
-    ]))
-    .await;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(seen.spans().is_empty());
-    assert!(failed_handshakes.load(Ordering::Relaxed) >= 1);
-    assert!(stderr.contains("trace export failed"), "{stderr}");
+    for (protocol, name) in [
+        (Protocol::Grpc, "grpc"),
+        (Protocol::HttpProtobuf, "http/protobuf"),
+    ] {
+        let seen = Seen::default();
+        let (addr, failed_handshakes) = serve(protocol, &pki, false, &seen).await;
+        let out = run_stdin(args(&[
+            "--otlp-endpoint",
+            &format!("https://{addr}"),
+            "--otlp-protocol",
+            name,
+            "--otlp-ca-file",
+            other.to_str().unwrap(),
+        ]))
+        .await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name}: {stderr}");
+        assert!(seen.spans().is_empty());
+        assert!(failed_handshakes.load(Ordering::Relaxed) >= 1);
+        assert!(stderr.contains("trace export failed"), "{name}: {stderr}");
+        // The cause is named, not just "network error" or "transport error".
+        assert!(stderr.contains("UnknownIssuer"), "{name}: {stderr}");
+    }
 }

@@ -215,10 +215,47 @@ impl LoadedTls {
     }
 }
 
-/// hyper's client for OTLP/HTTP: plain `http://`, or `https://` with `tls`.
-pub type OtlpHttpClient = opentelemetry_http::hyper::HyperClient<
+type Hyper = opentelemetry_http::hyper::HyperClient<
     hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
 >;
+
+/// hyper's client for OTLP/HTTP: plain `http://`, or `https://` with TLS. A failed request
+/// is logged with its whole cause chain (the exporter itself reports only "network error",
+/// which hides a refused certificate).
+#[derive(Debug, Clone)]
+pub struct OtlpHttpClient(Hyper);
+
+/// "outer: inner: innermost", each cause once.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = vec![e.to_string()];
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = cause.source();
+    }
+    parts.join(": ")
+}
+
+#[async_trait::async_trait]
+impl opentelemetry_http::HttpClient for OtlpHttpClient {
+    async fn send_bytes(
+        &self,
+        request: opentelemetry_http::Request<opentelemetry_http::Bytes>,
+    ) -> Result<
+        opentelemetry_http::Response<opentelemetry_http::Bytes>,
+        opentelemetry_http::HttpError,
+    > {
+        let result = self.0.send_bytes(request).await;
+        if let Err(e) = &result {
+            // Rate-limited per call site by the log layer (`telemetry::logs`).
+            tracing::warn!(error = %chain(e.as_ref()), "OTLP/HTTP request failed");
+        }
+        result
+    }
+}
 
 /// The OTLP/HTTP client; `tls` is `None` for an `http://` endpoint.
 pub fn http_client(
@@ -244,9 +281,9 @@ pub fn http_client(
         .https_or_http()
         .enable_http1()
         .build();
-    Ok(opentelemetry_http::hyper::HyperClient::new(
+    Ok(OtlpHttpClient(opentelemetry_http::hyper::HyperClient::new(
         connector, timeout, None,
-    ))
+    )))
 }
 
 #[cfg(test)]
