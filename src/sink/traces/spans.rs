@@ -52,6 +52,8 @@
 //!   `n` is the logged attempt number, bounded by the correlator's attempt bounds.
 //! - `gen_ai.request.model` is the model the log names; logs rarely tell the requested and
 //!   the responding model apart, so `gen_ai.response.model` is never set.
+//! - `gen_ai.operation.name` is `chat` for every provider (the registry's `generate_content`
+//!   would fit Gemini, but logs do not say which API a client called).
 //! - `gen_ai.response.finish_reasons` holds the last attempt's one finish reason (logs carry
 //!   one per response, not one per choice).
 //! - Findings are span events named `retryscope.finding`, not log-based events: they belong
