@@ -15,6 +15,7 @@ mod history;
 mod inject;
 mod record;
 mod settings;
+mod whole;
 
 pub use attempts::{AttemptRef, End, LineSink, Tracker, TrackerStats};
 pub use forward::{ObservedBody, Proxy, ProxyBody, ProxyNote, now_ms, serve};

@@ -531,12 +531,20 @@ impl Observer {
         let now = now_ms();
         let mut t = self.proxy.tracker();
         if self.decode && self.framer.framing() == Framing::Whole && how == End::Complete {
-            // A non-streaming answer: Gemini's is a chunk; the others are recorded as
-            // finished (their tool calls are not decoded).
+            // A non-streaming answer: as the chunks its provider would have streamed; one
+            // this proxy cannot reshape is recorded as finished.
             let (frame, _) = self.framer.finish();
-            match (self.attempt.api, frame) {
-                (Api::Gemini, Some(f)) => t.chunk(&self.attempt, &f.data, now),
-                (_, Some(f)) => {
+            let chunks = frame
+                .as_ref()
+                .map(|f| super::whole::as_chunks(self.attempt.api, &f.data))
+                .unwrap_or_default();
+            match (chunks.is_empty(), frame) {
+                (false, _) => {
+                    for c in &chunks {
+                        t.chunk(&self.attempt, c, now);
+                    }
+                }
+                (true, Some(f)) => {
                     let reason = serde_json::from_str::<serde_json::Value>(&f.data)
                         .ok()
                         .and_then(|v| {
@@ -548,7 +556,7 @@ impl Observer {
                         .unwrap_or_else(|| "stop".to_owned());
                     t.complete_whole(&self.attempt, &reason, now);
                 }
-                (_, None) => {}
+                (true, None) => {}
             }
         }
         t.end(&self.attempt, &how, now);
