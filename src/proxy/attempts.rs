@@ -22,13 +22,18 @@
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use serde::Serialize;
 use serde_json::value::RawValue;
 
 use super::history::{Api, Message, Request, Role};
+
+mod calls;
+mod line;
+
 use crate::decode::EnvelopeDecoder;
 use crate::decode::native::ProviderChunk;
 use crate::event::EventKind;
+use calls::{call_marker, stream_call_ids};
+use line::{Fields, Line};
 
 /// Where the tracker's lines go (the engine's feed, a recording, a test's vector).
 pub trait LineSink: Send {
@@ -137,55 +142,6 @@ pub struct Tracker {
 
 /// Turns remembered (for retries and the next step's history) before the oldest is forgotten.
 pub const MAX_TURNS: usize = 20_000;
-
-#[derive(Serialize)]
-struct Line<'a> {
-    turn: &'a str,
-    #[serde(rename = "type")]
-    kind: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    attempt: Option<u32>,
-    ts: i64,
-    #[serde(flatten)]
-    fields: Fields<'a>,
-}
-
-#[derive(Serialize)]
-#[serde(untagged)]
-enum Fields<'a> {
-    None {},
-    TurnStart {
-        provider: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        model: Option<&'a str>,
-        session: &'a str,
-        agent: &'a str,
-    },
-    AttemptStart {
-        #[serde(skip_serializing_if = "Option::is_none")]
-        model: Option<&'a str>,
-    },
-    Retry {
-        reason: &'a str,
-    },
-    Chunk {
-        provider: &'a str,
-        data: &'a RawValue,
-    },
-    Error {
-        message: &'a str,
-        code: &'a str,
-    },
-    Exec {
-        id: &'a str,
-        name: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        args: Option<&'a serde_json::Value>,
-    },
-    Output {
-        text: &'a str,
-    },
-}
 
 impl Tracker {
     /// A tracker writing to `sink`; `prefix` starts every conversation id (make it unique per
@@ -663,72 +619,6 @@ impl Tracker {
     /// The API a turn was for.
     pub fn api_of(&self, turn: &str) -> Option<Api> {
         self.turns.get(turn).map(|t| t.api)
-    }
-}
-
-/// A substring every payload that starts a tool call contains (a cheap filter before
-/// parsing).
-fn call_marker(api: Api) -> Option<&'static str> {
-    Some(match api {
-        Api::OpenAiChat => "tool_calls",
-        Api::OpenAiResponses => "call_id",
-        Api::Anthropic => "tool_use",
-        Api::Gemini => "functionCall",
-    })
-}
-
-/// The call ids (and names, when given) a payload starts.
-fn stream_call_ids(api: Api, v: &serde_json::Value) -> Vec<(String, String)> {
-    use serde_json::Value;
-    let id_name = |o: &Value, id: &str, name: &str| {
-        o.get(id)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(|i| {
-                (
-                    i.to_owned(),
-                    o.get(name).and_then(Value::as_str).unwrap_or("").to_owned(),
-                )
-            })
-    };
-    match api {
-        Api::OpenAiChat => v
-            .get("choices")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|c| c.pointer("/delta/tool_calls").and_then(Value::as_array))
-            .flatten()
-            .filter_map(|tc| {
-                let (id, _) = id_name(tc, "id", "type")?;
-                let name = tc
-                    .pointer("/function/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_owned();
-                Some((id, name))
-            })
-            .collect(),
-        Api::OpenAiResponses => v
-            .get("item")
-            .and_then(|i| id_name(i, "call_id", "name"))
-            .into_iter()
-            .collect(),
-        Api::Anthropic => v
-            .get("content_block")
-            .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
-            .and_then(|b| id_name(b, "id", "name"))
-            .into_iter()
-            .collect(),
-        Api::Gemini => v
-            .get("candidates")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|c| c.pointer("/content/parts").and_then(Value::as_array))
-            .flatten()
-            .filter_map(|p| p.get("functionCall").and_then(|f| id_name(f, "id", "name")))
-            .collect(),
     }
 }
 
