@@ -130,6 +130,8 @@ pub struct Tracker {
     order: VecDeque<String>,
     by_request: HashMap<u64, String>,
     calls: HashMap<String, CallInfo>,
+    /// OpenAI Responses ids, to the turn whose attempt streamed them (`previous_response_id`).
+    responses: HashMap<String, String>,
     /// Call ids seen in a stream whose call the decoder never completed (cut before its
     /// arguments or finish): if a later history executes one, the client did assemble it.
     partial: HashMap<String, CallInfo>,
@@ -155,6 +157,7 @@ impl Tracker {
             order: VecDeque::new(),
             by_request: HashMap::new(),
             calls: HashMap::new(),
+            responses: HashMap::new(),
             partial: HashMap::new(),
             executed: HashMap::new(),
             max_turns: MAX_TURNS,
@@ -246,16 +249,24 @@ impl Tracker {
                 };
             }
         }
-        // The longest earlier history this one extends: the previous call of the conversation.
-        let parent = fps.len().checked_sub(1).and_then(|n| {
-            (0..n)
-                .rev()
-                .find_map(|i| self.by_request.get(&fps[i]).map(|t| (i, t.clone())))
+        // The previous call of the conversation: the response a Responses request continues
+        // on the server (its input is all new), or the longest earlier history this one
+        // extends (the messages after it are new).
+        let stateful = request
+            .and_then(|r| r.previous_response_id.as_ref())
+            .and_then(|id| self.responses.get(id))
+            .map(|t| (0, t.clone()));
+        let parent = stateful.or_else(|| {
+            fps.len().checked_sub(1).and_then(|n| {
+                (0..n)
+                    .rev()
+                    .find_map(|i| self.by_request.get(&fps[i]).map(|t| (i + 1, t.clone())))
+            })
         });
         let (conversation, step) = match parent {
-            Some((i, parent)) => {
+            Some((from, parent)) => {
                 self.stats.steps += 1;
-                let messages = request.map(|r| &r.messages[i + 1..]).unwrap_or(&[]);
+                let messages = request.and_then(|r| r.messages.get(from..)).unwrap_or(&[]);
                 self.read_history(&parent, messages, now_ms);
                 match self.turns.get(&parent) {
                     Some(p) => (p.conversation.clone(), p.step + 1),
@@ -332,6 +343,7 @@ impl Tracker {
                 }
                 self.calls.retain(|_, c| c.turn != old);
                 self.partial.retain(|_, c| c.turn != old);
+                self.responses.retain(|_, t| *t != old);
                 if t.step == 1
                     && !self
                         .turns
@@ -469,6 +481,15 @@ impl Tracker {
                 data: &raw,
             },
         );
+        if a.api == Api::OpenAiResponses
+            && memchr::memmem::find(data.as_bytes(), b"response.created").is_some()
+            && let Ok(v) = serde_json::from_str::<serde_json::Value>(data)
+            && let Some(id) = v
+                .pointer("/response/id")
+                .and_then(serde_json::Value::as_str)
+        {
+            self.responses.insert(id.to_owned(), a.turn.clone());
+        }
         if let Some(marker) = call_marker(a.api)
             && memchr::memmem::find(data.as_bytes(), marker.as_bytes()).is_some()
             && let Ok(v) = serde_json::from_str::<serde_json::Value>(data)
