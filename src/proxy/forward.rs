@@ -303,7 +303,13 @@ async fn handle(
         .then(|| Api::from_path(&path))
         .flatten();
     let attempt = api.map(|api| {
-        let parsed = history::parse(api, &path, &body);
+        let parsed = match request_encoding(&parts.headers) {
+            None => history::parse(api, &path, &body),
+            Some("gzip") => gunzip(&body, proxy.max_request_bytes)
+                .and_then(|plain| history::parse(api, &path, &plain)),
+            // Another coding (zstd...): forwarded, not read.
+            Some(_) => None,
+        };
         let retry_count = parts
             .headers
             .get("x-stainless-retry-count")
@@ -392,6 +398,26 @@ async fn handle(
     Ok(Response::from_parts(rparts, Either::Left(body)))
 }
 
+/// The request body's `content-encoding`, when it has one (`identity` is none).
+fn request_encoding(h: &HeaderMap) -> Option<&str> {
+    h.get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|e| !e.is_empty() && !e.eq_ignore_ascii_case("identity"))
+}
+
+/// A gzip body, decompressed up to `limit` bytes, for reading (what is forwarded is the
+/// original).
+fn gunzip(body: &[u8], limit: usize) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(body)
+        .take(limit as u64)
+        .read_to_end(&mut out)
+        .ok()?;
+    Some(out)
+}
+
 pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
@@ -404,4 +430,50 @@ pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
         cur = c.source();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gzip_request_bodies_are_read_and_other_codings_skipped() {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        enc.write_all(b"{\"model\":\"m\"}").expect("write");
+        let gz = enc.finish().expect("finish");
+        assert_eq!(
+            gunzip(&gz, 1 << 20).as_deref(),
+            Some(b"{\"model\":\"m\"}".as_slice())
+        );
+        assert_eq!(gunzip(b"not gzip", 1 << 20), None);
+        let mut h = HeaderMap::new();
+        assert_eq!(request_encoding(&h), None);
+        h.insert(
+            header::CONTENT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+        assert_eq!(request_encoding(&h), None);
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("zstd"));
+        assert_eq!(request_encoding(&h), Some("zstd"));
+    }
+
+    #[test]
+    fn hop_by_hop_headers_and_those_connection_names_are_removed() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-trace-hop"),
+        );
+        h.insert("x-trace-hop", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert("x-api-key", HeaderValue::from_static("k"));
+        strip_hop_by_hop(&mut h);
+        let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["x-api-key"]);
+    }
 }
