@@ -160,8 +160,8 @@ async fn naive_client_session_through_the_binary() {
     assert!(metrics.contains("retryscope_findings_total{kind=\"abandoned_tool_executed\",severity=\"critical\",tool=\"issue_refund\"} 1"), "{metrics}");
 
     // SIGTERM: open turns close, every finding is written.
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+    let status = Command::new("sh")
+        .args(["-c", &format!("kill -TERM {}", child.id())])
         .status()
         .expect("kill");
     assert!(status.success());
