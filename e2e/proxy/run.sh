@@ -5,7 +5,7 @@
 # which cuts the first stream (--inject after-tool-call|mid-word|before-finish,
 # --inject-how reset|eof|error). What the proxy reports (/metrics, findings, its --record
 # folder read by `check`) is compared with what the clients really did: the marker files
-# their tools wrote (e2e/proxy/expect.py).
+# their tools wrote (e2e/proxy/compare.py).
 #
 #   e2e/proxy/run.sh                         every client x every scenario
 #   CLIENTS="sdk-anthropic codex" SCENARIOS="clean after-tool-call-reset" e2e/proxy/run.sh
@@ -43,7 +43,7 @@ dirs_of() {
 if [ "${1:-}" = --check ]; then
   [ -n "${2:-}" ] || { echo "usage: $0 --check DIR" >&2; exit 2; }
   mapfile -t dirs < <(dirs_of "$2")
-  python3 "$HERE/expect.py" --bin "$BIN" --known-failing "$HERE/known-failing.txt" "${dirs[@]}"
+  python3 "$HERE/compare.py" --bin "$BIN" --known-failing "$HERE/known-failing.txt" "${dirs[@]}"
   exit $?
 fi
 
@@ -115,4 +115,4 @@ wait
 echo "sessions took $(( $(date +%s) - started )) s"
 python3 "$HERE/summarize.py" "$OUT" >"$OUT/results.md" 2>/dev/null && echo "table: $OUT/results.md"
 mapfile -t dirs < <(dirs_of "$OUT")
-python3 "$HERE/expect.py" --bin "$BIN" --known-failing "$HERE/known-failing.txt" "${dirs[@]}"
+python3 "$HERE/compare.py" --bin "$BIN" --known-failing "$HERE/known-failing.txt" "${dirs[@]}"

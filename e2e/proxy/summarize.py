@@ -13,7 +13,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from expect import msum, msum_where, parse_metrics  # noqa: E402
+from compare import msum, msum_where, parse_metrics  # noqa: E402
 
 
 def row(d):

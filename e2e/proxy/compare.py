@@ -5,7 +5,7 @@ session's ground truth (truth.json: the upstream's request log and the marker fi
 client's tools wrote). Nothing here knows what the proxy prints: every expected value is
 computed from the truth.
 
-  expect.py --bin target/debug/retryscope [--known-failing FILE] DIR...
+  compare.py --bin target/debug/retryscope [--known-failing FILE] DIR...
 
 Per session (each prints PASS, FAIL or KNOWN with the reason):
   injected    what the client received (the tap between client and proxy): with an
