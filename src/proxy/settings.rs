@@ -1,0 +1,73 @@
+//! The `[proxy]` table of the configuration file, and the flags that fill it.
+//!
+//! ```toml
+//! [proxy]
+//! listen = "127.0.0.1:8788"
+//! record = "proxy-recording"          # optional: --record DIR
+//! ca_file = "/etc/ssl/extra-ca.pem"   # optional: another root for upstream TLS
+//!
+//! [[proxy.upstream]]
+//! prefix = "/anthropic"               # requests under this path go here, prefix stripped
+//! url = "https://api.anthropic.com"
+//! inject = { point = "after-tool-call", how = "reset", first = 1 }
+//!
+//! [[proxy.upstream]]
+//! prefix = "/"                        # everything else
+//! url = "https://api.openai.com"
+//! ```
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::inject::InjectRule;
+
+/// One upstream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamSettings {
+    /// Requests whose path starts with this go to this upstream [default: `/`, everything];
+    /// the longest matching prefix wins.
+    #[serde(default)]
+    pub prefix: String,
+    /// Base URL: `https://api.anthropic.com`, `http://127.0.0.1:9000/v1beta` (its path is
+    /// put before the request's).
+    pub url: String,
+    /// Remove the prefix from the path before forwarding [default: true unless it is `/`].
+    #[serde(default)]
+    pub strip_prefix: Option<bool>,
+    /// Cut this upstream's streams on purpose.
+    #[serde(default)]
+    pub inject: Option<InjectRule>,
+}
+
+/// `retryscope proxy`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxySettings {
+    /// Address to listen on.
+    pub listen: String,
+    /// The upstreams.
+    pub upstream: Vec<UpstreamSettings>,
+    /// Injection for upstreams without their own `inject` (the `--inject*` flags).
+    pub inject: Option<InjectRule>,
+    /// Save each attempt's request and stream here (`--record DIR`).
+    pub record: Option<PathBuf>,
+    /// Extra root certificates (PEM) trusted for upstream TLS, besides the system's.
+    pub ca_file: Option<PathBuf>,
+    /// Largest request body forwarded, in bytes.
+    pub max_request_bytes: usize,
+}
+
+impl Default for ProxySettings {
+    fn default() -> Self {
+        ProxySettings {
+            listen: "127.0.0.1:8788".to_owned(),
+            upstream: Vec::new(),
+            inject: None,
+            record: None,
+            ca_file: None,
+            max_request_bytes: 64 << 20,
+        }
+    }
+}
