@@ -269,8 +269,16 @@ class Handler(BaseHTTPRequestHandler):
         rec["cut"] = {"point": cut[0], "mode": cut[1]} if cut else None
         rec["ids"] = mod.attempt_ids(seq)
         rec["text"] = "".join(script["before"]) + "".join(script["after"])
-        events = mod.events(script, tool, rec["ids"], body)
-        outcome = self.play(events, cut, mod, rec)
+        if isinstance(body, dict) and body.get("stream") is False and hasattr(mod, "full_message"):
+            # a non-streamed request (Claude Code falls back to one after a stream failed
+            # early): the whole message as one JSON body, never cut
+            rec["finish_sent_ms"] = int(time.time() * 1000)
+            self.send_json(200, mod.full_message(script, tool, rec["ids"]))
+            outcome = {"finished": True, "events_written": ["json"],
+                       "ended_ms": int(time.time() * 1000)}
+        else:
+            events = mod.events(script, tool, rec["ids"], body)
+            outcome = self.play(events, cut, mod, rec)
         rec["outcome"] = outcome
         st.write_log(rec)
 

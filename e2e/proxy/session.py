@@ -27,6 +27,7 @@ Files written to --out:
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -51,7 +52,7 @@ POINTS = ("after-tool-call", "mid-word", "before-finish")
 HOWS = ("reset", "eof", "error")
 # The proxy closes a turn after this long without events, so that /metrics (attempts and
 # executions are counted when a turn closes) is complete soon after the client exits.
-IDLE_SECS = 2
+IDLE_SECS = 1
 
 
 def free_port():
@@ -197,10 +198,16 @@ def session(a):
             info.update(record.run_client(cargv, env, a.bin_dir, work, a.timeout,
                                           os.path.join(a.out, "client-out.txt"),
                                           os.path.join(a.out, "client-err.txt")))
-            # the proxy closes the last turn after IDLE_SECS without events
-            time.sleep(IDLE_SECS + 1.5)
+            # the proxy closes the last turn after IDLE_SECS without events: scrape once
+            # no turn is open any more (attempts and executions are counted at close)
+            end = time.time() + IDLE_SECS + 8
+            while True:
+                text = scrape(maddr)
+                if re.search(r"^retryscope_open_turns 0$", text, re.M) or time.time() > end:
+                    break
+                time.sleep(0.25)
             with open(os.path.join(a.out, "metrics.txt"), "w") as f:
-                f.write(scrape(maddr))
+                f.write(text)
     finally:
         if proxy.poll() is None:
             os.killpg(proxy.pid, signal.SIGTERM)

@@ -71,6 +71,14 @@ class Wire(unittest.TestCase):
         got = wire.delivered(d, "anthropic", REQ)
         self.assertEqual(got[1]["cut"], "reset")
 
+    def test_non_streamed_json_answer_is_finished_when_whole(self):
+        body = b'{"id":"msg_mock0001","type":"message","stop_reason":"tool_use"}'
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+        d = dump([(head % len(body) + body, "eof")])
+        self.assertTrue(wire.delivered(d, "anthropic", REQ)[1]["finish"])
+        d = dump([(head % len(body) + body[:20], "reset")])
+        self.assertFalse(wire.delivered(d, "anthropic", REQ)[1]["finish"])
+
     def test_openai_null_error_field_is_not_an_error(self):
         created = b'event: response.created\ndata: {"response":{"id":"resp_mock0001","error":null}}\n\n'
         d = dump([(HEAD + chunk(created) + b"0\r\n\r\n", "eof")])

@@ -97,7 +97,9 @@ def delivered(dump_dir, provider, requests):
                 ids = [v for v in (req.get("ids") or {}).values() if isinstance(v, str)]
                 if not ids or not any(x.encode() in r["body"] for x in ids):
                     continue
-                finish = FINISH[provider] in r["body"]
+                sse = "event-stream" in r["headers"].get("content-type", "")
+                # a non-streamed JSON answer is whole when its body is
+                finish = FINISH[provider] in r["body"] if sse else bool(r["complete"])
                 error = not finish and any(m in r["body"] for m in ERROR[provider])
                 call = (req.get("call") or {}).get("id")
                 if finish:
