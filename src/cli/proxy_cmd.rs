@@ -233,6 +233,9 @@ async fn serve(cfg: RunConfig, traces: Option<TraceExportConfig>) -> anyhow::Res
                 cfg.proxy.listen
             )
         })?;
+    if let Ok(addr) = metrics_listener.local_addr() {
+        tracing::info!(%addr, "serving /metrics");
+    }
     let listen_addr = proxy_listener
         .local_addr()
         .map(|a| a.to_string())

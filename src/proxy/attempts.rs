@@ -625,9 +625,14 @@ impl Tracker {
         let finished = st.finished;
         match how {
             End::Injected { point, how } => {
+                // Reported as injected even when the stream carried an error event of its
+                // own (`--inject-how error` writes one).
                 let code = format!("injected_{how}");
                 let message =
                     format!("retryscope proxy cut the stream on purpose ({point}, {how})");
+                if let Some(st) = self.attempt_mut(a) {
+                    st.cause = None;
+                }
                 self.fail(a, &code, &message, now_ms);
             }
             _ if finished => {}

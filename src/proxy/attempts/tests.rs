@@ -396,3 +396,24 @@ fn memory_is_bounded_by_forgetting_the_oldest_turns() {
     assert!(t.by_request.len() <= 10);
     assert_eq!(t.stats().evicted, 40);
 }
+
+#[test]
+fn gemini_same_request_after_a_cut_is_a_retry() {
+    let (mut t, _) = tracker();
+    let body = br#"{"contents":[{"role":"user","parts":[{"text":"My book arrived damaged, order ORD-7781."}]}]}"#;
+    let path = "/v1beta/models/gemini-2.5-flash:streamGenerateContent";
+    let r = history::parse(Api::Gemini, path, body);
+    eprintln!("{:?} {:?}", r, r.as_ref().map(|r| r.prefix_fingerprints()));
+    let a = t.begin(Api::Gemini, r.as_ref(), None, 1);
+    t.end(
+        &a,
+        &End::Injected {
+            point: "mid-word",
+            how: "reset",
+        },
+        2,
+    );
+    let r2 = history::parse(Api::Gemini, path, body);
+    let b = t.begin(Api::Gemini, r2.as_ref(), None, 3);
+    assert_eq!((b.turn.as_str(), b.attempt), (a.turn.as_str(), 1));
+}
