@@ -51,8 +51,10 @@ SDK_API = {"sdk-anthropic": "anthropic", "sdk-openai-chat": "openai-chat",
 POINTS = ("after-tool-call", "mid-word", "before-finish")
 HOWS = ("reset", "eof", "error")
 # The proxy closes a turn after this long without events, so that /metrics (attempts and
-# executions are counted when a turn closes) is complete soon after the client exits.
-IDLE_SECS = 1
+# executions are counted when a turn closes) is complete soon after the client exits. It
+# must exceed the longest silence inside a stream: the mock pauses 1 s after a tool call
+# (with 1 s, turns were closed mid-stream and their last chunks dropped as late).
+IDLE_SECS = 3
 
 
 def free_port():
