@@ -154,6 +154,13 @@ def check_dir(binary, d):
                f"main request {first and first['request_seq']}")
     else:
         ok, why = not cuts, f"no injection; cut streams {[r['request_seq'] for r in cuts]}"
+    # the proxy's own count of injected cuts must say the same
+    got_cuts = msum(samples, "retryscope_proxy_injected_cuts_total")
+    want_cuts = 1 if inject else 0
+    asked = (msum(samples, "retryscope_proxy_injected_cuts_total", point=inject["point"],
+                  how=inject["how"]) if inject else 0)
+    ok = ok and got_cuts == want_cuts and asked == want_cuts
+    why += f"; retryscope_proxy_injected_cuts_total {got_cuts:g} ({asked:g} at the point asked)"
     res("injected", ok, why)
     side = model_side_requests(truth)
     want_attempts = len(main) + len(side)
