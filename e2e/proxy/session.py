@@ -9,7 +9,7 @@ proxy reported and the ground truth into an output folder.
 CLIENT: gemini-cli, claude-code, codex (the npm clients, configured as in e2e/agents), or
 sdk-anthropic, sdk-openai-chat, sdk-openai-responses (sdk_loop.py on the official SDKs).
 point: after-tool-call, mid-word, before-finish (the proxy's `--inject`); how: reset, eof,
-error (`--inject-how`); the proxy cuts the first stream only.
+error (`--inject-how`); the proxy cuts the first stream, or the first N with `-first<N>`.
 
 Files written to --out:
   metrics.txt       /metrics scraped after the client exited and the proxy closed its turns
@@ -64,12 +64,18 @@ def free_port():
 
 
 def parse_scenario(s):
+    """`clean`, `<point>-<how>` (the first stream cut) or `<point>-<how>-first<N>` (the first
+    N streams cut: an SDK loop that gives up after 3 tries)."""
     if s == "clean":
         return None
+    first = 1
+    m = re.fullmatch(r"(.*)-first(\d+)", s)
+    if m:
+        s, first = m.group(1), int(m.group(2))
     point, _, how = s.rpartition("-")
-    if point not in POINTS or how not in HOWS:
+    if point not in POINTS or how not in HOWS or first < 1:
         raise SystemExit(f"unknown scenario {s!r}")
-    return {"point": point, "how": how}
+    return {"point": point, "how": how, "first": first}
 
 
 def proxy_argv(binary, listen, upstream, metrics_addr, cut, out):
@@ -79,7 +85,8 @@ def proxy_argv(binary, listen, upstream, metrics_addr, cut, out):
             "--findings-out", os.path.join(out, "findings.jsonl"),
             "--record", os.path.join(out, "record")]
     if cut:
-        argv += ["--inject", cut["point"], "--inject-how", cut["how"], "--inject-first", "1"]
+        argv += ["--inject", cut["point"], "--inject-how", cut["how"],
+                 "--inject-first", str(cut["first"])]
     return argv
 
 
