@@ -9,15 +9,20 @@
 //! with `--record`. `frames` finds event boundaries in a body; `inject` decides cuts.
 
 mod attempts;
+mod body;
+mod conn;
 mod forward;
 mod frames;
 mod history;
 mod inject;
 mod record;
+mod route;
 mod settings;
+mod whole;
 
 pub use attempts::{AttemptRef, End, LineSink, Tracker, TrackerStats};
-pub use forward::{ObservedBody, Proxy, ProxyBody, ProxyNote, now_ms, serve};
+pub use body::ObservedBody;
+pub use forward::{Proxy, ProxyBody, ProxyNote, now_ms, serve};
 pub use frames::{Frame, Framer, Framing};
 pub use history::Api;
 pub use inject::{How, InjectRule, Point};

@@ -223,3 +223,24 @@ async fn naive_client_session_through_the_binary() {
     assert!(all.contains("anthropic-version: 2023-06-01"));
     assert!(!all.contains("SECRET"));
 }
+
+#[test]
+fn without_an_upstream_it_says_so_and_exits_2() {
+    let out = Command::new(env!("CARGO_BIN_EXE_retryscope"))
+        .args(["proxy", "--metrics-addr", "127.0.0.1:0"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no upstream"));
+    let out = Command::new(env!("CARGO_BIN_EXE_retryscope"))
+        .args([
+            "proxy",
+            "--upstream",
+            "http://127.0.0.1:1",
+            "--inject",
+            "mid-sentence",
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+}

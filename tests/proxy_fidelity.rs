@@ -237,3 +237,54 @@ async fn recorded_session_is_what_check_reads() {
         "{stdout}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_streaming_answer_passes_whole_and_its_tool_call_is_known() {
+    // A `"stream": false` Anthropic answer (the Message shape of anthropic-sdk-python), then
+    // the client's next request with the call's result: the execution is placed on the call.
+    let message = serde_json::json!({"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5",
+        "content":[{"type":"text","text":"Refunding."},{"type":"tool_use","id":"toolu_9","name":"issue_refund","input":{"order_id":"ORD-7781"}}],
+        "stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":100,"output_tokens":20}})
+    .to_string();
+    let s = proxy_support::Stream {
+        name: "non-streaming".into(),
+        path: "/v1/messages".into(),
+        content_type: "application/json",
+        parts: vec![bytes::Bytes::from(message.clone())],
+    };
+    let mock = Mock::start(vec![s.clone()], None).await;
+    let (addr, lines, _proxy) = start_proxy(mock.addr, None, None).await;
+    let user = serde_json::json!({"role":"user","content":"refund ORD-7781"});
+    let first = serde_json::json!({"model":"claude-sonnet-4-5","messages":[user]}).to_string();
+    let got = post(addr, "/v1/messages", &first, &[]).await;
+    assert_eq!(got.body, message.as_bytes());
+    let next = serde_json::json!({"model":"claude-sonnet-4-5","messages":[user,
+        {"role":"assistant","content":[{"type":"text","text":"Refunding."},{"type":"tool_use","id":"toolu_9","name":"issue_refund","input":{"order_id":"ORD-7781"}}]},
+        {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_9","content":"ok"}]}]})
+    .to_string();
+    post(addr, "/v1/messages", &next, &[]).await;
+    let execs = lines.of_type("tool_exec");
+    assert_eq!(execs.len(), 1);
+    assert_eq!(
+        execs[0]["attempt"], 0,
+        "placed on the decoded call: {execs:?}"
+    );
+    assert!(
+        lines.of_type("error").is_empty(),
+        "a whole answer is a finished attempt"
+    );
+    let (_, bad, out) = ingest(&lines);
+    assert_eq!(bad, 0);
+    let findings: Vec<_> = out
+        .iter()
+        .filter(|o| matches!(o, Output::Finding(_)))
+        .collect();
+    // Only the last call (no answer streamed for it by the mock script's repeat) may be
+    // incomplete; the first call is clean.
+    assert!(
+        findings
+            .iter()
+            .all(|f| matches!(f, Output::Finding(f) if f.turn.ends_with("#2"))),
+        "{findings:?}"
+    );
+}

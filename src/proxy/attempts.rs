@@ -22,13 +22,18 @@
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use serde::Serialize;
 use serde_json::value::RawValue;
 
 use super::history::{Api, Message, Request, Role};
+
+mod calls;
+mod line;
+
 use crate::decode::EnvelopeDecoder;
 use crate::decode::native::ProviderChunk;
 use crate::event::EventKind;
+use calls::{call_marker, stream_call_ids};
+use line::{Fields, Line};
 
 /// Where the tracker's lines go (the engine's feed, a recording, a test's vector).
 pub trait LineSink: Send {
@@ -125,6 +130,8 @@ pub struct Tracker {
     order: VecDeque<String>,
     by_request: HashMap<u64, String>,
     calls: HashMap<String, CallInfo>,
+    /// OpenAI Responses ids, to the turn whose attempt streamed them (`previous_response_id`).
+    responses: HashMap<String, String>,
     /// Call ids seen in a stream whose call the decoder never completed (cut before its
     /// arguments or finish): if a later history executes one, the client did assemble it.
     partial: HashMap<String, CallInfo>,
@@ -138,55 +145,6 @@ pub struct Tracker {
 /// Turns remembered (for retries and the next step's history) before the oldest is forgotten.
 pub const MAX_TURNS: usize = 20_000;
 
-#[derive(Serialize)]
-struct Line<'a> {
-    turn: &'a str,
-    #[serde(rename = "type")]
-    kind: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    attempt: Option<u32>,
-    ts: i64,
-    #[serde(flatten)]
-    fields: Fields<'a>,
-}
-
-#[derive(Serialize)]
-#[serde(untagged)]
-enum Fields<'a> {
-    None {},
-    TurnStart {
-        provider: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        model: Option<&'a str>,
-        session: &'a str,
-        agent: &'a str,
-    },
-    AttemptStart {
-        #[serde(skip_serializing_if = "Option::is_none")]
-        model: Option<&'a str>,
-    },
-    Retry {
-        reason: &'a str,
-    },
-    Chunk {
-        provider: &'a str,
-        data: &'a RawValue,
-    },
-    Error {
-        message: &'a str,
-        code: &'a str,
-    },
-    Exec {
-        id: &'a str,
-        name: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        args: Option<&'a serde_json::Value>,
-    },
-    Output {
-        text: &'a str,
-    },
-}
-
 impl Tracker {
     /// A tracker writing to `sink`; `prefix` starts every conversation id (make it unique per
     /// process start, so ids never meet a checkpointed turn of an earlier run).
@@ -199,6 +157,7 @@ impl Tracker {
             order: VecDeque::new(),
             by_request: HashMap::new(),
             calls: HashMap::new(),
+            responses: HashMap::new(),
             partial: HashMap::new(),
             executed: HashMap::new(),
             max_turns: MAX_TURNS,
@@ -290,16 +249,24 @@ impl Tracker {
                 };
             }
         }
-        // The longest earlier history this one extends: the previous call of the conversation.
-        let parent = fps.len().checked_sub(1).and_then(|n| {
-            (0..n)
-                .rev()
-                .find_map(|i| self.by_request.get(&fps[i]).map(|t| (i, t.clone())))
+        // The previous call of the conversation: the response a Responses request continues
+        // on the server (its input is all new), or the longest earlier history this one
+        // extends (the messages after it are new).
+        let stateful = request
+            .and_then(|r| r.previous_response_id.as_ref())
+            .and_then(|id| self.responses.get(id))
+            .map(|t| (0, t.clone()));
+        let parent = stateful.or_else(|| {
+            fps.len().checked_sub(1).and_then(|n| {
+                (0..n)
+                    .rev()
+                    .find_map(|i| self.by_request.get(&fps[i]).map(|t| (i + 1, t.clone())))
+            })
         });
         let (conversation, step) = match parent {
-            Some((i, parent)) => {
+            Some((from, parent)) => {
                 self.stats.steps += 1;
-                let messages = request.map(|r| &r.messages[i + 1..]).unwrap_or(&[]);
+                let messages = request.and_then(|r| r.messages.get(from..)).unwrap_or(&[]);
                 self.read_history(&parent, messages, now_ms);
                 match self.turns.get(&parent) {
                     Some(p) => (p.conversation.clone(), p.step + 1),
@@ -376,6 +343,7 @@ impl Tracker {
                 }
                 self.calls.retain(|_, c| c.turn != old);
                 self.partial.retain(|_, c| c.turn != old);
+                self.responses.retain(|_, t| *t != old);
                 if t.step == 1
                     && !self
                         .turns
@@ -513,6 +481,15 @@ impl Tracker {
                 data: &raw,
             },
         );
+        if a.api == Api::OpenAiResponses
+            && memchr::memmem::find(data.as_bytes(), b"response.created").is_some()
+            && let Ok(v) = serde_json::from_str::<serde_json::Value>(data)
+            && let Some(id) = v
+                .pointer("/response/id")
+                .and_then(serde_json::Value::as_str)
+        {
+            self.responses.insert(id.to_owned(), a.turn.clone());
+        }
         if let Some(marker) = call_marker(a.api)
             && memchr::memmem::find(data.as_bytes(), marker.as_bytes()).is_some()
             && let Ok(v) = serde_json::from_str::<serde_json::Value>(data)
@@ -663,72 +640,6 @@ impl Tracker {
     /// The API a turn was for.
     pub fn api_of(&self, turn: &str) -> Option<Api> {
         self.turns.get(turn).map(|t| t.api)
-    }
-}
-
-/// A substring every payload that starts a tool call contains (a cheap filter before
-/// parsing).
-fn call_marker(api: Api) -> Option<&'static str> {
-    Some(match api {
-        Api::OpenAiChat => "tool_calls",
-        Api::OpenAiResponses => "call_id",
-        Api::Anthropic => "tool_use",
-        Api::Gemini => "functionCall",
-    })
-}
-
-/// The call ids (and names, when given) a payload starts.
-fn stream_call_ids(api: Api, v: &serde_json::Value) -> Vec<(String, String)> {
-    use serde_json::Value;
-    let id_name = |o: &Value, id: &str, name: &str| {
-        o.get(id)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(|i| {
-                (
-                    i.to_owned(),
-                    o.get(name).and_then(Value::as_str).unwrap_or("").to_owned(),
-                )
-            })
-    };
-    match api {
-        Api::OpenAiChat => v
-            .get("choices")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|c| c.pointer("/delta/tool_calls").and_then(Value::as_array))
-            .flatten()
-            .filter_map(|tc| {
-                let (id, _) = id_name(tc, "id", "type")?;
-                let name = tc
-                    .pointer("/function/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_owned();
-                Some((id, name))
-            })
-            .collect(),
-        Api::OpenAiResponses => v
-            .get("item")
-            .and_then(|i| id_name(i, "call_id", "name"))
-            .into_iter()
-            .collect(),
-        Api::Anthropic => v
-            .get("content_block")
-            .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
-            .and_then(|b| id_name(b, "id", "name"))
-            .into_iter()
-            .collect(),
-        Api::Gemini => v
-            .get("candidates")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|c| c.pointer("/content/parts").and_then(Value::as_array))
-            .flatten()
-            .filter_map(|p| p.get("functionCall").and_then(|f| id_name(f, "id", "name")))
-            .collect(),
     }
 }
 

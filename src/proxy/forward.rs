@@ -3,40 +3,35 @@
 //! upstream chunk to the client as it arrives, byte for byte, while the attempt tracker sees
 //! it (and, for a stream chosen for injection, cuts it where the rule says).
 //!
-//! Owns: routing by path prefix, hop-by-hop headers (RFC 9110 §7.6.1), the request body
-//! limit, the TCP reset of an injected cut (`SO_LINGER` 0, then close), and telling the
-//! tracker how each response ended (complete, upstream error, client gone, cut).
+//! Owns: hop-by-hop headers (RFC 9110 §7.6.1), the request body limit, and what each request
+//! tells the tracker before its response streams (`body.rs`); routes are `route.rs`'s, the
+//! client connection's reset `conn.rs`'s.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Request, Response, StatusCode, Uri};
-use http_body::{Body, Frame as BodyFrame};
+use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 use super::ProxyError;
-use super::attempts::{AttemptRef, End, Tracker};
+use super::attempts::{End, Tracker};
+use super::body::{ObservedBody, Observer};
+use super::conn::{ConnCtl, ResettableStream};
 use super::frames::{Framer, Framing};
 use super::history::{self, Api};
-use super::inject::{Cutter, Decision, How, Injector};
+use super::inject::Injector;
 use super::record::Recorder;
-use super::settings::{ProxySettings, UpstreamSettings};
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use super::route::Route;
+use super::settings::ProxySettings;
 
 /// The body the proxy answers with.
 pub type ProxyBody = Either<ObservedBody, Full<Bytes>>;
@@ -66,97 +61,13 @@ pub enum ProxyNote {
     UpstreamError,
 }
 
-/// One upstream and the paths routed to it.
-struct Route {
-    prefix: String,
-    strip: bool,
-    scheme: http::uri::Scheme,
-    authority: http::uri::Authority,
-    base_path: String,
-    injector: Option<Injector>,
-}
-
-impl Route {
-    fn new(
-        u: &UpstreamSettings,
-        default_inject: Option<&super::inject::InjectRule>,
-    ) -> Result<Self, ProxyError> {
-        let uri: Uri = u
-            .url
-            .parse()
-            .map_err(|e| ProxyError::Config(format!("upstream url `{}`: {e}", u.url)))?;
-        let (Some(scheme), Some(authority)) = (uri.scheme().cloned(), uri.authority().cloned())
-        else {
-            return Err(ProxyError::Config(format!(
-                "upstream url `{}` needs a scheme and a host (http://… or https://…)",
-                u.url
-            )));
-        };
-        if uri.query().is_some() {
-            return Err(ProxyError::Config(format!(
-                "upstream url `{}`: no query string (put keys in headers)",
-                crate::sanitize::display(uri.path())
-            )));
-        }
-        let prefix = if u.prefix.is_empty() {
-            "/".to_owned()
-        } else {
-            u.prefix.clone()
-        };
-        if !prefix.starts_with('/') {
-            return Err(ProxyError::Config(format!(
-                "upstream prefix `{prefix}` must start with /"
-            )));
-        }
-        Ok(Route {
-            strip: u.strip_prefix.unwrap_or(prefix != "/"),
-            prefix,
-            scheme,
-            authority,
-            base_path: uri.path().trim_end_matches('/').to_owned(),
-            injector: u
-                .inject
-                .clone()
-                .or_else(|| default_inject.cloned())
-                .map(Injector::new),
-        })
-    }
-
-    fn matches(&self, path: &str) -> bool {
-        self.prefix == "/"
-            || path == self.prefix
-            || path.starts_with(&self.prefix)
-                && (self.prefix.ends_with('/')
-                    || path.as_bytes().get(self.prefix.len()) == Some(&b'/'))
-    }
-
-    /// The upstream URI for a request's path and query.
-    fn target(&self, path_and_query: &str) -> Result<Uri, http::Error> {
-        let rest = if self.strip && self.prefix != "/" {
-            let r = &path_and_query[self.prefix.trim_end_matches('/').len()..];
-            if r.starts_with('/') {
-                r.to_owned()
-            } else {
-                format!("/{r}")
-            }
-        } else {
-            path_and_query.to_owned()
-        };
-        Uri::builder()
-            .scheme(self.scheme.clone())
-            .authority(self.authority.clone())
-            .path_and_query(format!("{}{rest}", self.base_path))
-            .build()
-    }
-}
-
 /// The proxy: routes, the upstream client, the tracker.
 pub struct Proxy {
-    routes: Vec<Route>,
+    pub(super) routes: Vec<Route>,
     client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
     tracker: Mutex<Tracker>,
     recorder: Option<Recorder>,
-    notes: Box<dyn Fn(ProxyNote) + Send + Sync>,
+    pub(super) notes: Box<dyn Fn(ProxyNote) + Send + Sync>,
     max_request_bytes: usize,
 }
 
@@ -200,7 +111,7 @@ impl Proxy {
         self.routes.iter().position(|r| r.matches(path))
     }
 
-    fn tracker(&self) -> std::sync::MutexGuard<'_, Tracker> {
+    pub(super) fn tracker(&self) -> std::sync::MutexGuard<'_, Tracker> {
         match self.tracker.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
@@ -252,12 +163,15 @@ fn client(
     .map_err(|e| ProxyError::Tls(e.to_string()))?
     .with_root_certificates(roots)
     .with_no_client_auth();
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
         .enable_http2()
-        .build();
+        .wrap_connector(http);
     Ok(Client::builder(TokioExecutor::new()).build(https))
 }
 
@@ -389,7 +303,13 @@ async fn handle(
         .then(|| Api::from_path(&path))
         .flatten();
     let attempt = api.map(|api| {
-        let parsed = history::parse(api, &path, &body);
+        let parsed = match request_encoding(&parts.headers) {
+            None => history::parse(api, &path, &body),
+            Some("gzip") => gunzip(&body, proxy.max_request_bytes)
+                .and_then(|plain| history::parse(api, &path, &plain)),
+            // Another coding (zstd...): forwarded, not read.
+            Some(_) => None,
+        };
         let retry_count = parts
             .headers
             .get("x-stainless-retry-count")
@@ -478,7 +398,27 @@ async fn handle(
     Ok(Response::from_parts(rparts, Either::Left(body)))
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+/// The request body's `content-encoding`, when it has one (`identity` is none).
+fn request_encoding(h: &HeaderMap) -> Option<&str> {
+    h.get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|e| !e.is_empty() && !e.eq_ignore_ascii_case("identity"))
+}
+
+/// A gzip body, decompressed up to `limit` bytes, for reading (what is forwarded is the
+/// original).
+fn gunzip(body: &[u8], limit: usize) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(body)
+        .take(limit as u64)
+        .read_to_end(&mut out)
+        .ok()?;
+    Some(out)
+}
+
+pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
@@ -492,351 +432,48 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// What the tracker learns from one response.
-struct Observer {
-    proxy: Arc<Proxy>,
-    route: usize,
-    attempt: AttemptRef,
-    framer: Framer,
-    /// Whether the body is a model stream (a 2xx), whose payloads are decoded.
-    decode: bool,
-    ended: bool,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Observer {
-    fn chunk(&self, data: &str) {
-        if self.decode {
-            self.proxy.tracker().chunk(&self.attempt, data, now_ms());
-        }
+    #[test]
+    fn gzip_request_bodies_are_read_and_other_codings_skipped() {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        enc.write_all(b"{\"model\":\"m\"}").expect("write");
+        let gz = enc.finish().expect("finish");
+        assert_eq!(
+            gunzip(&gz, 1 << 20).as_deref(),
+            Some(b"{\"model\":\"m\"}".as_slice())
+        );
+        assert_eq!(gunzip(b"not gzip", 1 << 20), None);
+        let mut h = HeaderMap::new();
+        assert_eq!(request_encoding(&h), None);
+        h.insert(
+            header::CONTENT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+        assert_eq!(request_encoding(&h), None);
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("zstd"));
+        assert_eq!(request_encoding(&h), Some("zstd"));
     }
 
-    fn chunks(&self, frames: &[super::frames::Frame]) {
-        if self.decode && !frames.is_empty() {
-            let now = now_ms();
-            let mut t = self.proxy.tracker();
-            for f in frames {
-                t.chunk(&self.attempt, &f.data, now);
-            }
-        }
-    }
-
-    fn end(&mut self, how: End) {
-        if self.ended {
-            return;
-        }
-        self.ended = true;
-        let now = now_ms();
-        let mut t = self.proxy.tracker();
-        if self.decode && self.framer.framing() == Framing::Whole && how == End::Complete {
-            // A non-streaming answer: Gemini's is a chunk; the others are recorded as
-            // finished (their tool calls are not decoded).
-            let (frame, _) = self.framer.finish();
-            match (self.attempt.api, frame) {
-                (Api::Gemini, Some(f)) => t.chunk(&self.attempt, &f.data, now),
-                (_, Some(f)) => {
-                    let reason = serde_json::from_str::<serde_json::Value>(&f.data)
-                        .ok()
-                        .and_then(|v| {
-                            v.get("stop_reason")
-                                .or_else(|| v.pointer("/choices/0/finish_reason"))
-                                .or_else(|| v.get("status"))
-                                .and_then(|r| r.as_str().map(str::to_owned))
-                        })
-                        .unwrap_or_else(|| "stop".to_owned());
-                    t.complete_whole(&self.attempt, &reason, now);
-                }
-                (_, None) => {}
-            }
-        }
-        t.end(&self.attempt, &how, now);
-    }
-}
-
-/// A response body streamed from upstream to the client as it arrives.
-pub struct ObservedBody {
-    inner: Option<Incoming>,
-    observer: Option<Observer>,
-    cutter: Option<Cutter>,
-    /// Forward whole frames (a stream chosen for injection) rather than chunks as they come.
-    framed: bool,
-    ctl: Option<Arc<ConnCtl>>,
-    pending: VecDeque<Bytes>,
-    /// After `pending`: end the body, or reset.
-    then: Option<How>,
-    /// Before a reset: time for the last bytes to leave and reach the client (a RST drops
-    /// whatever is still queued, on either side).
-    reset_wait: Option<Pin<Box<tokio::time::Sleep>>>,
-}
-
-/// How long the bytes before an injected reset get to reach the client.
-const RESET_DELAY: std::time::Duration = std::time::Duration::from_millis(100);
-
-impl ObservedBody {
-    /// Cut now: `pending` holds what is still forwarded.
-    fn cut(&mut self, how: How) {
-        let Some(cutter) = self.cutter.take() else {
-            return;
-        };
-        self.inner = None; // the upstream sees us go away, as after a real cut
-        if let Some(obs) = &mut self.observer {
-            if how == How::Error {
-                let (bytes, data) = cutter.error_bytes(obs.framer.framing());
-                self.pending.push_back(Bytes::from(bytes));
-                obs.chunk(&data);
-            }
-            let (point, how_s) = (cutter.point().as_str(), how.as_str());
-            (obs.proxy.notes)(ProxyNote::Cut { point, how: how_s });
-            obs.end(End::Injected { point, how: how_s });
-        }
-        self.then = Some(if how == How::Reset {
-            How::Reset
-        } else {
-            How::Eof
-        });
-    }
-
-    /// Framed forwarding of a data chunk: frames as they complete, cut where the rule says.
-    fn framed_chunk(&mut self, data: &[u8]) {
-        let frames = match &mut self.observer {
-            Some(obs) => obs.framer.push(data),
-            None => {
-                self.pending.push_back(Bytes::copy_from_slice(data));
-                return;
-            }
-        };
-        for f in frames {
-            let decision = match &mut self.cutter {
-                Some(c) => c.decide(&f),
-                None => Decision::Forward,
-            };
-            let claimed = decision != Decision::Forward && self.claim();
-            if decision != Decision::Forward && !claimed {
-                // Another stream took the last cut: this one passes untouched.
-                self.cutter = None;
-            }
-            let how = self.cutter.as_ref().map(Cutter::how).unwrap_or_default();
-            match decision {
-                Decision::CutAfter { bytes, data } if claimed => {
-                    self.pending.push_back(Bytes::from(bytes));
-                    if let Some(o) = &self.observer {
-                        o.chunk(&data);
-                    }
-                    self.cut(how);
-                    return;
-                }
-                Decision::CutBefore if claimed => {
-                    self.cut(how);
-                    return;
-                }
-                _ => {
-                    if let Some(o) = &self.observer {
-                        o.chunk(&f.data);
-                    }
-                    self.pending.push_back(Bytes::from(f.bytes));
-                }
-            }
-        }
-    }
-
-    /// Take one of the upstream's cuts.
-    fn claim(&self) -> bool {
-        self.observer.as_ref().is_some_and(|o| {
-            o.proxy.routes[o.route]
-                .injector
-                .as_ref()
-                .is_some_and(Injector::claim)
-        })
-    }
-}
-
-impl Body for ObservedBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<BodyFrame<Bytes>, BoxError>>> {
-        let this = &mut *self;
-        loop {
-            if let Some(b) = this.pending.pop_front() {
-                return Poll::Ready(Some(Ok(BodyFrame::data(b))));
-            }
-            match this.then.take() {
-                Some(How::Reset) => {
-                    let wait = this
-                        .reset_wait
-                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(RESET_DELAY)));
-                    if wait.as_mut().poll(cx).is_pending() {
-                        this.then = Some(How::Reset);
-                        return Poll::Pending;
-                    }
-                    if let Some(ctl) = &this.ctl {
-                        ctl.reset();
-                    }
-                    return Poll::Ready(Some(Err("retryscope proxy: injected reset".into())));
-                }
-                Some(_) => return Poll::Ready(None),
-                None => {}
-            }
-            let Some(inner) = this.inner.as_mut() else {
-                return Poll::Ready(None);
-            };
-            match Pin::new(inner).poll_frame(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(None) => {
-                    this.inner = None;
-                    if let Some(obs) = &mut this.observer {
-                        if obs.framer.framing() != Framing::Whole {
-                            let (last, tail) = obs.framer.finish();
-                            if let Some(f) = last {
-                                obs.chunk(&f.data);
-                                if this.framed {
-                                    this.pending.push_back(Bytes::from(f.bytes));
-                                }
-                            }
-                            if this.framed && !tail.is_empty() {
-                                this.pending.push_back(Bytes::from(tail));
-                            }
-                        }
-                        obs.end(End::Complete);
-                    }
-                    if this.pending.is_empty() {
-                        return Poll::Ready(None);
-                    }
-                }
-                Poll::Ready(Some(Err(e))) => {
-                    this.inner = None;
-                    if let Some(obs) = &mut this.observer {
-                        (obs.proxy.notes)(ProxyNote::UpstreamError);
-                        obs.end(End::Upstream(error_chain(&e)));
-                    }
-                    return Poll::Ready(Some(Err(Box::new(e))));
-                }
-                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(data) => {
-                        if this.framed {
-                            this.framed_chunk(&data);
-                            continue;
-                        }
-                        if let Some(obs) = &mut this.observer {
-                            if obs.framer.framing() == Framing::Whole {
-                                obs.framer.push(&data);
-                            } else {
-                                let frames = obs.framer.push(&data);
-                                obs.chunks(&frames);
-                            }
-                        }
-                        return Poll::Ready(Some(Ok(BodyFrame::data(data))));
-                    }
-                    Err(frame) => return Poll::Ready(Some(Ok(frame))),
-                },
-            }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_none() && self.pending.is_empty() && self.then.is_none()
-    }
-}
-
-impl Drop for ObservedBody {
-    fn drop(&mut self) {
-        if let Some(obs) = &mut self.observer
-            && !obs.ended
-        {
-            obs.end(End::ClientGone);
-        }
-    }
-}
-
-/// Per-connection control: an injected reset of an HTTP/1.1 connection.
-#[derive(Debug, Default)]
-pub struct ConnCtl {
-    reset: AtomicBool,
-}
-
-impl ConnCtl {
-    fn reset(&self) {
-        self.reset.store(true, Ordering::SeqCst);
-    }
-
-    fn is_reset(&self) -> bool {
-        self.reset.load(Ordering::SeqCst)
-    }
-}
-
-/// The client connection; after an injected reset, writes fail and closing it sends a TCP
-/// RST (`SO_LINGER` 0) instead of a FIN.
-struct ResettableStream {
-    inner: TcpStream,
-    ctl: Arc<ConnCtl>,
-}
-
-fn reset_error() -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::ConnectionReset, "injected reset")
-}
-
-impl AsyncRead for ResettableStream {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        if self.ctl.is_reset() {
-            return Poll::Ready(Err(reset_error()));
-        }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for ResettableStream {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        if self.ctl.is_reset() {
-            return Poll::Ready(Err(reset_error()));
-        }
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        if self.ctl.is_reset() {
-            return Poll::Ready(Err(reset_error()));
-        }
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        if self.ctl.is_reset() {
-            return Poll::Ready(Err(reset_error()));
-        }
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        if self.ctl.is_reset() {
-            let _ = self.inner.set_zero_linger();
-            return Poll::Ready(Err(reset_error()));
-        }
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-impl Drop for ResettableStream {
-    fn drop(&mut self) {
-        if self.ctl.is_reset() {
-            let _ = self.inner.set_zero_linger();
-        }
+    #[test]
+    fn hop_by_hop_headers_and_those_connection_names_are_removed() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-trace-hop"),
+        );
+        h.insert("x-trace-hop", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert("x-api-key", HeaderValue::from_static("k"));
+        strip_hop_by_hop(&mut h);
+        let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["x-api-key"]);
     }
 }

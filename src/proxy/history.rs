@@ -159,7 +159,11 @@ impl Request {
     /// Rolling fingerprints: `prefix[i]` covers messages `0..=i`.
     pub fn prefix_fingerprints(&self) -> Vec<u64> {
         let mut out = Vec::with_capacity(self.messages.len());
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        // A history kept on the server is part of this one's identity.
+        let mut h: u64 = match &self.previous_response_id {
+            Some(id) => fnv1a(id.as_bytes()),
+            None => 0xcbf2_9ce4_8422_2325,
+        };
         for m in &self.messages {
             let f = m.fingerprint();
             h = fnv1a(&[h.to_le_bytes(), f.to_le_bytes()].concat());

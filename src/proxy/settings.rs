@@ -71,3 +71,50 @@ impl Default for ProxySettings {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::RunConfig;
+    use crate::proxy::{How, Point};
+
+    #[test]
+    fn proxy_table_with_several_upstreams_and_injection() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("proxy.toml");
+        std::fs::write(
+            &path,
+            r#"
+findings_out = ""
+[proxy]
+listen = "127.0.0.1:9999"
+[[proxy.upstream]]
+prefix = "/anthropic"
+url = "https://api.anthropic.com"
+inject = { point = "mid-word", how = "error", first = 2 }
+[[proxy.upstream]]
+url = "https://api.openai.com"
+"#,
+        )
+        .expect("write");
+        let cfg = RunConfig::load(&path).expect("load");
+        assert_eq!(cfg.proxy.listen, "127.0.0.1:9999");
+        assert_eq!(cfg.proxy.upstream.len(), 2);
+        let rule = cfg.proxy.upstream[0].inject.as_ref().expect("inject");
+        assert_eq!(
+            (rule.point, rule.how, rule.first),
+            (Point::MidWord, How::Error, Some(2))
+        );
+        assert_eq!(cfg.proxy.upstream[1].prefix, "");
+        std::fs::write(&path, "[proxy]\nlisen = \"x\"\n").expect("write");
+        assert!(RunConfig::load(&path).is_err(), "a typo is refused");
+        std::fs::write(
+            &path,
+            "[[proxy.upstream]]\nurl = \"http://h\"\ninject = { point = \"mid-sentence\" }\n",
+        )
+        .expect("write");
+        assert!(
+            RunConfig::load(&path).is_err(),
+            "an unknown point is refused"
+        );
+    }
+}

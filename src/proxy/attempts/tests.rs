@@ -417,3 +417,48 @@ fn gemini_same_request_after_a_cut_is_a_retry() {
     let b = t.begin(Api::Gemini, r2.as_ref(), None, 3);
     assert_eq!((b.turn.as_str(), b.attempt), (a.turn.as_str(), 1));
 }
+
+#[test]
+fn responses_previous_response_id_continues_the_conversation() {
+    // OpenAI Responses with the history on the server: the next request names the response
+    // it continues and sends only the tool output (the shape of the openai-python tool loop
+    // with `previous_response_id`).
+    let (mut t, lines) = tracker();
+    let parse = |v: serde_json::Value| {
+        history::parse(
+            Api::OpenAiResponses,
+            "/v1/responses",
+            v.to_string().as_bytes(),
+        )
+    };
+    let r0 = parse(serde_json::json!({"model":"gpt-5","stream":true,"input":USER}));
+    let a0 = t.begin(Api::OpenAiResponses, r0.as_ref(), None, 1);
+    let payloads: Vec<String> = [
+        serde_json::json!({"type":"response.created","sequence_number":0,"response":{"id":"resp_A","status":"in_progress","model":"gpt-5"}}),
+        serde_json::json!({"type":"response.output_item.done","sequence_number":1,"output_index":0,"item":{"type":"function_call","id":"fc_1","call_id":"call_r","name":"issue_refund","arguments":"{\"order_id\":\"ORD-7781\"}","status":"completed"}}),
+        serde_json::json!({"type":"response.completed","sequence_number":2,"response":{"id":"resp_A","status":"completed","model":"gpt-5","usage":{"input_tokens":100,"output_tokens":20,"total_tokens":120}}}),
+    ]
+    .iter()
+    .map(serde_json::Value::to_string)
+    .collect();
+    let mut ts = 1;
+    stream(&mut t, &a0, &payloads, End::Complete, &mut ts);
+    let next = parse(
+        serde_json::json!({"model":"gpt-5","stream":true,"previous_response_id":"resp_A",
+        "input":[{"type":"function_call_output","call_id":"call_r","output":"ok"}]}),
+    );
+    let a1 = t.begin(Api::OpenAiResponses, next.as_ref(), None, 100);
+    assert_eq!(a1.turn, format!("{}#2", a0.turn));
+    let execs: Vec<serde_json::Value> = lines
+        .0
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter_map(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
+        .filter(|v| v["type"] == "tool_exec")
+        .collect();
+    assert_eq!(execs.len(), 1);
+    assert_eq!(execs[0]["id"], "call_r");
+    assert_eq!(execs[0]["turn"], a0.turn.as_str());
+    assert_eq!(execs[0]["attempt"], 0);
+}
