@@ -239,7 +239,7 @@ async fn recorded_session_is_what_check_reads() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn non_streaming_answer_passes_whole_and_its_tool_call_is_known() {
+async fn non_streamed_answer_with_a_length_is_finished_and_its_call_known() {
     // A `"stream": false` Anthropic answer (the Message shape of anthropic-sdk-python), then
     // the client's next request with the call's result: the execution is placed on the call.
     let message = serde_json::json!({"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5",
@@ -287,4 +287,48 @@ async fn non_streaming_answer_passes_whole_and_its_tool_call_is_known() {
             .all(|f| matches!(f, Output::Finding(f) if f.turn.ends_with("#2"))),
         "{findings:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_generate_content_with_a_length_is_a_finished_attempt() {
+    // Regression (found by e2e/proxy with gemini-cli): its routing call, a non-streamed
+    // `generateContent` answered with a Content-Length, was recorded as cut by the client
+    // (`client_closed`) because the server stops polling a body at its last byte.
+    let answer = r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"{\"model_choice\":\"flash\"}"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":40,"candidatesTokenCount":6,"totalTokenCount":46}}"#;
+    let s = proxy_support::Stream {
+        name: "routing".into(),
+        path: "/v1beta/models/gemini-2.5-flash-lite:generateContent".into(),
+        content_type: "application/json",
+        parts: vec![bytes::Bytes::from_static(answer.as_bytes())],
+    };
+    let mock = Mock::start(vec![s.clone()], None).await;
+    let (addr, lines, _proxy) = start_proxy(mock.addr, None, None).await;
+    let got = post(addr, &s.path, &request_for(&s.path, "route this"), &[]).await;
+    assert_eq!(got.body, answer.as_bytes());
+    assert_eq!(
+        got.header("content-length"),
+        Some(answer.len().to_string().as_str())
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        lines.of_type("error").is_empty(),
+        "{:?}",
+        lines.of_type("error")
+    );
+    let (_, bad, out) = ingest(&lines);
+    assert_eq!(bad, 0);
+    let outcomes: Vec<String> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::TurnClosed(r) => Some(
+                r.attempts
+                    .iter()
+                    .map(|a| a.outcome.as_str().to_owned())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(outcomes, ["completed"]);
 }

@@ -176,6 +176,32 @@ impl ObservedBody {
         }
     }
 
+    /// Whether the upstream body has nothing more (read to its length, or its end seen).
+    fn upstream_at_end(&self) -> bool {
+        self.inner.as_ref().is_some_and(Body::is_end_stream)
+    }
+
+    /// The upstream body ended: flush the framer (a last event without its blank line, a JSON
+    /// array's closing bracket) and tell the tracker the response is complete.
+    fn upstream_done(&mut self) {
+        self.inner = None;
+        if let Some(obs) = &mut self.observer {
+            if obs.framer.framing() != Framing::Whole {
+                let (last, tail) = obs.framer.finish();
+                if let Some(f) = last {
+                    obs.chunk(&f.data);
+                    if self.framed {
+                        self.pending.push_back(Bytes::from(f.bytes));
+                    }
+                }
+                if self.framed && !tail.is_empty() {
+                    self.pending.push_back(Bytes::from(tail));
+                }
+            }
+            obs.end(End::Complete);
+        }
+    }
+
     /// Take one of the upstream's cuts.
     fn claim(&self) -> bool {
         self.observer.as_ref().is_some_and(|o| {
@@ -223,22 +249,7 @@ impl Body for ObservedBody {
             match Pin::new(inner).poll_frame(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(None) => {
-                    this.inner = None;
-                    if let Some(obs) = &mut this.observer {
-                        if obs.framer.framing() != Framing::Whole {
-                            let (last, tail) = obs.framer.finish();
-                            if let Some(f) = last {
-                                obs.chunk(&f.data);
-                                if this.framed {
-                                    this.pending.push_back(Bytes::from(f.bytes));
-                                }
-                            }
-                            if this.framed && !tail.is_empty() {
-                                this.pending.push_back(Bytes::from(tail));
-                            }
-                        }
-                        obs.end(End::Complete);
-                    }
+                    this.upstream_done();
                     if this.pending.is_empty() {
                         return Poll::Ready(None);
                     }
@@ -255,6 +266,9 @@ impl Body for ObservedBody {
                     Ok(data) => {
                         if this.framed {
                             this.framed_chunk(&data);
+                            if this.upstream_at_end() {
+                                this.upstream_done();
+                            }
                             continue;
                         }
                         if let Some(obs) = &mut this.observer {
@@ -264,6 +278,11 @@ impl Body for ObservedBody {
                                 let frames = obs.framer.push(&data);
                                 obs.chunks(&frames);
                             }
+                        }
+                        // A body with a length ends with its last byte: the server may not
+                        // poll again (then this body is dropped, and must not look cut).
+                        if this.upstream_at_end() {
+                            this.upstream_done();
                         }
                         return Poll::Ready(Some(Ok(BodyFrame::data(data))));
                     }
@@ -280,6 +299,9 @@ impl Body for ObservedBody {
 
 impl Drop for ObservedBody {
     fn drop(&mut self) {
+        if self.upstream_at_end() {
+            self.upstream_done();
+        }
         if let Some(obs) = &mut self.observer
             && !obs.ended
         {

@@ -503,6 +503,9 @@ pub fn error_event(api: Api, framing: Framing) -> (Vec<u8>, String) {
     };
     let data = data.to_string();
     let bytes = match framing {
+        // `@google/genai` (gemini-cli) takes an error in an SSE stream only as the bare JSON
+        // object, not framed as `data:` (found with the real client: e2e/proxy).
+        Framing::Sse if api == Api::Gemini => data.clone().into_bytes(),
         Framing::Sse => {
             let mut s = String::new();
             if let Some(e) = event {

@@ -18,6 +18,12 @@ pub(super) struct Route {
     pub(super) injector: Option<Injector>,
 }
 
+/// A URL as it may be shown: anything before an `@` (credentials) left out.
+fn shown(url: &str) -> String {
+    let tail = url.rsplit_once('@').map_or(url, |(_, t)| t);
+    crate::sanitize::display(tail).into_owned()
+}
+
 impl Route {
     pub(super) fn new(
         u: &UpstreamSettings,
@@ -26,14 +32,21 @@ impl Route {
         let uri: Uri = u
             .url
             .parse()
-            .map_err(|e| ProxyError::Config(format!("upstream url `{}`: {e}", u.url)))?;
+            .map_err(|e| ProxyError::Config(format!("upstream url `{}`: {e}", shown(&u.url))))?;
         let (Some(scheme), Some(authority)) = (uri.scheme().cloned(), uri.authority().cloned())
         else {
             return Err(ProxyError::Config(format!(
                 "upstream url `{}` needs a scheme and a host (http://… or https://…)",
-                u.url
+                shown(&u.url)
             )));
         };
+        if authority.as_str().contains('@') {
+            // Credentials in the URL would be logged with it: they belong in headers.
+            return Err(ProxyError::Config(
+                "upstream url: no user or password in it (the client's headers carry keys)"
+                    .to_owned(),
+            ));
+        }
         if uri.query().is_some() {
             return Err(ProxyError::Config(format!(
                 "upstream url `{}`: no query string (put keys in headers)",
@@ -133,6 +146,7 @@ mod tests {
     #[test]
     fn unusable_upstreams_are_refused() {
         for (prefix, url) in [
+            ("/", "https://user:secret@api.openai.com"),
             ("/", "api.openai.com"),
             ("/", "https://h/?key=x"),
             ("v1", "http://h"),

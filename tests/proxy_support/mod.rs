@@ -226,6 +226,12 @@ impl Mock {
                                 }
                             }
                             .expect("a scripted stream");
+                            // A one-part JSON answer (not streamed) goes with its length, as
+                            // providers send them: the server may stop polling at its last byte.
+                            let length = (stream.content_type == "application/json"
+                                && stream.parts.len() == 1)
+                                .then(|| stream.parts[0].len());
+                            let content_type = stream.content_type;
                             let (tx, rx) = mpsc::channel(4);
                             tokio::spawn(async move {
                                 for (i, p) in stream.parts.into_iter().enumerate() {
@@ -241,7 +247,11 @@ impl Mock {
                             });
                             let mut resp = http::Response::new(Parts(rx));
                             resp.headers_mut()
-                                .insert("content-type", stream.content_type.parse().expect("ct"));
+                                .insert("content-type", content_type.parse().expect("ct"));
+                            if let Some(n) = length {
+                                resp.headers_mut()
+                                    .insert("content-length", n.to_string().parse().expect("len"));
+                            }
                             resp.headers_mut()
                                 .insert("x-request-id", "req_mock".parse().expect("v"));
                             resp.headers_mut()

@@ -96,6 +96,11 @@ fn error_events_are_framed_like_the_stream() {
     let (b, d) = error_event(Api::Anthropic, Framing::Sse);
     assert!(b.starts_with(b"event: error\ndata: {"));
     assert!(d.contains("overloaded_error"));
+    let (b, _) = error_event(Api::Gemini, Framing::Sse);
+    assert!(
+        b.starts_with(b"{\"error\":{"),
+        "bare JSON, as @google/genai expects"
+    );
     let (b, _) = error_event(Api::Gemini, Framing::JsonArray);
     assert!(b.starts_with(b",\r\n{\"error\""));
     assert!(b.ends_with(b"]"));
