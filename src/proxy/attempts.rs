@@ -290,6 +290,7 @@ impl Tracker {
                 model,
                 session: &conversation,
                 agent: "retryscope-proxy",
+                wire_only: true,
             },
         );
         self.emit(

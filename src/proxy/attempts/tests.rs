@@ -257,6 +257,47 @@ fn reset_and_late_execution_is_clean() {
 }
 
 #[test]
+fn retried_turn_without_a_next_request_has_no_spliced_text() {
+    // Proxy defect 2 (e2e `mid-word-error-first3`): three streams cut mid-word in a row, then
+    // the client gives up and sends nothing more. No history carries an abandoned attempt's
+    // text, and no wire shows a render reset: no spliced_text, only the incomplete turn.
+    let (mut t, lines) = tracker();
+    let mut ts = 1_000;
+    let r0 = anthropic(
+        serde_json::json!({"model":"claude-sonnet-4-5","stream":true,"messages":[{"role":"user","content":USER}]}),
+    );
+    let mut turn = None;
+    for n in 0..3 {
+        let a = t.begin(Api::Anthropic, r0.as_ref(), None, ts);
+        assert_eq!(a.attempt, n, "the same request after a cut is a retry");
+        turn.get_or_insert_with(|| a.turn.clone());
+        let text = if n == 0 { A0 } else { A1 };
+        stream(
+            &mut t,
+            &a,
+            &anthropic_attempt(text, "c1", A0_TAIL, false)[..3],
+            End::Injected {
+                point: "mid-word",
+                how: "error",
+            },
+            &mut ts,
+        );
+    }
+    let f = findings(&lines);
+    assert_eq!(kinds(&f), ["incomplete_turn"], "{f:?}");
+    let starts: Vec<serde_json::Value> = lines
+        .0
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter_map(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
+        .filter(|v| v["type"] == "turn_start")
+        .collect();
+    assert_eq!(starts.len(), 1);
+    assert_eq!(starts[0]["wire_only"], true, "{:?}", starts[0]);
+}
+
+#[test]
 fn chat_call_cut_before_its_finish_then_executed_is_abandoned() {
     // The same turn over Chat Completions: tool call deltas as in
     // openai-python__parallel-tool-calls.sse; the client ran the cut attempt's call only.

@@ -335,6 +335,36 @@ RESET
 }
 
 #[test]
+fn wire_only_turn_has_no_no_reset_splice_but_output_still_proves_one() {
+    // Proxy defect 2: a proxy sees the wire, never the display, so text of two attempts with
+    // no render reset between proves nothing there; only the output (the history the client
+    // sent back) does.
+    let base = r#"
+{"turn":"t","type":"turn_start","provider":"openai","wire_only":true}
+{"turn":"t","type":"text","attempt":0,"text":"Refunding the dam"}
+{"turn":"t","type":"retry","attempt":1}
+{"turn":"t","type":"text","attempt":1,"text":"The book arrived damaged."}
+{"turn":"t","type":"finish","attempt":1,"reason":"stop"}
+OUTPUT
+"#;
+    let (_, reports) = run(&base.replace("OUTPUT", ""));
+    assert!(reports[0].findings.is_empty(), "{:?}", reports[0].findings);
+    let (_, reports) = run(&base.replace(
+        "OUTPUT",
+        r#"{"turn":"t","type":"output","text":"Refunding the damThe book arrived damaged."}"#,
+    ));
+    let f = &reports[0].findings;
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0].kind, FindingKind::SplicedText);
+    assert_eq!(f[0].evidence, "output");
+    // `wire_only: false` (and absent) keeps the reset proof.
+    let (_, reports) = run(&base
+        .replace("OUTPUT", "")
+        .replace(r#""wire_only":true"#, r#""wire_only":false"#));
+    assert_eq!(reports[0].findings[0].evidence, "no_reset");
+}
+
+#[test]
 fn output_rule_overrides_reset_rule() {
     // No reset, but the client's committed output is the final text only: clean.
     let (_, reports) = run(r#"

@@ -184,6 +184,7 @@ struct Fields<'a> {
     session: Option<Cow<'a, str>>,
     agent: Option<Cow<'a, str>>,
     traceparent: Option<Cow<'a, str>>,
+    wire_only: Option<bool>,
     request_id: Option<Cow<'a, str>>,
     reason: Option<Cow<'a, str>>,
     text: Option<Cow<'a, str>>,
@@ -240,6 +241,7 @@ impl<'de> Visitor<'de> for FieldsVisitor {
                 "session" => f.session = map.next_value::<Option<Id<'de>>>()?.map(|s| s.0),
                 "agent" => f.agent = opt_str(&mut map)?,
                 "traceparent" => f.traceparent = opt_str(&mut map)?,
+                "wire_only" => f.wire_only = map.next_value()?,
                 "request_id" => f.request_id = opt_str(&mut map)?,
                 "reason" => f.reason = opt_str(&mut map)?,
                 "text" => f.text = opt_str(&mut map)?,
@@ -312,6 +314,7 @@ impl<'a> Fields<'a> {
                 session: self.session,
                 agent: self.agent,
                 traceparent: self.traceparent,
+                wire_only: self.wire_only.unwrap_or(false),
             },
             "attempt_start" => EventKind::AttemptStart {
                 model: self.model,
