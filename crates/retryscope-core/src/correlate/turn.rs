@@ -94,6 +94,12 @@ impl TurnState {
         self.last_arrival_ms
     }
 
+    /// A wire-only turn whose latest attempt has not ended: its response is still in flight
+    /// (a proxy ends every attempt it begins), so silence does not mean the turn is over.
+    pub fn in_flight(&self) -> bool {
+        self.wire_only && self.attempts.last().is_some_and(|a| a.is_open())
+    }
+
     fn labels(&self) -> TurnLabels {
         TurnLabels {
             model: self
