@@ -229,10 +229,11 @@ impl Client {
                 "POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: {}\r\n\r\n",
                 body.len()
             );
-            if self.s.write_all(head.as_bytes()).is_ok() && self.s.write_all(body).is_ok() {
-                if let Some(status) = self.read_response() {
-                    return status;
-                }
+            if self.s.write_all(head.as_bytes()).is_ok()
+                && self.s.write_all(body).is_ok()
+                && let Some(status) = self.read_response()
+            {
+                return status;
             }
             *self = Client::new(self.port);
         }
