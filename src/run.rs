@@ -3,11 +3,13 @@
 //! One blocking thread owns the pipeline (decoders and correlator), the file tailer and the
 //! findings sink, so a checkpoint taken between two polls is consistent: file offsets,
 //! open-turn state, metric values and the findings file offset all describe the same instant.
-//! stdin and the demo fleet feed lines through a bounded channel; the HTTP server and the trace
-//! exporter live on the tokio runtime and never block this loop.
+//! stdin and the demo fleet feed lines through a bounded channel, the OTLP receiver through
+//! its bounded queue (`run/otlp_feed.rs`); the HTTP server and the trace exporter live on the
+//! tokio runtime and never block this loop.
 
 mod checkpoint;
 mod feeds;
+mod otlp_feed;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -39,6 +41,8 @@ pub struct Sources {
     pub stdin: bool,
     /// Run the built-in demo fleet.
     pub demo: bool,
+    /// Read what the OTLP receiver accepts into this queue.
+    pub otlp: Option<Arc<crate::source::otlp::Queue>>,
 }
 
 /// Why the collector could not start or went down.
@@ -69,8 +73,16 @@ pub enum RunError {
         /// Why.
         source: std::io::Error,
     },
+    /// The OTLP receiver's spool cannot be opened or read.
+    #[error("cannot open the OTLP spool in {dir}: {source}")]
+    Spool {
+        /// Where.
+        dir: String,
+        /// Why.
+        source: std::io::Error,
+    },
     /// Nothing to read.
-    #[error("no source: give files or globs, `-` for stdin, or --demo")]
+    #[error("no source: give files or globs, `-` for stdin, --otlp-listen, or --demo")]
     NoSource,
 }
 
@@ -121,6 +133,7 @@ struct Live {
     ingest: Ingest,
     tailer: Option<FileTailer>,
     feed: Option<Receiver<FeedItem>>,
+    otlp: Option<otlp_feed::OtlpFeed>,
     findings: FindingsSink,
     checkpoint_path: Option<PathBuf>,
     out: Vec<Output>,
@@ -161,7 +174,11 @@ impl Engine {
         ready: Arc<AtomicBool>,
         exit_on_eof: bool,
     ) -> Result<(RunSummary, Option<crate::sink::traces::TraceSink>), RunError> {
-        if !self.sources.files && !self.sources.stdin && !self.sources.demo {
+        if !self.sources.files
+            && !self.sources.stdin
+            && !self.sources.demo
+            && self.sources.otlp.is_none()
+        {
             return Err(RunError::NoSource);
         }
         // Operational span (see crate::telemetry): restore, open outputs, start sources.
@@ -177,7 +194,12 @@ impl Engine {
             let now = wall_ms();
             let files_busy = self.poll_files(&mut live, now);
             let (feeds_busy, stdin_ended) = self.poll_feeds(&mut live, now);
-            if stdin_ended && !self.sources.files && !self.sources.demo {
+            let otlp_busy = self.poll_otlp(&mut live, now);
+            if stdin_ended
+                && !self.sources.files
+                && !self.sources.demo
+                && self.sources.otlp.is_none()
+            {
                 // stdin was the only source: its end is the end of input.
                 live.ingest
                     .close_all(&mut live.out, &mut |n| Ingested(n).emit(&self.metrics));
@@ -197,7 +219,7 @@ impl Engine {
                 last_checkpoint = Instant::now();
                 self.write_checkpoint(&mut live);
             }
-            if !files_busy && !feeds_busy {
+            if !files_busy && !feeds_busy && !otlp_busy {
                 std::thread::sleep(poll_every);
             }
         }
@@ -231,6 +253,7 @@ impl Engine {
         };
         let fresh = restored.is_none();
         let format = self.cfg.format;
+        let otlp_from = restored.as_ref().and_then(|cp| cp.otlp_spool);
         let (mut ingest, file_checkpoints, findings_offset) = match restored {
             Some(cp) => {
                 tracing::info!(
@@ -288,10 +311,18 @@ impl Engine {
                 shutdown.clone(),
             )
         });
+        let otlp = match &self.sources.otlp {
+            Some(queue) => Some(
+                otlp_feed::OtlpFeed::start(queue.clone(), self.cfg.data_dir.as_deref(), otlp_from)
+                    .map_err(|(dir, source)| RunError::Spool { dir, source })?,
+            ),
+            None => None,
+        };
         let mut live = Live {
             ingest,
             tailer,
             feed,
+            otlp,
             findings,
             checkpoint_path,
             out: Vec::new(),
@@ -447,6 +478,24 @@ impl Engine {
         (taken == MAX_ITEMS_PER_POLL, stdin_ended)
     }
 
+    /// Take what the OTLP receiver accepted; `true` when more is waiting.
+    fn poll_otlp(&self, live: &mut Live, now: i64) -> bool {
+        let Live {
+            ingest,
+            otlp: Some(feed),
+            out,
+            summary,
+            ..
+        } = live
+        else {
+            return false;
+        };
+        let metrics = &*self.metrics;
+        let (lines, busy) = feed.poll(ingest, now, out, metrics);
+        summary.lines += lines;
+        busy
+    }
+
     /// Once a second: decide the format of streams that went quiet while sniffing, correlate
     /// the joined outputs of gemini-cli sessions that went quiet, and let idle turns time out.
     fn tick(&self, live: &mut Live, now: i64) {
@@ -455,6 +504,15 @@ impl Engine {
             .settle_idle(Some(now), &mut live.out, &mut |n| Ingested(n).emit(metrics));
         live.ingest.release_joined(JOIN_QUIET_TICKS, &mut live.out);
         live.ingest.tick(now, &mut live.out);
+        if let Some(feed) = &mut live.otlp {
+            feed.end_quiet_streams(
+                &mut live.ingest,
+                now,
+                self.cfg.idle_timeout_secs,
+                &mut live.out,
+                &self.metrics,
+            );
+        }
     }
 
     /// Hand what the correlator produced to the sinks.
@@ -501,6 +559,12 @@ impl Engine {
             open_turns = live.ingest.correlator().open_turns()
         )
         .entered();
+        if let Some(feed) = &mut live.otlp {
+            // Refuse new requests (clients retry them against the next run), then take what
+            // was acknowledged.
+            feed.close();
+            while self.poll_otlp(&mut live, wall_ms()) {}
+        }
         if live.checkpoint_path.is_some() {
             // Held gemini-cli session events are not in the checkpoint: correlate them now.
             live.ingest.release_joined(0, &mut live.out);
@@ -554,9 +618,13 @@ impl Engine {
             clock_ms: pipeline.clock_ms(),
             metrics: self.metrics.snapshot(),
             findings_offset,
+            otlp_spool: live.otlp.as_ref().and_then(|o| o.position()),
         };
         match cp.write(path) {
             Ok(()) => {
+                if let Some(o) = &live.otlp {
+                    o.checkpointed();
+                }
                 live.summary.checkpoints += 1;
                 CheckpointWritten.emit(&self.metrics);
                 true

@@ -470,6 +470,27 @@ impl Metrics {
         inner.add(F::OtlpFailures, &[], d[2] as f64);
     }
 
+    /// Count one OTLP request received (`signal`, `protocol` and `outcome` come from closed
+    /// sets in `source::otlp`) and the records it carried when accepted.
+    pub fn otlp_request(&self, signal: &str, protocol: &str, outcome: &str, records: u64) {
+        let mut inner = lock(&self.inner);
+        inner.add(F::OtlpReceived, &[signal, protocol, outcome], 1.0);
+        if records > 0 {
+            inner.add(F::OtlpRecords, &[signal], records as f64);
+        }
+    }
+
+    /// The OTLP receiver's queue depth.
+    pub fn set_otlp_queue(&self, records: u64, bytes: u64) {
+        let mut inner = lock(&self.inner);
+        inner
+            .table
+            .set(F::OtlpQueueRecords as usize, &[], records as f64);
+        inner
+            .table
+            .set(F::OtlpQueueBytes as usize, &[], bytes as f64);
+    }
+
     /// The current value of a counter or gauge series (`labels` in the family's label
     /// order); `None` for an unknown family, a histogram or a series that does not exist.
     pub fn value(&self, name: &str, labels: &[&str]) -> Option<f64> {

@@ -32,11 +32,19 @@ pub enum Source {
     Demo,
     /// Lines shipped over NATS JetStream by `retryscope ship`.
     Nats,
+    /// OpenTelemetry records received over OTLP (`run --otlp-listen`).
+    Otlp,
 }
 
 impl Source {
     /// Every source, for pre-registering series.
-    pub const ALL: [Source; 4] = [Source::File, Source::Stdin, Source::Demo, Source::Nats];
+    pub const ALL: [Source; 5] = [
+        Source::File,
+        Source::Stdin,
+        Source::Demo,
+        Source::Nats,
+        Source::Otlp,
+    ];
 
     /// The label value.
     pub fn as_str(self) -> &'static str {
@@ -45,6 +53,7 @@ impl Source {
             Source::Stdin => "stdin",
             Source::Demo => "demo",
             Source::Nats => "nats",
+            Source::Otlp => "otlp",
         }
     }
 }
@@ -197,10 +206,17 @@ impl Ingest {
 
     /// The stream called `name` from `source`, opened on first use.
     pub fn stream(&mut self, source: Source, name: &str) -> StreamId {
+        self.stream_as(source, name, self.format)
+    }
+
+    /// The stream called `name` from `source`, opened on first use and read as `format`
+    /// whatever the ingest path's own format (the OTLP receiver's streams are always
+    /// [`Format::Otlp`]).
+    pub fn stream_as(&mut self, source: Source, name: &str, format: Format) -> StreamId {
         if let Some(id) = self.by_name[source as usize].get(name) {
             return *id;
         }
-        let (format, decoding) = match self.format {
+        let (format, decoding) = match format {
             Format::Auto => (None, Decoding::Sniffing(Held::default())),
             forced => (Some(forced), self.decoding_for(forced, name)),
         };
