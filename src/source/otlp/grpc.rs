@@ -35,6 +35,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tonic::codec::CompressionEncoding;
 use tonic::codegen::Service;
 use tonic::{Request, Response, Status};
 
@@ -157,18 +158,21 @@ async fn route(
     let resp = match signal {
         Signal::Logs => {
             LogsServiceServer::new(services)
+                .accept_compressed(CompressionEncoding::Gzip)
                 .max_decoding_message_size(limit)
                 .call(req)
                 .await
         }
         Signal::Traces => {
             TraceServiceServer::new(services)
+                .accept_compressed(CompressionEncoding::Gzip)
                 .max_decoding_message_size(limit)
                 .call(req)
                 .await
         }
         Signal::Metrics => {
             MetricsServiceServer::new(services)
+                .accept_compressed(CompressionEncoding::Gzip)
                 .max_decoding_message_size(limit)
                 .call(req)
                 .await
