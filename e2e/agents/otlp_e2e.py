@@ -15,8 +15,11 @@ cutting mock; what retryscope's /metrics and findings then say is compared with
 
 Checks per client, scenario and protocol (each prints PASS, FAIL or KNOWN-FAIL with the
 reason; the last line is `N passed, N failed`; known failures are listed, not counted):
-  accepted     retryscope read the exported records (events read > 0), no bad lines, still
-               running, the client exited 0
+  accepted     every export request came over the configured protocol and was accepted
+               (retryscope_otlp_receiver_requests_total), every log record and span accepted
+               was read (= events read, > 0), no bad lines, retryscope still running, the
+               client exited 0
+  same_across_protocols  the same number of log records arrived over each protocol
   same_as_file (gemini-cli) the OTLP run's figures equal the telemetry-file run's
   truth        (gemini-cli) findings are exactly what the truth implies minus spliced_text
                (that needs the client's display output, which telemetry does not carry:
@@ -110,7 +113,25 @@ def snapshot(metrics):
         "open_turns": total(metrics, "retryscope_open_turns"),
         "events_read": total(metrics, "retryscope_events_read_total"),
         "bad_lines": total(metrics, "retryscope_bad_lines_total"),
+        # the receiver's own counts: requests by protocol and outcome, records by signal
+        "requests": by_labels(metrics, "retryscope_otlp_receiver_requests_total",
+                              ("protocol", "outcome")),
+        "records": by_label(metrics, "retryscope_otlp_receiver_records_total", "signal"),
     }
+
+
+def by_labels(metrics, family, labels):
+    """Sum of a family by several labels ("a/b" keys), zero entries dropped."""
+    out = {}
+    for lv, v in metrics.get(family, []):
+        if v:
+            k = "/".join(lv.get(x, "") for x in labels)
+            out[k] = out.get(k, 0) + v
+    return {k: int(v) for k, v in sorted(out.items())}
+
+
+# The receiver's `protocol` label for each way a client is told to export.
+WIRE = {"http": "http_json", "protobuf": "http_protobuf", "grpc": "grpc"}
 
 
 def read_findings(path):
@@ -187,8 +208,10 @@ class Retryscope:
         return text
 
     def stderr_text(self):
-        self.stderr.flush()
-        return open(self.stderr.name, encoding="utf-8", errors="replace").read()
+        if not self.stderr.closed:
+            self.stderr.flush()
+        with open(self.stderr.name, encoding="utf-8", errors="replace") as f:
+            return f.read()
 
     def stop(self):
         alive = self.proc.poll() is None
@@ -283,12 +306,20 @@ def check_no_false_findings(snap, truth):
                        f"retries {snap['retries']}, events read {snap['events_read']}")
 
 
-def check_accepted(snap, truth, alive, stderr_tail):
+def check_accepted(snap, truth, alive, stderr_tail, protocol):
+    """Every export request the client made came over `protocol` and was accepted, every
+    log record and span accepted was read by the engine, none was a bad line."""
     rc = truth["run"]["exit_code"]
-    ok = snap["events_read"] > 0 and snap["bad_lines"] == 0 and alive and rc == 0
-    return ok, (f"events read {snap['events_read']}, bad lines {snap['bad_lines']}, "
-                f"retryscope {'running' if alive else 'DEAD'}, client exit {rc}"
-                + ("" if ok else f"; retryscope stderr: {stderr_tail.strip()[-300:]}"))
+    wire = WIRE[protocol]
+    requests = snap["requests"]
+    read_signals = sum(v for k, v in snap["records"].items() if k in ("logs", "traces"))
+    ok = (bool(requests) and all(k == f"{wire}/accepted" for k in requests)
+          and read_signals == snap["events_read"] > 0 and snap["bad_lines"] == 0
+          and alive and rc == 0)
+    return ok, (f"requests {requests or 'none'} (want only {wire}/accepted), records "
+                f"{snap['records']}, events read {snap['events_read']}, bad lines "
+                f"{snap['bad_lines']}, retryscope {'running' if alive else 'DEAD'}, client "
+                f"exit {rc}" + ("" if ok else f"; retryscope stderr: {stderr_tail.strip()[-300:]}"))
 
 
 def main():
@@ -318,6 +349,7 @@ def main():
             base = os.path.join(a.out, client, scenario)
             shutil.rmtree(base, ignore_errors=True)
             ref = None
+            log_records = {}
             if client == "gemini-cli":
                 try:
                     ref = run_file(a.bin, client, scenario, a.bin_dir, os.path.join(base, "file"),
@@ -341,7 +373,8 @@ def main():
                     res(name + " accepted", (client, scenario, proto, "accepted"), False,
                         f"could not run: {e}")
                     continue
-                ok, why = check_accepted(snap, truth, alive, tail)
+                ok, why = check_accepted(snap, truth, alive, tail, proto)
+                log_records.setdefault(proto, snap["records"].get("logs", 0))
                 res(name + " accepted", (client, scenario, proto, "accepted"), ok, why)
                 if ref is not None:
                     want, got = compared(ref[0]), compared(snap)
@@ -355,6 +388,12 @@ def main():
                     ok, why = check_no_false_findings(snap, truth)
                     res(name + " no_false_findings", (client, scenario, proto, "no_false"), ok,
                         why)
+            if len(log_records) > 1:
+                # the same run over another protocol delivers the same log records
+                ok = len(set(log_records.values())) == 1
+                res(f"{client}/{scenario} same_across_protocols",
+                    (client, scenario, "all", "same_across_protocols"), ok,
+                    f"log records received per protocol: {log_records}")
     passed = sum(1 for s, _, _ in results if s in ("PASS", "XPASS"))
     failed = sum(1 for s, _, _ in results if s == "FAIL")
     known = [n for s, n, _ in results if s == "KNOWN-FAIL"]

@@ -106,5 +106,39 @@ class Truth(unittest.TestCase):
         self.assertIn("abandoned_tool_executed", why)
 
 
+class Accepted(unittest.TestCase):
+    RECEIVER = """retryscope_otlp_receiver_requests_total{signal="logs",protocol="grpc",outcome="accepted"} 1
+retryscope_otlp_receiver_requests_total{signal="traces",protocol="grpc",outcome="accepted"} 1
+retryscope_otlp_receiver_requests_total{signal="metrics",protocol="grpc",outcome="accepted"} 1
+retryscope_otlp_receiver_records_total{signal="logs"} 25
+retryscope_otlp_receiver_records_total{signal="traces"} 7
+retryscope_otlp_receiver_records_total{signal="metrics"} 27
+retryscope_events_read_total{source="otlp"} 32
+"""
+
+    def check(self, text, protocol="grpc"):
+        snap = otlp_e2e.snapshot(otlp_e2e.parse_metrics(text))
+        return otlp_e2e.check_accepted(snap, truth("clean"), True, "", protocol)
+
+    def test_all_accepted_over_the_configured_protocol(self):
+        self.assertTrue(self.check(self.RECEIVER)[0])
+
+    def test_another_protocol_fails(self):
+        ok, why = self.check(self.RECEIVER, "http")
+        self.assertFalse(ok)
+        self.assertIn("http_json/accepted", why)
+
+    def test_a_refused_request_fails(self):
+        self.assertFalse(self.check(self.RECEIVER + 'retryscope_otlp_receiver_requests_total'
+                                    '{signal="logs",protocol="grpc",outcome="malformed"} 1\n')[0])
+
+    def test_no_request_at_all_fails(self):
+        # gemini-cli's gzip-compressed gRPC was refused before the receiver counted anything
+        self.assertFalse(self.check('retryscope_events_read_total{source="otlp"} 0\n')[0])
+
+    def test_records_accepted_but_not_read_fail(self):
+        self.assertFalse(self.check(self.RECEIVER.replace("} 32", "} 31"))[0])
+
+
 if __name__ == "__main__":
     unittest.main()
