@@ -114,6 +114,7 @@ retryscope_otlp_receiver_records_total{signal="logs"} 25
 retryscope_otlp_receiver_records_total{signal="traces"} 7
 retryscope_otlp_receiver_records_total{signal="metrics"} 27
 retryscope_events_read_total{source="otlp"} 32
+retryscope_events_read_total{source="file"} 15
 """
 
     def check(self, text, protocol="grpc"):
