@@ -618,7 +618,7 @@ impl Engine {
             clock_ms: pipeline.clock_ms(),
             metrics: self.metrics.snapshot(),
             findings_offset,
-            otlp_spool: live.otlp.as_ref().and_then(|o| o.position()),
+            otlp_spool: live.otlp.as_mut().and_then(|o| o.position()),
         };
         match cp.write(path) {
             Ok(()) => {

@@ -149,8 +149,12 @@ impl OtlpFeed {
         self.queue.close();
     }
 
-    /// The spool position covered by what was handed to the ingest path.
-    pub fn position(&self) -> Option<SpoolPos> {
+    /// The spool position covered by what was handed to the ingest path (its end when
+    /// nothing waits, so segments of earlier runs with nothing new can go too).
+    pub fn position(&mut self) -> Option<SpoolPos> {
+        if let Some(end) = self.queue.idle_spool_position() {
+            self.pos = Some(self.pos.map_or(end, |p| p.max(end)));
+        }
         self.pos
     }
 

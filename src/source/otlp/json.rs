@@ -9,7 +9,7 @@
 
 use serde_json::{Map, Value};
 
-use super::record::{BadRequest, Record, SESSION_KEYS, stream_name};
+use super::record::{BadRequest, Record, session_of, stream_name};
 
 fn field<'a>(o: &'a Map<String, Value>, camel: &str, snake: &str) -> Option<&'a Value> {
     o.get(camel).or_else(|| o.get(snake))
@@ -71,7 +71,11 @@ fn any(v: &Value) -> Value {
                 .ok()
                 .and_then(serde_json::Number::from_f64)
                 .map_or(Value::Null, Value::Number),
-            _ => d.clone(),
+            Value::Number(n) => n
+                .as_f64()
+                .and_then(serde_json::Number::from_f64)
+                .map_or(Value::Null, Value::Number),
+            _ => Value::Null,
         };
     }
     if let Some(a) = field(o, "arrayValue", "array_value") {
@@ -125,13 +129,6 @@ fn enum_num(v: Option<&Value>, names: &[&str]) -> i64 {
         Some(Value::String(s)) => names.iter().position(|n| n == s).unwrap_or(0) as i64,
         _ => 0,
     }
-}
-
-fn session(a: &Map<String, Value>) -> &str {
-    SESSION_KEYS
-        .iter()
-        .find_map(|k| a.get(*k).and_then(Value::as_str))
-        .unwrap_or("")
 }
 
 fn service_of(resource: Option<&Value>) -> String {
@@ -199,7 +196,7 @@ pub fn logs(body: &[u8], out: &mut Vec<Record>) -> Result<(), BadRequest> {
                     o.insert("severity".into(), s.into());
                 }
                 o.insert("body".into(), r.get("body").map_or(Value::Null, any));
-                let sess = session(&a).to_owned();
+                let sess = session_of(&a);
                 o.insert("attributes".into(), Value::Object(a));
                 put_id(&mut o, "trace_id", field(r, "traceId", "trace_id"));
                 put_id(&mut o, "span_id", field(r, "spanId", "span_id"));
@@ -272,7 +269,7 @@ pub fn spans(body: &[u8], out: &mut Vec<Record>) -> Result<(), BadRequest> {
                         }),
                     );
                 }
-                let sess = session(&a).to_owned();
+                let sess = session_of(&a);
                 o.insert("attributes".into(), Value::Object(a));
                 let events: Vec<Value> = list(s, "events", "events")?
                     .iter()

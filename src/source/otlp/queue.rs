@@ -186,6 +186,14 @@ impl Queue {
         self.closed.store(true, Ordering::SeqCst);
     }
 
+    /// The spool's end, when nothing accepted is waiting for the engine (no request is
+    /// half-way through being written either: the spool lock is held while looking).
+    pub fn idle_spool_position(&self) -> Option<SpoolPos> {
+        let spool = self.spool.lock().ok()?;
+        let idle = self.batches.lock().ok()?.is_empty();
+        spool.as_ref().filter(|_| idle).map(Spool::position)
+    }
+
     /// The checkpoint covers the spool up to `pos`: delete the segments before it.
     pub fn release_spool(&self, pos: SpoolPos) {
         if let Ok(mut s) = self.spool.lock()

@@ -28,12 +28,9 @@ pub struct Record {
 pub struct BadRequest(pub String);
 
 /// Attributes that name a session, in order of preference.
-pub(super) const SESSION_KEYS: [&str; 4] = [
-    "session.id",
-    "gen_ai.conversation.id",
-    "conversation.id",
-    "thread.id",
-];
+/// (`thread.id` is not one: OpenTelemetry's `thread.id` is an OS thread, and Codex sends both
+/// that and its own thread id under the same key.)
+const SESSION_KEYS: [&str; 3] = ["session.id", "gen_ai.conversation.id", "conversation.id"];
 
 /// Longest service or session name kept in a stream name.
 const MAX_NAME: usize = 200;
@@ -113,11 +110,14 @@ fn attr_str<'a>(kvs: &'a [KeyValue], key: &str) -> Option<&'a str> {
     })
 }
 
-fn session_of(kvs: &[KeyValue]) -> &str {
+/// The session a record belongs to, from its attributes (as plain JSON: with a key given
+/// twice, the last value counts, in both mappings).
+pub(super) fn session_of(attrs: &serde_json::Map<String, Value>) -> String {
     SESSION_KEYS
         .iter()
-        .find_map(|k| attr_str(kvs, k))
+        .find_map(|k| attrs.get(*k).and_then(Value::as_str))
         .unwrap_or("")
+        .to_owned()
 }
 
 fn push(out: &mut Vec<Record>, service: &str, session: &str, line: &Value) {
@@ -165,13 +165,12 @@ pub fn logs_from_proto(req: &ExportLogsServiceRequest, out: &mut Vec<Record>) {
                     o.insert("severity".into(), r.severity_text.clone().into());
                 }
                 o.insert("body".into(), any_to_json(r.body.as_ref()));
-                o.insert(
-                    "attributes".into(),
-                    Value::Object(attrs_to_json(&r.attributes)),
-                );
+                let attrs = attrs_to_json(&r.attributes);
+                let session = session_of(&attrs);
+                o.insert("attributes".into(), Value::Object(attrs));
                 put_id(&mut o, "trace_id", &r.trace_id);
                 put_id(&mut o, "span_id", &r.span_id);
-                push(out, service, session_of(&r.attributes), &Value::Object(o));
+                push(out, service, &session, &Value::Object(o));
             }
         }
     }
@@ -206,10 +205,9 @@ pub fn spans_from_proto(req: &ExportTraceServiceRequest, out: &mut Vec<Record>) 
                         serde_json::json!({"code": st.code, "message": st.message}),
                     );
                 }
-                o.insert(
-                    "attributes".into(),
-                    Value::Object(attrs_to_json(&s.attributes)),
-                );
+                let attrs = attrs_to_json(&s.attributes);
+                let session = session_of(&attrs);
+                o.insert("attributes".into(), Value::Object(attrs));
                 let events: Vec<Value> = s
                     .events
                     .iter()
@@ -224,7 +222,7 @@ pub fn spans_from_proto(req: &ExportTraceServiceRequest, out: &mut Vec<Record>) 
                 if !events.is_empty() {
                     o.insert("events".into(), Value::Array(events));
                 }
-                push(out, service, session_of(&s.attributes), &Value::Object(o));
+                push(out, service, &session, &Value::Object(o));
             }
         }
     }
@@ -250,3 +248,7 @@ pub fn metric_points_proto(req: &ExportMetricsServiceRequest) -> u64 {
     }
     n
 }
+
+#[cfg(test)]
+#[path = "record/tests.rs"]
+mod tests;

@@ -181,3 +181,7 @@ impl Spool {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "spool/tests.rs"]
+mod tests;
