@@ -240,3 +240,56 @@ fn claude_code_with_partial_messages_matches_ground_truth() {
         check_scenario(&dir, "stream.jsonl", Format::ClaudeCode, true);
     }
 }
+
+/// An OTLP recording (`<client>/otlp-*/otlp/*.json`, the bodies the client POSTed, in order)
+/// as the receiver turns it into lines, concatenated (the runs have one session).
+fn otlp_lines(dir: &Path) -> Vec<u8> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("otlp"))
+        .expect("otlp folder")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    let mut text = Vec::new();
+    for f in files {
+        let body = std::fs::read(&f).expect("body");
+        let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let mut recs = Vec::new();
+        if name.contains("-v1-logs") {
+            retryscope::source::otlp::json::logs(&body, &mut recs).expect("logs");
+        } else if name.contains("-v1-traces") {
+            retryscope::source::otlp::json::spans(&body, &mut recs).expect("traces");
+        }
+        for r in recs {
+            text.extend_from_slice(&r.line);
+            text.push(b'\n');
+        }
+    }
+    text
+}
+
+fn check_otlp(client: &str, ids: bool) {
+    let dirs: Vec<PathBuf> = ["otlp-clean", "otlp-after-tool-reset"]
+        .iter()
+        .map(|s| root().join(client).join(s))
+        .collect();
+    for dir in dirs {
+        let d = decode("otlp", &otlp_lines(&dir), Format::Auto);
+        assert_eq!(d.format, Format::Otlp, "{}", dir.display());
+        assert_eq!(d.errors, 0, "{}", dir.display());
+        check_reports(&dir, &correlate(&d.events), ids, false);
+    }
+}
+
+#[test]
+fn gemini_cli_otlp_export_matches_ground_truth() {
+    // Its OTLP log records are its outfile's records: the same blind spots (no call ids).
+    check_otlp("gemini-cli", false);
+}
+
+#[test]
+fn codex_otlp_export_matches_ground_truth() {
+    // `codex.tool_result` carries the provider's `call_id`, which `exec --json` lacks.
+    check_otlp("codex", true);
+}

@@ -115,6 +115,9 @@ pub struct Ingest {
     pipeline: Pipeline,
     format: Format,
     streams: Vec<Option<Stream>>,
+    /// Slots of ended streams, reused first (a linear search for one made opening a stream
+    /// O(streams): 41% of the engine's time with 100,000 OTLP sessions).
+    free: Vec<u32>,
     /// Open streams by name, one map per [`Source`].
     by_name: [FastMap<String, StreamId>; Source::ALL.len()],
     /// Outputs of one client session held to be joined ([`Ingest::join_sessions`]).
@@ -139,6 +142,7 @@ impl Ingest {
             pipeline: Pipeline::new(correlator),
             format,
             streams: Vec::new(),
+            free: Vec::new(),
             by_name: Default::default(),
             joiner: None,
         }
@@ -227,10 +231,10 @@ impl Ingest {
             format,
             decoding,
         };
-        let id = match self.streams.iter().position(Option::is_none) {
+        let id = match self.free.pop() {
             Some(free) => {
-                self.streams[free] = Some(stream);
-                StreamId(free as u32)
+                self.streams[free as usize] = Some(stream);
+                StreamId(free)
             }
             None => {
                 self.streams.push(Some(stream));
@@ -363,6 +367,7 @@ impl Ingest {
             return;
         };
         self.by_name[stream.source as usize].remove(&stream.name);
+        self.free.push(id.0);
         if let Decoding::Provider(mut decoder) = stream.decoding {
             self.pipeline.stream_end(decoder.as_mut(), arrival_ms, out);
         }

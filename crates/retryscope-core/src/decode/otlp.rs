@@ -20,14 +20,17 @@
 //!
 //! Owns: dispatching each record to the agent it came from. gemini-cli's records are the same
 //! records as its telemetry outfile, so they go to that decoder unchanged (findings are the
-//! same whichever way they came); records no decoder knows are counted as unknown types.
+//! same whichever way they came); Codex's `codex.*` events go to [`codex`]; records no decoder
+//! knows are counted as unknown types.
+
+mod codex;
 
 use serde_json::Value;
 
 use super::gemini_telemetry;
 use super::provider::{StreamDecoder, parse, utf8};
 use super::{DecodeError, SkipCounts};
-use crate::event::Event;
+use crate::event::{Event, TimestampMs};
 
 /// `otlp` of a log record line.
 pub const LOG: &str = "log";
@@ -38,7 +41,41 @@ pub const SPAN: &str = "span";
 #[derive(Default)]
 pub struct Decoder {
     gemini: gemini_telemetry::Decoder,
+    codex: codex::Codex,
     skips: SkipCounts,
+}
+
+/// A string attribute.
+fn attr_str<'v>(a: &'v Value, key: &str) -> Option<&'v str> {
+    a.get(key).and_then(Value::as_str)
+}
+
+/// An integer attribute, as a number or a numeric string.
+fn attr_u64(a: &Value, key: &str) -> Option<u64> {
+    match a.get(key)? {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+/// An attribute as text (strings as they are, other values as JSON).
+fn text(a: &Value, key: &str) -> Option<String> {
+    match a.get(key)? {
+        Value::String(s) => Some(s.clone()),
+        Value::Null => None,
+        v => Some(v.to_string()),
+    }
+}
+
+/// A record's time: `event.timestamp` (RFC 3339), else `time_unix_nano`.
+fn time_of(record: &Value, attrs: &Value) -> Option<TimestampMs> {
+    attr_str(attrs, "event.timestamp")
+        .and_then(crate::rfc3339::parse_ms)
+        .or_else(|| {
+            let ns = record.get("time_unix_nano")?.as_u64()?;
+            i64::try_from(ns / 1_000_000).ok()
+        })
 }
 
 /// A record's event name: the `event.name` attribute, else a string body (Claude Code puts
@@ -55,6 +92,7 @@ fn event_name(record: &Value) -> Option<&str> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Agent {
     GeminiCli,
+    Codex,
     Other,
 }
 
@@ -62,6 +100,9 @@ fn agent_of(record: &Value, name: Option<&str>) -> Agent {
     let service = record.get("service").and_then(Value::as_str).unwrap_or("");
     if service == "gemini-cli" || name.is_some_and(|n| n.starts_with("gemini_cli.")) {
         return Agent::GeminiCli;
+    }
+    if name.is_some_and(|n| n.starts_with("codex.")) {
+        return Agent::Codex;
     }
     Agent::Other
 }
@@ -83,6 +124,13 @@ impl Decoder {
                 }
                 self.gemini.record(&record, out);
             }
+            Agent::Codex => {
+                let attrs = record.get("attributes").unwrap_or(&Value::Null);
+                let session = attr_str(attrs, "conversation.id").unwrap_or("codex");
+                let ts = time_of(&record, attrs);
+                self.codex
+                    .record(name.as_deref().unwrap_or(""), attrs, session, ts, out);
+            }
             Agent::Other => self.skips.unknown_types += 1,
         }
     }
@@ -92,7 +140,13 @@ impl Decoder {
             // gemini-cli's spans (`llm_call`, `tool_call`) repeat what its log records say;
             // its outfile decoder skips them too.
             Agent::GeminiCli => {}
-            Agent::Other => self.skips.unknown_types += 1,
+            // Codex's spans are its internals (`run_turn`, `receiving`, ...); its log events
+            // say what a turn needs.
+            _ if record
+                .get("service")
+                .and_then(Value::as_str)
+                .is_some_and(|s| s.starts_with("codex")) => {}
+            Agent::Codex | Agent::Other => self.skips.unknown_types += 1,
         }
     }
 }
