@@ -69,7 +69,11 @@ if [ "$MODE" = otlp ]; then
   install_clients || exit 1
   for c in $CLIENTS; do
     [ "$c" = claude-code-partial ] && continue # same telemetry as claude-code
-    for s in clean after-tool-reset; do
+    scen="clean after-tool-reset"
+    # Codex's reconnect after an in-stream error before any content (its retry restarts the
+    # `attempt` counter of codex.api_request at 0)
+    [ "$c" = codex ] && scen="$scen start-error"
+    for s in $scen; do
       rm -rf "$ROOT/tests/fixtures/agents/$c/otlp-$s"
       python3 "$HERE/record.py" --client "$c" --scenario "$s" --otlp \
         --bin-dir "$CACHE/node_modules/.bin" --out "$ROOT/tests/fixtures/agents/$c/otlp-$s" \
@@ -95,9 +99,12 @@ if [ "$MODE" = otlp-live ]; then
   for group in "gemini-cli" "claude-code codex"; do
     want=$(for c in $group; do case " $clients " in *" $c "*) echo "$c";; esac; done | paste -sd, -)
     [ -n "$want" ] || continue
+    s=$scen
+    # Claude Code and Codex runs take seconds: also the retry before any content
+    [ "$group" != gemini-cli ] && [ -z "$GIVEN_SCENARIOS" ] && s="$scen,start-error"
     log="$OUT/otlp-e2e-${group%% *}.log"
     python3 "$HERE/otlp_e2e.py" --bin "$BIN" --bin-dir "$CACHE/node_modules/.bin" --out "$OUT" \
-      --clients "$want" --scenarios "$scen" --protocols "$protos" --timeout "$TIMEOUT" >"$log" 2>&1 &
+      --clients "$want" --scenarios "$s" --protocols "$protos" --timeout "$TIMEOUT" >"$log" 2>&1 &
     pids+=($!)
     logs+=("$log")
   done

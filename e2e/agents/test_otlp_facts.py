@@ -15,6 +15,7 @@ import unittest
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "agents")
 SCENARIOS = ("otlp-clean", "otlp-after-tool-reset")
+CODEX_SCENARIOS = SCENARIOS + ("otlp-start-error",)
 
 
 def value(v):
@@ -147,13 +148,13 @@ class Codex(unittest.TestCase):
     """Codex 0.169.0 with `[otel]` exporters in config.toml."""
 
     def test_every_model_request(self):
-        for s in SCENARIOS:
+        for s in CODEX_SCENARIOS:
             logs, _, _, truth = load("codex", s)
             self.assertEqual(sum(1 for n, _ in logs if n == "codex.api_request"),
                              len(truth["main_requests"]), s)
 
     def test_a_cut_stream_is_visible(self):
-        for s in SCENARIOS:
+        for s in CODEX_SCENARIOS:
             logs, _, _, truth = load("codex", s)
             cut = [a for n, a in logs if n == "codex.sse_event"
                    and str(a.get("error.message", "")).startswith("stream disconnected")]
@@ -161,13 +162,23 @@ class Codex(unittest.TestCase):
 
     def test_every_execution_with_its_call_id(self):
         # exec --json has no call ids; the telemetry has them (tool_decision, tool_result)
-        for s in SCENARIOS:
+        for s in CODEX_SCENARIOS:
             logs, _, _, truth = load("codex", s)
             self.assertEqual(sorted(a["call_id"] for n, a in logs if n == "codex.tool_result"),
                              executed_ids(truth), s)
 
+    def test_a_reconnect_restarts_the_attempt_counter(self):
+        # start-error: the first response failed before any content and Codex re-requested
+        # the same step (truth: two step-1 requests), yet every codex.api_request says
+        # `attempt: 0`: a retry shows as a broken stream followed by a new request with no
+        # tool result in between, not in the counter.
+        logs, _, _, truth = load("codex", "otlp-start-error")
+        self.assertEqual(sum(1 for r in truth["main_requests"] if r["step"] == 1), 2)
+        attempts = [a.get("attempt") for n, a in logs if n == "codex.api_request"]
+        self.assertEqual(attempts, [0, 0, 0])
+
     def test_conversation_id_on_every_record(self):
-        for s in SCENARIOS:
+        for s in CODEX_SCENARIOS:
             logs, _, _, _ = load("codex", s)
             # every `codex.*` event (an internal "flushing OTEL metrics" record has no
             # attributes at all)
