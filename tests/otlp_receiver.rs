@@ -258,6 +258,18 @@ fn grpc_send(
     json: &[u8],
     token: Option<&str>,
 ) -> Result<(), tonic::Status> {
+    grpc_send_with(port, signal, json, token, false)
+}
+
+/// gRPC export; `gzip` compresses the request (`grpc-encoding: gzip`), as gemini-cli does.
+fn grpc_send_with(
+    port: u16,
+    signal: &str,
+    json: &[u8],
+    token: Option<&str>,
+    gzip: bool,
+) -> Result<(), tonic::Status> {
+    use tonic::codec::CompressionEncoding::Gzip;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -279,16 +291,25 @@ fn grpc_send(
         match signal {
             "logs" => {
                 let mut c = LogsServiceClient::connect(url).await.map_err(conn)?;
+                if gzip {
+                    c = c.send_compressed(Gzip);
+                }
                 let msg: ExportLogsServiceRequest = serde_json::from_slice(json).expect("logs");
                 c.export(req!(msg)).await.map(|_| ())
             }
             "traces" => {
                 let mut c = TraceServiceClient::connect(url).await.map_err(conn)?;
+                if gzip {
+                    c = c.send_compressed(Gzip);
+                }
                 let msg: ExportTraceServiceRequest = serde_json::from_slice(json).expect("traces");
                 c.export(req!(msg)).await.map(|_| ())
             }
             _ => {
                 let mut c = MetricsServiceClient::connect(url).await.map_err(conn)?;
+                if gzip {
+                    c = c.send_compressed(Gzip);
+                }
                 let msg: ExportMetricsServiceRequest =
                     serde_json::from_slice(json).expect("metrics");
                 c.export(req!(msg)).await.map(|_| ())
@@ -411,9 +432,9 @@ fn gemini_cli_otlp_json_over_http_gives_what_its_telemetry_outfile_gives() {
 }
 
 #[test]
-fn protobuf_gzip_over_http_and_grpc_give_the_same_findings_as_json() {
+fn protobuf_gzip_over_http_and_grpc_plain_or_gzip_give_the_same_findings_as_json() {
     let mut results = Vec::new();
-    for how in ["json", "protobuf-gzip", "grpc"] {
+    for how in ["json", "protobuf-gzip", "grpc", "grpc-gzip"] {
         let dir = tempfile::tempdir().expect("tmp");
         let args = run_args(dir.path());
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -444,7 +465,8 @@ fn protobuf_gzip_over_http_and_grpc_give_the_same_findings_as_json() {
                     assert_eq!(status, 200, "{head}");
                     assert!(resp.is_empty(), "an empty export response");
                 }
-                _ => grpc_send(c.grpc, &signal, &body, None).expect("gRPC export"),
+                "grpc" => grpc_send(c.grpc, &signal, &body, None).expect("gRPC export"),
+                _ => grpc_send_with(c.grpc, &signal, &body, None, true).expect("gRPC gzip"),
             }
         }
         let m = c.wait_until(|m| sum(m, "retryscope_turns_total{") >= 3.0, how);
@@ -516,6 +538,13 @@ fn refused_requests_say_why_and_the_receiver_goes_on() {
     let e = grpc_send(c.grpc, "logs", big_json, Some("s3cret")).expect_err("too large");
     assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
     assert!(e.message().contains("limit of 4000 bytes"), "{e:?}");
+    // A small gzip'd message that decompresses past the limit.
+    let bomb =
+        String::from_utf8_lossy(small).replace("\"x\"", &format!("\"{}\"", "x".repeat(100_000)));
+    let e =
+        grpc_send_with(c.grpc, "logs", bomb.as_bytes(), Some("s3cret"), true).expect_err("bomb");
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("(decompressed)"), "{e:?}");
     // Malformed bodies.
     let (s, _, b) = post(
         c.http,
@@ -584,7 +613,7 @@ fn refused_requests_say_why_and_the_receiver_goes_on() {
     assert_eq!(k("http_json", "unauthorized"), 2.0);
     assert_eq!(k("grpc", "unauthorized"), 1.0);
     assert_eq!(k("http_json", "too_large"), 3.0);
-    assert_eq!(k("grpc", "too_large"), 1.0);
+    assert_eq!(k("grpc", "too_large"), 2.0);
     assert_eq!(k("http_json", "malformed"), 2.0);
     assert_eq!(k("http_json", "unsupported"), 1.0);
     assert_eq!(k("http_json", "accepted"), 1.0);

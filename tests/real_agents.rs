@@ -293,3 +293,27 @@ fn codex_otlp_export_matches_ground_truth() {
     // `codex.tool_result` carries the provider's `call_id`, which `exec --json` lacks.
     check_otlp("codex", true);
 }
+
+#[test]
+fn claude_code_otlp_export_matches_ground_truth_except_the_cut_it_cannot_show() {
+    // Clean: the call, its early execution (by `tool_use_id`) and the usage, as the truth.
+    let clean = root().join("claude-code/otlp-clean");
+    let d = decode("otlp", &otlp_lines(&clean), Format::Auto);
+    assert_eq!((d.format, d.errors), (Format::Otlp, 0));
+    check_reports(&clean, &correlate(&d.events), true, false);
+    // Cut after the tool call: the export logs the cut message as an ordinary response
+    // (FORMATS.md), so the attempt reads as finished: only the early execution is seen, not
+    // that the attempt never finished.
+    let cut = root().join("claude-code/otlp-after-tool-reset");
+    let d = decode("otlp", &otlp_lines(&cut), Format::Auto);
+    let rs = correlate(&d.events);
+    let first = rs
+        .iter()
+        .find(|r| !r.turn.contains('#'))
+        .expect("first turn");
+    assert_eq!(first.attempts.len(), 1, "{}", summary(first));
+    assert_eq!(first.attempts[0].outcome, Outcome::Completed);
+    assert_eq!(first.attempts[0].executed.len(), 1);
+    assert!(first.attempts[0].executed[0].id.ends_with("toolu_mockA1"));
+    assert_eq!(findings(first), vec![FindingKind::EarlyExecution]);
+}

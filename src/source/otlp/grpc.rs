@@ -1,6 +1,9 @@
 //! OTLP/gRPC (`run --otlp-grpc-listen`): the logs, trace and metrics `Export` services
 //! (opentelemetry-proto's tonic servers) over HTTP/2 without TLS (h2c) or with TLS.
 //!
+//! Requests compressed with `grpc-encoding: gzip` (gemini-cli's gRPC exporter compresses) are
+//! decompressed here, bounded like any request.
+//!
 //! Owns: the gRPC status of every outcome: OK; UNAVAILABLE when the queue is full, the
 //! collector is stopping or the spool cannot be written (retryable: the exporter retries);
 //! RESOURCE_EXHAUSTED when a message is over the size limit (checked here, before tonic reads
@@ -35,7 +38,6 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tonic::codec::CompressionEncoding;
 use tonic::codegen::Service;
 use tonic::{Request, Response, Status};
 
@@ -154,31 +156,88 @@ async fn route(
             return Ok(error_response(&status(&r)));
         }
     };
+    let (mut parts, body) = (parts, body);
+    let gzip = parts
+        .headers
+        .get("grpc-encoding")
+        .is_some_and(|v| v.as_bytes() == b"gzip");
+    let body = if gzip {
+        parts.headers.remove("grpc-encoding");
+        match inflate(&body, limit) {
+            Ok(b) => b,
+            Err(r) => {
+                services.0.refused(signal, Protocol::Grpc, &r);
+                return Ok(error_response(&status(&r)));
+            }
+        }
+    } else {
+        body
+    };
     let req = http::Request::from_parts(parts, Full::new(body));
     let resp = match signal {
         Signal::Logs => {
             LogsServiceServer::new(services)
-                .accept_compressed(CompressionEncoding::Gzip)
                 .max_decoding_message_size(limit)
                 .call(req)
                 .await
         }
         Signal::Traces => {
             TraceServiceServer::new(services)
-                .accept_compressed(CompressionEncoding::Gzip)
                 .max_decoding_message_size(limit)
                 .call(req)
                 .await
         }
         Signal::Metrics => {
             MetricsServiceServer::new(services)
-                .accept_compressed(CompressionEncoding::Gzip)
                 .max_decoding_message_size(limit)
                 .call(req)
                 .await
         }
     };
     Ok(resp.unwrap_or_else(|e| match e {}))
+}
+
+/// Decompress the gzip'd messages of a gRPC body (`grpc-encoding: gzip`), each at most `limit`
+/// bytes decompressed, and frame them uncompressed (so a small body cannot expand without
+/// bound, and tonic needs no compression support).
+fn inflate(body: &[u8], limit: usize) -> Result<bytes::Bytes, Rejection> {
+    use std::io::Read;
+    let mut out = Vec::with_capacity(body.len() * 4);
+    let mut rest = body;
+    while !rest.is_empty() {
+        let bad = || Rejection::new(Outcome::Malformed, "a truncated gRPC message");
+        let (head, tail) = rest.split_at_checked(5).ok_or_else(bad)?;
+        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        let (msg, tail) = tail.split_at_checked(len).ok_or_else(bad)?;
+        rest = tail;
+        let plain: std::borrow::Cow<'_, [u8]> = if head[0] == 1 {
+            let mut v = Vec::new();
+            flate2::read::GzDecoder::new(msg)
+                .take(limit as u64 + 1)
+                .read_to_end(&mut v)
+                .map_err(|e| {
+                    Rejection::new(
+                        Outcome::Malformed,
+                        format!("the gzip message cannot be decompressed: {e}"),
+                    )
+                })?;
+            v.into()
+        } else {
+            msg.into()
+        };
+        if plain.len() > limit {
+            return Err(Rejection::new(
+                Outcome::TooLarge,
+                format!(
+                    "the request message is larger than the limit of {limit} bytes (decompressed)"
+                ),
+            ));
+        }
+        out.push(0);
+        out.extend_from_slice(&(plain.len() as u32).to_be_bytes());
+        out.extend_from_slice(&plain);
+    }
+    Ok(out.into())
 }
 
 /// Serve OTLP/gRPC on `listener` until `stop` turns true.

@@ -20,9 +20,10 @@
 //!
 //! Owns: dispatching each record to the agent it came from. gemini-cli's records are the same
 //! records as its telemetry outfile, so they go to that decoder unchanged (findings are the
-//! same whichever way they came); Codex's `codex.*` events go to [`codex`]; records no decoder
-//! knows are counted as unknown types.
+//! same whichever way they came); Codex's `codex.*` events go to `codex`, Claude Code's
+//! `claude_code.*` events to `claude`; records no decoder knows are counted as unknown types.
 
+mod claude;
 mod codex;
 
 use serde_json::Value;
@@ -42,6 +43,7 @@ pub const SPAN: &str = "span";
 pub struct Decoder {
     gemini: gemini_telemetry::Decoder,
     codex: codex::Codex,
+    claude: claude::Claude,
     skips: SkipCounts,
 }
 
@@ -93,6 +95,7 @@ fn event_name(record: &Value) -> Option<&str> {
 enum Agent {
     GeminiCli,
     Codex,
+    Claude,
     Other,
 }
 
@@ -103,6 +106,14 @@ fn agent_of(record: &Value, name: Option<&str>) -> Agent {
     }
     if name.is_some_and(|n| n.starts_with("codex.")) {
         return Agent::Codex;
+    }
+    if service == "claude-code"
+        || record
+            .get("body")
+            .and_then(Value::as_str)
+            .is_some_and(|b| b.starts_with("claude_code."))
+    {
+        return Agent::Claude;
     }
     Agent::Other
 }
@@ -131,15 +142,22 @@ impl Decoder {
                 self.codex
                     .record(name.as_deref().unwrap_or(""), attrs, session, ts, out);
             }
+            Agent::Claude => {
+                let attrs = record.get("attributes").unwrap_or(&Value::Null);
+                let session = attr_str(attrs, "session.id").unwrap_or("claude-code");
+                let ts = time_of(&record, attrs);
+                let name = name.as_deref().unwrap_or("");
+                let name = name.strip_prefix("claude_code.").unwrap_or(name);
+                self.claude.record(name, attrs, session, ts, out);
+            }
             Agent::Other => self.skips.unknown_types += 1,
         }
     }
 
     fn span(&mut self, record: &Value, _out: &mut Vec<Event<'static>>) {
         match agent_of(record, None) {
-            // gemini-cli's spans (`llm_call`, `tool_call`) repeat what its log records say;
-            // its outfile decoder skips them too.
-            Agent::GeminiCli => {}
+            // gemini-cli's and Claude Code's spans repeat what their log records say.
+            Agent::GeminiCli | Agent::Claude => {}
             // Codex's spans are its internals (`run_turn`, `receiving`, ...); its log events
             // say what a turn needs.
             _ if record
