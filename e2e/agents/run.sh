@@ -70,9 +70,9 @@ if [ "$MODE" = otlp ]; then
   for c in $CLIENTS; do
     [ "$c" = claude-code-partial ] && continue # same telemetry as claude-code
     scen="clean after-tool-reset"
-    # Codex's reconnect after an in-stream error before any content (its retry restarts the
-    # `attempt` counter of codex.api_request at 0)
-    [ "$c" = codex ] && scen="$scen start-error"
+    # the retry after an in-stream error before any content: Codex's restarts the `attempt`
+    # counter of codex.api_request at 0, Claude Code's is not exported at all
+    case "$c" in codex|claude-code) scen="$scen start-error" ;; esac
     for s in $scen; do
       rm -rf "$ROOT/tests/fixtures/agents/$c/otlp-$s"
       python3 "$HERE/record.py" --client "$c" --scenario "$s" --otlp \

@@ -36,8 +36,8 @@ retryscope_build_info{version="0.1.0"} 1
 """
 
 
-def truth(scenario):
-    with open(os.path.join(FIXTURES, "gemini-cli", scenario, "truth.json")) as f:
+def truth(scenario, client="gemini-cli"):
+    with open(os.path.join(FIXTURES, client, scenario, "truth.json")) as f:
         return json.load(f)
 
 
@@ -104,6 +104,30 @@ class Truth(unittest.TestCase):
         ok, why = otlp_e2e.check_no_false_findings(snap, truth("clean"))
         self.assertFalse(ok)
         self.assertIn("abandoned_tool_executed", why)
+
+
+class ClientView(unittest.TestCase):
+    def test_claude_code_cut_message_reads_as_finished(self):
+        t = truth("after-tool-reset", "claude-code")
+        self.assertIn("unfinished_tool_executed", otlp_e2e.expect.implied_findings(t))
+        view = otlp_e2e.client_view(t, "claude-code")
+        self.assertEqual(otlp_e2e.truth_expectations(view),
+                         {"findings": {"early_execution"}, "retries": 0, "executions": 1,
+                          "unfinished": 0})
+        self.assertFalse(t["main_requests"][0]["finished"], "the truth itself is unchanged")
+
+    def test_claude_code_silent_retry_is_not_exported(self):
+        t = truth("start-error", "claude-code")
+        self.assertEqual(otlp_e2e.truth_expectations(t)["retries"], 1)
+        view = otlp_e2e.client_view(t, "claude-code")
+        self.assertEqual(otlp_e2e.truth_expectations(view),
+                         {"findings": {"early_execution"}, "retries": 0, "executions": 1,
+                          "unfinished": 0})
+
+    def test_other_clients_see_the_truth(self):
+        t = truth("after-tool-reset")
+        self.assertIs(otlp_e2e.client_view(t, "gemini-cli"), t)
+        self.assertIs(otlp_e2e.client_view(t, "codex"), t)
 
 
 class Accepted(unittest.TestCase):

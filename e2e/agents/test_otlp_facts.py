@@ -144,6 +144,19 @@ class ClaudeCode(unittest.TestCase):
             self.assertNotEqual(st.get("code"), 2)
 
 
+    def test_cannot_show_a_silent_retry(self):
+        # start-error: the first request failed before any content and was retried (truth),
+        # and nothing in the export says so.
+        logs, spans, _, truth = load("claude-code", "otlp-start-error")
+        self.assertEqual(sum(1 for r in truth["main_requests"] if r["step"] == 1), 2)
+        self.assertEqual(sum(1 for n, _ in logs if n == "api_request"),
+                         len(truth["main_requests"]) - 1)
+        self.assertFalse([n for n, _ in logs if n == "api_error"])
+        self.assertEqual([a.get("attempt") for n, a, _ in spans
+                          if n == "claude_code.llm_request"], [1, 1])
+        self.assertEqual(executed_ids(truth), ["toolu_mockA2"])
+
+
 class Codex(unittest.TestCase):
     """Codex 0.169.0 with `[otel]` exporters in config.toml."""
 
