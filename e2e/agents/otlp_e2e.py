@@ -76,7 +76,7 @@ KNOWN_FAILURES = {
 DECODED = {"gemini-cli", "codex", "claude-code"}
 
 # Idle timeout of the live turns (seconds) in every retryscope run here.
-IDLE_SECS = 5
+IDLE_SECS = 3
 
 # Findings a telemetry export cannot carry, per client (the display output is not exported).
 NOT_IN_TELEMETRY = {"spliced_text", "spliced_stream"}
@@ -212,7 +212,7 @@ class Retryscope:
         raise RuntimeError("retryscope /metrics did not answer in 30 s")
 
     def settle(self, need_turns, seconds=45):
-        """Waits until the figures stop changing (4 polls 1 s apart) with no open turn (and
+        """Waits until the figures stop changing (3 polls 1 s apart) with no open turn (and
         at least one closed turn when `need_turns`); returns the last /metrics text."""
         deadline = time.time() + seconds
         last, same, text = None, 0, ""
@@ -227,7 +227,7 @@ class Retryscope:
             snap = snapshot(parse_metrics(text))
             done = snap["open_turns"] == 0 and (not need_turns or sum(snap["turns"].values()))
             same = same + 1 if snap == last and done else 0
-            if same >= 3:
+            if same >= 2:
                 break
             last = snap
             time.sleep(1)
@@ -270,7 +270,7 @@ def run_otlp(binary, client, scenario, protocol, bin_dir, out, timeout, display=
     try:
         truth = record.record(client, scenario, bin_dir, out, timeout,
                               otlp_endpoint=f"http://127.0.0.1:{port}", otlp_protocol=protocol)
-        text = rs.settle(need_turns=client == "gemini-cli")
+        text = rs.settle(need_turns=client in DECODED)
     finally:
         alive = rs.stop()
     return (snapshot(parse_metrics(text)), read_findings(rs.findings), truth, alive,
