@@ -205,6 +205,16 @@ impl Inner {
         ] {
             t.touch(f as usize, &[]);
         }
+        // The OTLP receiver: accepted requests per signal and protocol (refusals appear when
+        // they happen), records per signal, the queue.
+        for signal in ["logs", "traces", "metrics"] {
+            for protocol in ["http_json", "http_protobuf", "grpc"] {
+                t.touch(F::OtlpReceived as usize, &[signal, protocol, "accepted"]);
+            }
+            t.touch(F::OtlpRecords as usize, &[signal]);
+        }
+        t.touch(F::OtlpQueueRecords as usize, &[]);
+        t.touch(F::OtlpQueueBytes as usize, &[]);
         for g in &self.guards {
             t.touch(F::LabelOverflow as usize, &[g.name()]);
         }

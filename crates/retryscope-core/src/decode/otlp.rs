@@ -21,10 +21,13 @@
 //! Owns: dispatching each record to the agent it came from. gemini-cli's records are the same
 //! records as its telemetry outfile, so they go to that decoder unchanged (findings are the
 //! same whichever way they came); Codex's `codex.*` events go to `codex`, Claude Code's
-//! `claude_code.*` events to `claude`; records no decoder knows are counted as unknown types.
+//! `claude_code.*` events to `claude`; GenAI semantic-convention records of any other service
+//! (inference and `execute_tool` spans, `gen_ai.client.inference.operation.details` events) to
+//! `genai`; records no decoder knows are counted as unknown types.
 
 mod claude;
 mod codex;
+mod genai;
 
 use serde_json::Value;
 
@@ -44,7 +47,19 @@ pub struct Decoder {
     gemini: gemini_telemetry::Decoder,
     codex: codex::Codex,
     claude: claude::Claude,
+    genai: genai::GenAi,
     skips: SkipCounts,
+}
+
+fn ns_ms(v: Option<&Value>) -> Option<TimestampMs> {
+    i64::try_from(v?.as_u64()? / 1_000_000).ok()
+}
+
+/// The session of a generic record: its conversation, else the stream's service.
+fn genai_session(attrs: &Value) -> &str {
+    attr_str(attrs, "gen_ai.conversation.id")
+        .or_else(|| attr_str(attrs, "session.id"))
+        .unwrap_or("genai")
 }
 
 /// A string attribute.
@@ -150,11 +165,28 @@ impl Decoder {
                 let name = name.strip_prefix("claude_code.").unwrap_or(name);
                 self.claude.record(name, attrs, session, ts, out);
             }
+            Agent::Other
+                if name.as_deref() == Some("gen_ai.client.inference.operation.details") =>
+            {
+                let attrs = record.get("attributes").unwrap_or(&Value::Null);
+                let ts = time_of(&record, attrs);
+                self.genai.inference(
+                    &genai::Inference {
+                        attrs,
+                        span_id: record.get("span_id").and_then(Value::as_str),
+                        start: ts,
+                        end: ts,
+                        status_error: None,
+                    },
+                    genai_session(attrs),
+                    out,
+                );
+            }
             Agent::Other => self.skips.unknown_types += 1,
         }
     }
 
-    fn span(&mut self, record: &Value, _out: &mut Vec<Event<'static>>) {
+    fn span(&mut self, record: &Value, out: &mut Vec<Event<'static>>) {
         match agent_of(record, None) {
             // gemini-cli's and Claude Code's spans repeat what their log records say.
             Agent::GeminiCli | Agent::Claude => {}
@@ -164,7 +196,40 @@ impl Decoder {
                 .get("service")
                 .and_then(Value::as_str)
                 .is_some_and(|s| s.starts_with("codex")) => {}
-            Agent::Codex | Agent::Other => self.skips.unknown_types += 1,
+            Agent::Codex | Agent::Other => {
+                let attrs = record.get("attributes").unwrap_or(&Value::Null);
+                let op = attr_str(attrs, "gen_ai.operation.name").unwrap_or("");
+                let start = ns_ms(record.get("start_time_unix_nano"));
+                let end = ns_ms(record.get("end_time_unix_nano")).or(start);
+                let status = record.get("status");
+                let status_error = (status.and_then(|s| s.get("code")).and_then(Value::as_i64)
+                    == Some(2))
+                .then(|| {
+                    status
+                        .and_then(|s| s.get("message"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                });
+                if genai::is_inference(op) {
+                    self.genai.inference(
+                        &genai::Inference {
+                            attrs,
+                            span_id: record.get("span_id").and_then(Value::as_str),
+                            start,
+                            end,
+                            status_error,
+                        },
+                        genai_session(attrs),
+                        out,
+                    );
+                } else if op == "execute_tool" {
+                    let failed = status_error.is_some() || attrs.get("error.type").is_some();
+                    self.genai
+                        .execute_tool(attrs, genai_session(attrs), start, failed, out);
+                } else {
+                    self.skips.unknown_types += 1;
+                }
+            }
         }
     }
 }
