@@ -696,3 +696,31 @@ fn kill_9_between_acknowledgement_and_checkpoint_loses_nothing() {
     assert!(segments <= 2, "{segments} spool segments left");
     assert_eq!(findings(&findings_path).len(), 2, "nothing replayed twice");
 }
+
+#[test]
+fn listening_beyond_loopback_without_a_token_warns_at_start() {
+    let (metrics, http) = (free_port(), free_port());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_retryscope"))
+        .args(["run", "--findings-out", ""])
+        .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+        .args(["--otlp-listen", &format!("0.0.0.0:{http}")])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start");
+    std::thread::sleep(Duration::from_secs(2));
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    let _ = child.wait();
+    assert!(
+        err.contains("listens beyond loopback without a token"),
+        "{err}"
+    );
+}

@@ -17,6 +17,10 @@ use crate::source::otlp::{Batch, Queue, SPOOL_DIR, Spool, SpoolPos};
 /// Records handed to the ingest path per poll, at most (whole batches).
 const MAX_RECORDS_PER_POLL: usize = 20_000;
 
+/// Open OTLP streams (sessions) kept at most; beyond it the least recently active are ended
+/// at the next tick, so memory stays bounded however many sessions send.
+const MAX_STREAMS: usize = 100_000;
+
 /// The engine's handle on the receiver's queue.
 pub struct OtlpFeed {
     queue: Arc<Queue>,
@@ -118,8 +122,9 @@ impl OtlpFeed {
         (n, records > 0)
     }
 
-    /// End the streams that got nothing for `idle_secs` (their decoders are dropped; their
-    /// turns close by the correlator's own idle timeout).
+    /// End the streams that got nothing for `idle_secs`, and the least recently active beyond
+    /// [`MAX_STREAMS`] (their decoders are dropped; their turns close by the correlator's own
+    /// idle timeout or open-turn bound).
     pub fn end_quiet_streams(
         &mut self,
         ingest: &mut Ingest,
@@ -129,12 +134,23 @@ impl OtlpFeed {
         metrics: &Metrics,
     ) {
         let idle_ms = i64::try_from(idle_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
-        let quiet: Vec<String> = self
+        let mut quiet: Vec<String> = self
             .seen
             .iter()
             .filter(|(_, t)| now.saturating_sub(**t) > idle_ms)
             .map(|(s, _)| s.clone())
             .collect();
+        let excess = self.seen.len().saturating_sub(quiet.len() + MAX_STREAMS);
+        if excess > 0 {
+            let mut by_age: Vec<(i64, &String)> = self
+                .seen
+                .iter()
+                .filter(|(_, t)| now.saturating_sub(**t) <= idle_ms)
+                .map(|(s, t)| (*t, s))
+                .collect();
+            by_age.sort_unstable();
+            quiet.extend(by_age.into_iter().take(excess).map(|(_, s)| s.clone()));
+        }
         for name in quiet {
             self.seen.remove(&name);
             let id = ingest.stream_as(Source::Otlp, &name, Format::Otlp);

@@ -139,6 +139,83 @@ fn put_id(obj: &mut serde_json::Map<String, Value>, key: &str, id: &[u8]) {
     }
 }
 
+/// A JSON line written straight from protobuf values (no intermediate map: this is the hot
+/// path of the receiver).
+struct Line(Vec<u8>);
+
+impl Line {
+    fn raw(&mut self, b: &[u8]) {
+        self.0.extend_from_slice(b);
+    }
+
+    fn str(&mut self, s: &str) {
+        // Escaping only; writing to a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut self.0, s);
+    }
+
+    fn any(&mut self, v: Option<&AnyValue>) {
+        match v.and_then(|v| v.value.as_ref()) {
+            None | Some(any_value::Value::StringValueStrindex(_)) => self.raw(b"null"),
+            Some(any_value::Value::StringValue(s)) => self.str(s),
+            Some(any_value::Value::BoolValue(b)) => self.raw(if *b { b"true" } else { b"false" }),
+            Some(any_value::Value::IntValue(i)) => self.raw(i.to_string().as_bytes()),
+            Some(any_value::Value::DoubleValue(d)) => {
+                let _ = serde_json::to_writer(&mut self.0, d);
+            }
+            Some(any_value::Value::ArrayValue(a)) => {
+                self.raw(b"[");
+                for (i, v) in a.values.iter().enumerate() {
+                    if i > 0 {
+                        self.raw(b",");
+                    }
+                    self.any(Some(v));
+                }
+                self.raw(b"]");
+            }
+            Some(any_value::Value::KvlistValue(kv)) => self.attrs(&kv.values),
+            Some(any_value::Value::BytesValue(b)) => self.str(&base64(b)),
+        }
+    }
+
+    /// Key-value pairs as an object (a repeated key is written twice; readers keep the last,
+    /// as the OTLP/JSON mapping does).
+    fn attrs(&mut self, kvs: &[KeyValue]) {
+        self.raw(b"{");
+        for (i, kv) in kvs.iter().enumerate() {
+            if i > 0 {
+                self.raw(b",");
+            }
+            self.str(&kv.key);
+            self.raw(b":");
+            self.any(kv.value.as_ref());
+        }
+        self.raw(b"}");
+    }
+
+    fn id(&mut self, key: &[u8], id: &[u8]) {
+        if !id.is_empty() && id.iter().any(|b| *b != 0) {
+            self.raw(key);
+            self.raw(b"\"");
+            self.raw(hex(id).as_bytes());
+            self.raw(b"\"");
+        }
+    }
+}
+
+/// The session of protobuf attributes, with the same rule as [`session_of`] (a repeated key's
+/// last value counts).
+fn session_of_kvs(kvs: &[KeyValue]) -> &str {
+    for key in SESSION_KEYS {
+        if let Some(kv) = kvs.iter().rev().find(|kv| kv.key == key)
+            && let Some(any_value::Value::StringValue(s)) =
+                kv.value.as_ref().and_then(|v| v.value.as_ref())
+        {
+            return s;
+        }
+    }
+    ""
+}
+
 /// The log records of a protobuf request, in order.
 pub fn logs_from_proto(req: &ExportLogsServiceRequest, out: &mut Vec<Record>) {
     for rl in &req.resource_logs {
@@ -148,29 +225,42 @@ pub fn logs_from_proto(req: &ExportLogsServiceRequest, out: &mut Vec<Record>) {
             .map(|r| r.attributes.as_slice())
             .unwrap_or(&[]);
         let service = attr_str(rattrs, "service.name").unwrap_or("");
+        let mut head = Line(Vec::new());
+        head.raw(b"{\"otlp\":\"log\",\"service\":");
+        head.str(service);
         for sl in &rl.scope_logs {
             let scope = sl.scope.as_ref().map(|s| s.name.as_str()).unwrap_or("");
             for r in &sl.log_records {
-                let mut o = serde_json::Map::new();
-                o.insert("otlp".into(), "log".into());
-                o.insert("service".into(), service.into());
-                o.insert("scope".into(), scope.into());
+                let mut w = Line(Vec::with_capacity(256 + head.0.len()));
+                w.raw(&head.0);
+                w.raw(b",\"scope\":");
+                w.str(scope);
                 let t = if r.time_unix_nano != 0 {
                     r.time_unix_nano
                 } else {
                     r.observed_time_unix_nano
                 };
-                o.insert("time_unix_nano".into(), ns(t));
-                if !r.severity_text.is_empty() {
-                    o.insert("severity".into(), r.severity_text.clone().into());
+                w.raw(b",\"time_unix_nano\":");
+                if t == 0 {
+                    w.raw(b"null");
+                } else {
+                    w.raw(t.to_string().as_bytes());
                 }
-                o.insert("body".into(), any_to_json(r.body.as_ref()));
-                let attrs = attrs_to_json(&r.attributes);
-                let session = session_of(&attrs);
-                o.insert("attributes".into(), Value::Object(attrs));
-                put_id(&mut o, "trace_id", &r.trace_id);
-                put_id(&mut o, "span_id", &r.span_id);
-                push(out, service, &session, &Value::Object(o));
+                if !r.severity_text.is_empty() {
+                    w.raw(b",\"severity\":");
+                    w.str(&r.severity_text);
+                }
+                w.raw(b",\"body\":");
+                w.any(r.body.as_ref());
+                w.raw(b",\"attributes\":");
+                w.attrs(&r.attributes);
+                w.id(b",\"trace_id\":", &r.trace_id);
+                w.id(b",\"span_id\":", &r.span_id);
+                w.raw(b"}");
+                out.push(Record {
+                    stream: stream_name(service, session_of_kvs(&r.attributes)),
+                    line: w.0,
+                });
             }
         }
     }
