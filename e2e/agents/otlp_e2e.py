@@ -55,20 +55,7 @@ import record  # noqa: E402
 # Cases that fail for a reason already reported (client, scenario, protocol, check) -> why.
 # A case listed with its scenario that passes is reported as XPASS: remove it. Scenario "*"
 # matches every scenario (a pass there is a plain PASS: the failure shows only in some).
-_NO_JOIN = ("the receiver's OTLP stream is not joined with gemini-cli's stream-json file by "
-            "session: OTLP telemetry + stream.jsonl give no spliced_text, the two files tailed "
-            "together do (reported to the lead; receiver side)")
-_CODEX_RECONNECT = ("Codex's reconnect after an in-stream error before any content is not "
-                    "counted as a retry: its second codex.api_request has attempt 0 again "
-                    "(tests/fixtures/agents/codex/otlp-start-error; reported to the lead; "
-                    "decoder side)")
-KNOWN_FAILURES = {
-    ("codex", "start-error", "http", "truth"): _CODEX_RECONNECT,
-    ("codex", "start-error", "protobuf", "truth"): _CODEX_RECONNECT,
-    ("codex", "start-error", "grpc", "truth"): _CODEX_RECONNECT,
-    ("gemini-cli", "*", "http+stream-json", "same_as_file"): _NO_JOIN,
-    ("gemini-cli", "*", "http+stream-json", "truth"): _NO_JOIN,
-}
+KNOWN_FAILURES = {}
 
 # Clients whose OTLP export retryscope decodes into turns: their runs must match the truth
 # as their telemetry can show it (client_view); any other only must not produce a finding
