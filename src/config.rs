@@ -158,6 +158,8 @@ pub struct RunConfig {
     pub otlp_receiver: OtlpReceiverSettings,
     /// The demo fleet (`--demo`).
     pub demo: DemoSettings,
+    /// `retryscope proxy`: listener, upstreams, injection, recording.
+    pub proxy: crate::proxy::ProxySettings,
     /// `--reset-checkpoint` (command line only): move an unusable checkpoint and the findings
     /// file aside and start over, instead of refusing to start.
     #[serde(skip)]
@@ -187,6 +189,7 @@ impl Default for RunConfig {
             otlp: OtlpSettings::default(),
             otlp_receiver: OtlpReceiverSettings::default(),
             demo: DemoSettings::default(),
+            proxy: crate::proxy::ProxySettings::default(),
             reset_checkpoint: false,
         }
     }

@@ -34,16 +34,19 @@ pub enum Source {
     Nats,
     /// OpenTelemetry records received over OTLP (`run --otlp-listen`).
     Otlp,
+    /// Attempts seen on the wire by `retryscope proxy`.
+    Proxy,
 }
 
 impl Source {
     /// Every source, for pre-registering series.
-    pub const ALL: [Source; 5] = [
+    pub const ALL: [Source; 6] = [
         Source::File,
         Source::Stdin,
         Source::Demo,
         Source::Nats,
         Source::Otlp,
+        Source::Proxy,
     ];
 
     /// The label value.
@@ -54,6 +57,7 @@ impl Source {
             Source::Demo => "demo",
             Source::Nats => "nats",
             Source::Otlp => "otlp",
+            Source::Proxy => "proxy",
         }
     }
 }

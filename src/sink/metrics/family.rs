@@ -117,6 +117,10 @@ families! {
         "OTLP records accepted and waiting for the engine.";
     OtlpQueueBytes => "retryscope_otlp_receiver_queue_bytes", Gauge, [],
         "Bytes of OTLP records accepted and waiting for the engine (bounded; beyond it requests are refused as retryable).";
+    ProxyCuts => "retryscope_proxy_injected_cuts_total", Counter, ["point", "how"],
+        "Streams `retryscope proxy` cut on purpose (--inject), by cut point and how.";
+    ProxyUpstreamErrors => "retryscope_proxy_upstream_errors_total", Counter, [],
+        "Upstream requests of `retryscope proxy` that failed to connect or broke mid-body.";
     LabelOverflow => "retryscope_label_overflow_total", Counter, ["label"],
         "Label values replaced by \"other\" because the label reached its cap.";
     BuildInfo => "retryscope_build_info", Gauge, ["version"],
