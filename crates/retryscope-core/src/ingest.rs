@@ -176,6 +176,12 @@ impl Ingest {
     }
 
     fn decoding_for(&self, format: Format, name: &str) -> Decoding {
+        // An OTLP stream carries gemini-cli's telemetry records: joined like its outfile.
+        if format == Format::Otlp
+            && let Some(joiner) = &self.joiner
+        {
+            return Decoding::Provider(Box::new(decode::otlp::Decoder::joined(joiner.clone())));
+        }
         match (decoding_for(format, name), &self.joiner) {
             (Decoding::Provider(d), Some(joiner)) => match gemini_join::Source::of(format) {
                 Some(source) => {
