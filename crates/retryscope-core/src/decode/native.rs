@@ -40,11 +40,22 @@ pub struct ProviderChunk<'a> {
     pub data: &'a RawValue,
 }
 
+mod fast;
+
 /// Decode one line (without its newline) of the native format.
 pub fn decode_line<'a>(
     line: &'a [u8],
     skips: &mut SkipCounts,
 ) -> Result<NativeLine<'a>, DecodeError> {
+    // The common shape takes the hand-written pass; anything else (and every error) serde's.
+    match fast::fields(line) {
+        Some(fields) => fields.into_line(skips),
+        None => decode_serde(line, skips),
+    }
+}
+
+/// [`decode_line`] through serde only: the reference the fast path is tested against.
+fn decode_serde<'a>(line: &'a [u8], skips: &mut SkipCounts) -> Result<NativeLine<'a>, DecodeError> {
     // serde_json validates UTF-8 as it reads strings; whole-line validation happens only to
     // classify a failure, off the hot path.
     let mut de = serde_json::Deserializer::from_slice(line);
@@ -66,6 +77,9 @@ pub fn decode_str<'a>(
     text: &'a str,
     skips: &mut SkipCounts,
 ) -> Result<NativeLine<'a>, DecodeError> {
+    if let Some(fields) = fast::fields(text.as_bytes()) {
+        return fields.into_line(skips);
+    }
     let mut de = serde_json::Deserializer::from_str(text);
     let fields: Fields<'a> = Fields::deserialize(&mut de).map_err(json_error)?;
     de.end().map_err(json_error)?;
@@ -189,7 +203,8 @@ struct Fields<'a> {
     text: Option<Cow<'a, str>>,
     id: Option<Cow<'a, str>>,
     name: Option<Cow<'a, str>>,
-    args: Option<&'a RawValue>,
+    /// The raw JSON text of `args`.
+    args: Option<&'a str>,
     effect_key: Option<Cow<'a, str>>,
     step: Option<i64>,
     effect: Option<EffectClass>,
@@ -245,7 +260,7 @@ impl<'de> Visitor<'de> for FieldsVisitor {
                 "text" => f.text = opt_str(&mut map)?,
                 "id" => f.id = map.next_value::<Option<Id<'de>>>()?.map(|s| s.0),
                 "name" => f.name = opt_str(&mut map)?,
-                "args" => f.args = Some(map.next_value()?),
+                "args" => f.args = Some(map.next_value::<&RawValue>()?.get()),
                 "effect_key" => f.effect_key = opt_str(&mut map)?,
                 "step" => f.step = map.next_value()?,
                 "effect" => f.effect = map.next_value()?,
@@ -329,12 +344,12 @@ impl<'a> Fields<'a> {
             "tool_call" => EventKind::ToolCall {
                 id: self.id.ok_or_else(|| missing("id", ty_ref))?,
                 name: self.name.ok_or_else(|| missing("name", ty_ref))?,
-                args: self.args.map(|r| Cow::Borrowed(r.get())),
+                args: self.args.map(Cow::Borrowed),
             },
             "tool_exec" => EventKind::ToolExec {
                 id: self.id.ok_or_else(|| missing("id", ty_ref))?,
                 name: self.name.ok_or_else(|| missing("name", ty_ref))?,
-                args: self.args.map(|r| Cow::Borrowed(r.get())),
+                args: self.args.map(Cow::Borrowed),
                 effect_key: self.effect_key,
                 step: self.step,
                 effect: self.effect,
