@@ -1,7 +1,8 @@
 //! Where a native line's turn goes: a light scan for the top-level `turn` (and `ts`) of a JSON
 //! object without decoding it, and the stable hash of the turn id that every router uses:
 //! `check`'s shard workers and `ship`'s NATS partitions. Escaped and plain spellings of one id
-//! hash alike (the hash is over the unescaped id).
+//! hash alike (the hash is over the unescaped id), and so does a turn id as the correlator
+//! holds it ([`shard_of_id`]), which is how a restored checkpoint's turns find their shard.
 
 use crate::fasthash;
 
@@ -21,6 +22,21 @@ pub fn hash_turn_token(raw: &[u8]) -> Option<u64> {
     } else {
         Some(fasthash::fnv1a(raw))
     }
+}
+
+/// Which of `count` shards owns a native line: by the hash of its top-level `turn`; shard 0
+/// when it has none (it reports the line's error).
+pub fn shard_of_line(line: &[u8], count: u32) -> u32 {
+    match turn_hash(line) {
+        Some(hash) => (hash % u64::from(count.max(1))) as u32,
+        None => 0,
+    }
+}
+
+/// Which of `count` shards owns the turn `id` (unescaped, as the correlator holds it): the
+/// same shard [`shard_of_line`] sends its lines to.
+pub fn shard_of_id(id: &str, count: u32) -> u32 {
+    (fasthash::fnv1a(id.as_bytes()) % u64::from(count.max(1))) as u32
 }
 
 /// The raw JSON tokens of the top-level `turn` and `ts` values (a string with its quotes, or a
