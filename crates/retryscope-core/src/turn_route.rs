@@ -8,7 +8,7 @@ use crate::fasthash;
 
 /// The stable hash of a line's top-level `turn` (`None`: no turn, or an unreadable one).
 pub fn turn_hash(line: &[u8]) -> Option<u64> {
-    hash_turn_token(top_level_turn_and_ts(line).0?)
+    hash_turn_token(top_level(line, false).0?)
 }
 
 /// The stable hash of a raw `turn` token (a JSON string with its quotes, or a number).
@@ -42,6 +42,12 @@ pub fn shard_of_id(id: &str, count: u32) -> u32 {
 /// The raw JSON tokens of the top-level `turn` and `ts` values (a string with its quotes, or a
 /// number), scanning only as far as needed.
 pub fn top_level_turn_and_ts(line: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
+    top_level(line, true)
+}
+
+/// The scan, stopping at `turn` unless `want_ts` (most lines put `ts` after `type`, or have
+/// none, so looking for it costs a scan of the whole line).
+fn top_level(line: &[u8], want_ts: bool) -> (Option<&[u8]>, Option<&[u8]>) {
     let mut turn = None;
     let mut ts = None;
     let mut i = skip_ws(line, 0);
@@ -71,7 +77,7 @@ pub fn top_level_turn_and_ts(line: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
             b"ts" => ts = Some(&line[i..value_end]),
             _ => {}
         }
-        if turn.is_some() && ts.is_some() {
+        if turn.is_some() && (ts.is_some() || !want_ts) {
             break;
         }
         i = skip_ws(line, value_end);

@@ -48,8 +48,9 @@ pub fn decode_line<'a>(
     skips: &mut SkipCounts,
 ) -> Result<NativeLine<'a>, DecodeError> {
     // The common shape takes the hand-written pass; anything else (and every error) serde's.
-    match fast::fields(line) {
-        Some(fields) => fields.into_line(skips),
+    let mut fields = Fields::default();
+    match fast::fill(line, &mut fields) {
+        Some(()) => fields.into_line(skips),
         None => decode_serde(line, skips),
     }
 }
@@ -77,7 +78,8 @@ pub fn decode_str<'a>(
     text: &'a str,
     skips: &mut SkipCounts,
 ) -> Result<NativeLine<'a>, DecodeError> {
-    if let Some(fields) = fast::fields(text.as_bytes()) {
+    let mut fields = Fields::default();
+    if fast::fill(text.as_bytes(), &mut fields).is_some() {
         return fields.into_line(skips);
     }
     let mut de = serde_json::Deserializer::from_str(text);

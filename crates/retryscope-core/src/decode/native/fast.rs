@@ -25,14 +25,23 @@ use crate::event::EffectClass;
 const MAX_DEPTH: usize = 64;
 
 /// The line's fields, or `None`: decode it with serde instead.
+#[cfg(test)]
 pub(super) fn fields(line: &[u8]) -> Option<Fields<'_>> {
+    let mut f = Fields::default();
+    fill(line, &mut f)?;
+    Some(f)
+}
+
+/// Fill `f` (fresh) with the line's fields; `None`: decode it with serde instead (`f` is then
+/// partly filled, to be dropped). Filling the caller's `Fields` in place, rather than returning
+/// one, saves copies of the wide struct (~7% of `check` in memcpy).
+pub(super) fn fill<'a>(line: &'a [u8], f: &mut Fields<'a>) -> Option<()> {
     let text = std::str::from_utf8(line).ok()?;
     let mut p = Parser {
         s: text,
         b: text.as_bytes(),
         i: 0,
     };
-    let mut f = Fields::default();
     p.ws();
     p.eat(b'{')?;
     p.ws();
@@ -89,7 +98,7 @@ pub(super) fn fields(line: &[u8]) -> Option<Fields<'_>> {
         }
     }
     p.ws();
-    (p.i == p.b.len()).then_some(f)
+    (p.i == p.b.len()).then_some(())
 }
 
 const LO: u64 = 0x0101_0101_0101_0101;
