@@ -31,6 +31,12 @@ pub struct OtlpSettings {
     pub service_name: Option<String>,
     /// Turns queued for export before new ones are dropped (and counted).
     pub queue_turns: Option<usize>,
+    /// PEM file of CA certificates trusted for an `https://` endpoint, besides the system's.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// PEM client certificate for mTLS (with `client_key`).
+    pub client_cert: Option<std::path::PathBuf>,
+    /// PEM client private key for mTLS (with `client_cert`).
+    pub client_key: Option<std::path::PathBuf>,
 }
 
 /// The built-in demo fleet.
@@ -264,6 +270,7 @@ max_models = 10
 endpoint = "http://127.0.0.1:4317"
 protocol = "grpc"
 headers = { authorization = "Bearer x" }
+ca_file = "/etc/retryscope/ca.pem"
 [demo]
 retry_rate = 0.5
 "#,
@@ -274,6 +281,10 @@ retry_rate = 0.5
         assert_eq!(cfg.labels.max_models, 10);
         assert_eq!(cfg.labels.max_tools, 100);
         assert_eq!(cfg.otlp.headers["authorization"], "Bearer x");
+        assert_eq!(
+            cfg.otlp.ca_file.as_deref(),
+            Some(std::path::Path::new("/etc/retryscope/ca.pem"))
+        );
     }
 
     #[test]

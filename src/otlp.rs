@@ -2,13 +2,19 @@
 //! (from flags, the config file and the standard `OTEL_EXPORTER_OTLP_*` variables), and the
 //! exporter built from them. Shared by the turn traces ([`crate::sink::traces`]) and
 //! retryscope's own operational spans ([`crate::telemetry`]), which must not depend on each
-//! other.
+//! other. The endpoint's rules are [`endpoint`]'s, TLS is [`tls`]'s.
+
+pub mod endpoint;
+pub mod tls;
 
 use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
+
+pub use endpoint::Endpoint;
+pub use tls::{LoadedTls, OtlpHttpClient, TlsFiles, http_client};
 
 /// What can go wrong setting up trace export.
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +30,24 @@ pub enum TraceError {
     /// The configuration is unusable.
     #[error("invalid trace export config: {0}")]
     Config(String),
+    /// The endpoint is unusable.
+    #[error("invalid OTLP endpoint `{endpoint}` (from {setting}): {message}")]
+    Endpoint {
+        /// Where it came from (flag, config key or variable).
+        setting: String,
+        /// The endpoint as given.
+        endpoint: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// TLS cannot be set up.
+    #[error("OTLP export TLS ({setting}): {message}")]
+    Tls {
+        /// The setting at fault.
+        setting: &'static str,
+        /// What is wrong.
+        message: String,
+    },
     /// The OTLP exporter could not be built.
     #[error("cannot build the OTLP exporter: {0}")]
     Build(#[from] opentelemetry_otlp::ExporterBuildError),
@@ -48,6 +72,18 @@ pub const ENV_TRACES_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL";
 pub const ENV_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TIMEOUT";
 /// `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`: milliseconds, for traces only (wins).
 pub const ENV_TRACES_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT";
+/// `OTEL_EXPORTER_OTLP_CERTIFICATE`: PEM file of CA certificates to trust.
+pub const ENV_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CERTIFICATE";
+/// `OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE`: as above, for traces only (wins).
+pub const ENV_TRACES_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE";
+/// `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`: PEM client certificate for mTLS.
+pub const ENV_CLIENT_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE";
+/// `OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE`: as above, for traces only (wins).
+pub const ENV_TRACES_CLIENT_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE";
+/// `OTEL_EXPORTER_OTLP_CLIENT_KEY`: PEM client private key for mTLS.
+pub const ENV_CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_CLIENT_KEY";
+/// `OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY`: as above, for traces only (wins).
+pub const ENV_TRACES_CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY";
 
 /// The OTLP transport.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -99,8 +135,9 @@ impl Protocol {
 /// values (flags, config file) to its fields: they override the environment.
 #[derive(Clone, PartialEq, Eq)]
 pub struct TraceExportConfig {
-    /// OTLP endpoint. For HTTP, `/v1/traces` is appended unless it already ends with it
-    /// (or it came from `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, which is used as given).
+    /// OTLP endpoint. Without a scheme it is `http://`. For HTTP, `/v1/traces` is appended
+    /// unless it already ends with it (or it came from `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`,
+    /// which is used as given).
     pub endpoint: Option<String>,
     /// Transport.
     pub protocol: Protocol,
@@ -116,6 +153,13 @@ pub struct TraceExportConfig {
     pub service_name: String,
     /// Export attempt text (see [`SpanOptions::capture_content`](crate::sink::traces::SpanOptions::capture_content)).
     pub capture_content: bool,
+    /// Certificate files for `https://` endpoints (CA to trust, client identity).
+    pub tls: TlsFiles,
+    /// Trust the system's CA certificates too (on by default; tests turn it off).
+    pub system_roots: bool,
+    /// The value of `OTEL_EXPORTER_OTLP_ENDPOINT` seen by `from_env`, to name the setting
+    /// of a bad endpoint.
+    pub(crate) env_endpoint: Option<String>,
     /// The value of `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` seen by `from_env`: an endpoint
     /// equal to it is a full URL and used as given.
     pub(crate) env_traces_endpoint: Option<String>,
@@ -134,6 +178,8 @@ impl fmt::Debug for TraceExportConfig {
             .field("max_batch", &self.max_batch)
             .field("service_name", &self.service_name)
             .field("capture_content", &self.capture_content)
+            .field("tls", &self.tls)
+            .field("system_roots", &self.system_roots)
             .finish()
     }
 }
@@ -149,6 +195,9 @@ impl Default for TraceExportConfig {
             max_batch: 512,
             service_name: "retryscope".to_owned(),
             capture_content: false,
+            tls: TlsFiles::default(),
+            system_roots: true,
+            env_endpoint: None,
             env_traces_endpoint: None,
         }
     }
@@ -175,6 +224,8 @@ impl TraceExportConfig {
         if let Some((var, endpoint)) = get(ENV_TRACES_ENDPOINT, ENV_ENDPOINT) {
             if var == ENV_TRACES_ENDPOINT {
                 cfg.env_traces_endpoint = Some(endpoint.clone());
+            } else {
+                cfg.env_endpoint = Some(endpoint.clone());
             }
             cfg.endpoint = Some(endpoint);
         }
@@ -195,6 +246,10 @@ impl TraceExportConfig {
             })?;
             cfg.timeout = Duration::from_millis(ms);
         }
+        let path = |(_, v): (&str, String)| std::path::PathBuf::from(v);
+        cfg.tls.ca_file = get(ENV_TRACES_CERTIFICATE, ENV_CERTIFICATE).map(path);
+        cfg.tls.client_cert = get(ENV_TRACES_CLIENT_CERTIFICATE, ENV_CLIENT_CERTIFICATE).map(path);
+        cfg.tls.client_key = get(ENV_TRACES_CLIENT_KEY, ENV_CLIENT_KEY).map(path);
         Ok(cfg)
     }
 
@@ -205,22 +260,87 @@ impl TraceExportConfig {
             .is_some_and(|e| !e.trim().is_empty())
     }
 
-    /// The URL the exporter sends to, after the HTTP `/v1/traces` rule; `None` when off.
+    /// The URL the exporter sends to, after the scheme rule (none means `http://`) and the
+    /// HTTP `/v1/traces` rule; `None` when off. Not validated: see [`Self::prepare`].
     pub fn traces_endpoint(&self) -> Option<String> {
-        let endpoint = self.endpoint.as_deref()?.trim();
-        if endpoint.is_empty() {
+        let given = self.endpoint.as_deref()?.trim();
+        if given.is_empty() {
             return None;
         }
+        let endpoint = endpoint::with_scheme(given);
         Some(match self.protocol {
-            Protocol::Grpc => endpoint.to_owned(),
+            Protocol::Grpc => endpoint,
             Protocol::HttpProtobuf
-                if self.env_traces_endpoint.as_deref() == Some(endpoint)
+                if self.env_traces_endpoint.as_deref() == Some(given)
                     || endpoint.ends_with("/v1/traces") =>
             {
-                endpoint.to_owned()
+                endpoint
             }
             Protocol::HttpProtobuf => format!("{}/v1/traces", endpoint.trim_end_matches('/')),
         })
+    }
+
+    /// Where the endpoint was set, for error messages.
+    pub fn endpoint_setting(&self) -> &'static str {
+        let given = self.endpoint.as_deref().map(str::trim);
+        if given.is_some() && given == self.env_traces_endpoint.as_deref() {
+            ENV_TRACES_ENDPOINT
+        } else if given.is_some() && given == self.env_endpoint.as_deref() {
+            ENV_ENDPOINT
+        } else {
+            "--otlp-endpoint / [otlp] endpoint"
+        }
+    }
+
+    /// Everything export needs that can fail, checked at startup: the endpoint (a URL with
+    /// an `http` or `https` scheme and a host) and, for `https://`, the certificates. `None`
+    /// when export is off.
+    pub fn prepare(&self) -> Result<Option<Prepared>, TraceError> {
+        let Some(url) = self.traces_endpoint() else {
+            return Ok(None);
+        };
+        let setting = self.endpoint_setting();
+        let endpoint = endpoint::parse(&url, setting).map_err(|e| match e {
+            // Name the endpoint as the user wrote it, not after the `/v1/traces` rule.
+            TraceError::Endpoint {
+                setting, message, ..
+            } => TraceError::Endpoint {
+                setting,
+                endpoint: self.endpoint.clone().unwrap_or_default(),
+                message,
+            },
+            other => other,
+        })?;
+        let tls = if endpoint.https {
+            let loaded = LoadedTls::load(&self.tls, self.system_roots)?;
+            loaded.check_usable()?;
+            Some(loaded)
+        } else if self.tls.is_set() {
+            return Err(TraceError::Endpoint {
+                setting: setting.to_owned(),
+                endpoint: self.endpoint.clone().unwrap_or_default(),
+                message: "certificate files are set but the endpoint is not https://".to_owned(),
+            });
+        } else {
+            None
+        };
+        Ok(Some(Prepared { endpoint, tls }))
+    }
+}
+
+/// A checked export target: from [`TraceExportConfig::prepare`].
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The URL, with its scheme.
+    pub endpoint: Endpoint,
+    /// The certificates, for `https://`.
+    pub tls: Option<LoadedTls>,
+}
+
+impl Prepared {
+    /// The OTLP/HTTP client for this target.
+    pub fn http_client(&self, timeout: Duration) -> Result<OtlpHttpClient, TraceError> {
+        http_client(self.tls.as_ref(), timeout)
     }
 }
 
@@ -261,14 +381,15 @@ fn percent_decode(s: &str) -> Result<String, String> {
     String::from_utf8(out).map_err(|_| format!("`{s}` does not decode to UTF-8"))
 }
 
-/// The OTLP exporter for `cfg`, sending to `endpoint` (already resolved by
-/// [`TraceExportConfig::traces_endpoint`]); `http_client` is used for HTTP/protobuf only.
-/// The gRPC exporter must be built inside a tokio runtime context.
+/// The OTLP exporter for `cfg`, sending to `target` (from [`TraceExportConfig::prepare`]);
+/// `http_client` (from [`Prepared::http_client`]) is used for HTTP/protobuf only. The gRPC
+/// exporter must be built inside a tokio runtime context.
 pub fn build_exporter(
     cfg: &TraceExportConfig,
-    endpoint: &str,
+    target: &Prepared,
     http_client: impl opentelemetry_http::HttpClient + 'static,
 ) -> Result<opentelemetry_otlp::SpanExporter, TraceError> {
+    let endpoint = target.endpoint.url.as_str();
     // Validate every header up front: the HTTP exporter would silently skip a bad one.
     let mut headers = http::HeaderMap::new();
     for (k, v) in &cfg.headers {
@@ -282,12 +403,15 @@ pub fn build_exporter(
         Protocol::Grpc => {
             let metadata =
                 opentelemetry_otlp::tonic_types::metadata::MetadataMap::from_headers(headers);
-            opentelemetry_otlp::SpanExporter::builder()
+            let mut builder = opentelemetry_otlp::SpanExporter::builder()
                 .with_tonic()
                 .with_endpoint(endpoint)
                 .with_timeout(cfg.timeout)
-                .with_metadata(metadata)
-                .build()?
+                .with_metadata(metadata);
+            if let Some(tls) = &target.tls {
+                builder = builder.with_tls_config(tls.tonic_config());
+            }
+            builder.build()?
         }
         Protocol::HttpProtobuf => {
             let headers: HashMap<String, String> = cfg.headers.iter().cloned().collect();
@@ -415,6 +539,68 @@ mod tests {
         assert!(
             shown.contains("\"b\"") && !shown.contains("\"2\""),
             "{shown}"
+        );
+    }
+
+    #[test]
+    fn tls_files_from_env_traces_variables_win() {
+        let cfg = env(&[
+            (ENV_CERTIFICATE, "/etc/ca.pem"),
+            (ENV_TRACES_CERTIFICATE, "/etc/traces-ca.pem"),
+            (ENV_CLIENT_CERTIFICATE, "/etc/c.pem"),
+            (ENV_CLIENT_KEY, "/etc/c.key"),
+        ])
+        .unwrap();
+        assert_eq!(
+            cfg.tls.ca_file.as_deref(),
+            Some(std::path::Path::new("/etc/traces-ca.pem"))
+        );
+        assert_eq!(
+            cfg.tls.client_cert.as_deref(),
+            Some(std::path::Path::new("/etc/c.pem"))
+        );
+        assert_eq!(
+            cfg.tls.client_key.as_deref(),
+            Some(std::path::Path::new("/etc/c.key"))
+        );
+    }
+
+    #[test]
+    fn a_bad_endpoint_names_where_it_came_from() {
+        let mut cfg = env(&[(ENV_ENDPOINT, "ftp://otel:21")]).unwrap();
+        let err = cfg.prepare().unwrap_err().to_string();
+        assert!(err.contains(ENV_ENDPOINT) && err.contains("ftp"), "{err}");
+        let traces = env(&[(ENV_TRACES_ENDPOINT, "grpc://otel:4317")]).unwrap();
+        let err = traces.prepare().unwrap_err().to_string();
+        assert!(err.contains(ENV_TRACES_ENDPOINT), "{err}");
+        cfg.endpoint = Some("gopher://x".to_owned());
+        let err = cfg.prepare().unwrap_err().to_string();
+        assert!(err.contains("--otlp-endpoint"), "{err}");
+        // Scheme-less is http://, for both protocols.
+        cfg.endpoint = Some("otel:4317".to_owned());
+        cfg.protocol = Protocol::Grpc;
+        let target = cfg.prepare().unwrap().unwrap();
+        assert_eq!(target.endpoint.url, "http://otel:4317");
+        assert!(target.tls.is_none());
+        cfg.protocol = Protocol::HttpProtobuf;
+        assert_eq!(
+            cfg.traces_endpoint().as_deref(),
+            Some("http://otel:4317/v1/traces")
+        );
+    }
+
+    #[test]
+    fn certificate_files_need_an_https_endpoint() {
+        let mut cfg = env(&[(ENV_ENDPOINT, "http://otel:4318")]).unwrap();
+        cfg.tls.ca_file = Some("/nonexistent/ca.pem".into());
+        let err = cfg.prepare().unwrap_err().to_string();
+        assert!(err.contains("not https://"), "{err}");
+        // With https:// the file is read at startup, and a missing one is named.
+        cfg.endpoint = Some("https://otel:4318".to_owned());
+        let err = cfg.prepare().unwrap_err().to_string();
+        assert!(
+            err.contains("/nonexistent/ca.pem") && err.contains("--otlp-ca-file"),
+            "{err}"
         );
     }
 }

@@ -4,8 +4,9 @@
 //! reports) plus the collector's own health counters, and turns them into something an
 //! operator can read: [`metrics`] keeps Prometheus series with bounded labels and a
 //! checkpointable state; [`findings`] writes findings as JSON lines; [`traces`] exports every
-//! closed turn as an OTLP trace (a root span per turn, a client span per attempt, a span per
-//! tool execution, findings as span events).
+//! closed turn as an OTLP trace (an agent span per turn, a `chat` span per model call covering
+//! its retries, a span per attempt under it, a span per tool execution, findings as span
+//! events).
 
 pub mod findings;
 pub mod metrics;

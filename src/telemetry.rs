@@ -159,18 +159,18 @@ pub fn init_with_level(
 
 /// The provider for operational spans; `None` when `cfg` has no endpoint.
 fn self_provider(cfg: &TraceExportConfig) -> Result<Option<SdkTracerProvider>, TelemetryError> {
-    let Some(endpoint) = cfg.traces_endpoint() else {
+    let Some(target) = cfg.prepare()? else {
         return Ok(None);
     };
     let handle = tokio::runtime::Handle::try_current()?;
     let http_client = OnRuntime {
         handle: handle.clone(),
-        inner: opentelemetry_http::hyper::HyperClient::with_default_connector(cfg.timeout, None),
+        inner: target.http_client(cfg.timeout)?,
     };
     let exporter = {
         // tonic's lazy channel spawns its worker onto the current runtime while it is built.
         let _guard = handle.enter();
-        build_exporter(cfg, &endpoint, http_client)?
+        build_exporter(cfg, &target, http_client)?
     };
     let resource = Resource::builder()
         .with_service_name(format!("{}{SELF_SERVICE_SUFFIX}", cfg.service_name))
@@ -188,7 +188,7 @@ fn self_provider(cfg: &TraceExportConfig) -> Result<Option<SdkTracerProvider>, T
 #[derive(Debug)]
 struct OnRuntime {
     handle: tokio::runtime::Handle,
-    inner: opentelemetry_http::hyper::HyperClient,
+    inner: crate::otlp::OtlpHttpClient,
 }
 
 #[async_trait::async_trait]

@@ -64,7 +64,11 @@ fn bookstore_trace_id() -> Vec<u8> {
 
 /// Check the received spans are the naive bookstore turn; returns its (trace, span) ids.
 fn assert_naive_tree(received: &[(String, String, Span)]) -> Vec<(String, String)> {
-    assert_eq!(received.len(), 5, "root + 2 attempts + 2 tool executions");
+    assert_eq!(
+        received.len(),
+        6,
+        "root + 1 model call + 2 attempts + 2 tool executions"
+    );
     for (service, scope, _) in received {
         assert_eq!(service, "retryscope");
         assert_eq!(scope, "retryscope");
@@ -91,17 +95,31 @@ fn assert_naive_tree(received: &[(String, String, Span)]) -> Vec<(String, String
         c.sort_by_key(|s| s.start_time_unix_nano);
         c
     };
-    let attempts = children(root);
+    // Under the root: one model call (covering the retry) and the two tool executions.
+    let under_root = children(root);
+    let names: Vec<&str> = under_root.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "chat claude-sonnet-4-5",
+            "execute_tool issue_refund",
+            "execute_tool issue_refund"
+        ]
+    );
+    let attempts = children(under_root[0]);
     assert_eq!(attempts.len(), 2);
     for (n, a) in attempts.iter().enumerate() {
-        assert_eq!(a.name, "chat claude-sonnet-4-5");
+        assert_eq!(a.name, format!("attempt {n}"));
         assert_eq!(
             attrs(&a.attributes)["retryscope.attempt.number"],
             n.to_string()
         );
-        let tools = children(a);
-        assert_eq!(tools.len(), 1, "attempt {n}");
-        assert_eq!(tools[0].name, "execute_tool issue_refund");
+        assert!(children(a).is_empty());
+    }
+    // Each execution links to the attempt whose call it ran.
+    for (tool, attempt) in under_root[1..].iter().zip(&attempts) {
+        assert_eq!(tool.links.len(), 1);
+        assert_eq!(tool.links[0].span_id, attempt.span_id);
     }
     let mut kinds: Vec<String> = spans
         .iter()
@@ -144,7 +162,7 @@ async fn twice(addr: SocketAddr, seen: &Seen, protocol: &str) {
         "the report is still printed"
     );
     assert!(
-        stderr(&first).contains("traces: 5 spans exported to http://"),
+        stderr(&first).contains("traces: 6 spans exported to http://"),
         "{}",
         stderr(&first)
     );
@@ -248,9 +266,9 @@ async fn check_says_when_export_failed_and_keeps_its_exit_status() {
             "--fail-on decides, not export: {err}"
         );
         assert!(err.contains("traces: 0 spans exported"), "{err}");
-        assert!(err.contains("5 dropped"), "{err}");
+        assert!(err.contains("6 dropped"), "{err}");
         assert!(
-            err.contains("failed (1 request); 5 spans were not delivered"),
+            err.contains("failed (1 request); 6 spans were not delivered"),
             "{err}"
         );
     }

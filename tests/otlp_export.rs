@@ -122,6 +122,8 @@ struct Seenspan {
     end_ns: u64,
     attributes: BTreeMap<String, String>,
     events: Vec<(String, u64, BTreeMap<String, String>)>,
+    /// Span ids of the linked spans (all in the same trace here).
+    links: Vec<Vec<u8>>,
     status: (i32, String),
 }
 
@@ -143,6 +145,14 @@ fn from_proto(s: &Span) -> Seenspan {
             .events
             .iter()
             .map(|e| (e.name.clone(), e.time_unix_nano, attrs(&e.attributes)))
+            .collect(),
+        links: s
+            .links
+            .iter()
+            .map(|l| {
+                assert_eq!(l.trace_id, s.trace_id);
+                l.span_id.clone()
+            })
             .collect(),
         status: s
             .status
@@ -185,6 +195,11 @@ fn from_sdk(s: &opentelemetry_sdk::trace::SpanData) -> Seenspan {
                 )
             })
             .collect(),
+        links: s
+            .links
+            .iter()
+            .map(|l| l.span_context.span_id().to_bytes().to_vec())
+            .collect(),
         status: match &s.status {
             Status::Unset => (0, String::new()),
             Status::Ok => (1, String::new()),
@@ -224,10 +239,10 @@ async fn export_bookstore(protocol: Protocol, addr: SocketAddr, seen: &Seen) {
     let t = Instant::now();
     sink.shutdown(Duration::from_secs(5)).await;
     assert!(t.elapsed() < Duration::from_secs(5));
-    assert_eq!(load(&stats), (19, 19, 0, 0), "5 + 5 + 4 + 5 spans");
+    assert_eq!(load(&stats), (23, 23, 0, 0), "6 + 6 + 5 + 6 spans");
 
     let received = seen.spans();
-    assert_eq!(received.len(), 19);
+    assert_eq!(received.len(), 23);
     for (service, scope, _) in &received {
         assert_eq!(service, "retryscope");
         assert_eq!(scope, "retryscope");
@@ -244,7 +259,7 @@ async fn export_bookstore(protocol: Protocol, addr: SocketAddr, seen: &Seen) {
         .iter()
         .map(|(_, _, s)| (s.span_id.clone(), from_proto(s)))
         .collect();
-    assert_eq!(by_id.len(), 19, "span ids are unique");
+    assert_eq!(by_id.len(), 23, "span ids are unique");
 
     // 1. Everything the builder made arrived unchanged (ids, parents, names, kinds, times in
     //    ns, attributes, events, statuses). Content capture is off in the sink.
@@ -267,7 +282,7 @@ async fn export_bookstore(protocol: Protocol, addr: SocketAddr, seen: &Seen) {
         .values()
         .filter(|s| s.trace_id == sha256_16("naive"))
         .collect();
-    assert_eq!(naive.len(), 5);
+    assert_eq!(naive.len(), 6);
     let root = naive.iter().find(|s| s.parent.is_empty()).unwrap();
     assert_eq!(root.name, "invoke_agent help-desk");
     assert_eq!(root.kind, 1);
@@ -284,13 +299,35 @@ async fn export_bookstore(protocol: Protocol, addr: SocketAddr, seen: &Seen) {
         c.sort_by_key(|s| s.start_ns);
         c
     };
-    let attempts = children(root);
+    // Under the root: the model call, covering both attempts, and the two executions.
+    let under_root = children(root);
+    assert_eq!(under_root.len(), 3);
+    let call = under_root[0];
+    assert_eq!(call.name, "chat claude-sonnet-4-5");
+    assert_eq!(call.kind, 3);
+    assert_eq!(
+        (call.start_ns, call.end_ns),
+        (T0_NS + 50 * MS, T0_NS + 4_100 * MS)
+    );
+    assert_eq!(call.attributes["gen_ai.operation.name"], "chat");
+    assert_eq!(call.attributes["gen_ai.provider.name"], "anthropic");
+    // Usage summed over both billed attempts (attempt 0's by estimate).
+    assert_eq!(call.attributes["gen_ai.usage.input_tokens"], "2500");
+    assert_eq!(call.attributes["gen_ai.usage.output_tokens"], "74");
+    assert_eq!(call.attributes["retryscope.model_call.attempts"], "2");
+    assert_eq!(
+        call.attributes["gen_ai.response.finish_reasons"],
+        "[tool_use]"
+    );
+    assert_eq!(call.status, (0, String::new()));
+    let attempts = children(call);
     assert_eq!(attempts.len(), 2);
     for (n, a) in attempts.iter().enumerate() {
-        assert_eq!(a.name, "chat claude-sonnet-4-5");
+        assert_eq!(a.name, format!("attempt {n}"));
         assert_eq!(a.kind, 3);
         assert_eq!(a.attributes["retryscope.attempt.number"], n.to_string());
-        assert_eq!(a.attributes["gen_ai.provider.name"], "anthropic");
+        assert!(!a.attributes.contains_key("gen_ai.operation.name"));
+        assert!(!a.attributes.contains_key("gen_ai.usage.input_tokens"));
     }
     let (a0, a1) = (attempts[0], attempts[1]);
     assert_eq!(
@@ -317,20 +354,27 @@ async fn export_bookstore(protocol: Protocol, addr: SocketAddr, seen: &Seen) {
     assert_eq!(a1.status, (0, String::new()));
     assert_eq!(a1.attributes["http.request.resend_count"], "1");
     assert_eq!(
-        a1.attributes["gen_ai.response.finish_reasons"],
-        "[tool_use]"
+        a1.attributes["retryscope.attempt.finish_reason"],
+        "tool_use"
     );
-    assert_eq!(a1.attributes["gen_ai.usage.input_tokens"], "1250");
-    assert_eq!(a1.attributes["gen_ai.usage.output_tokens"], "48");
     assert_eq!(
-        a1.attributes["gen_ai.usage.cache_read.input_tokens"],
+        a1.attributes["retryscope.attempt.usage.input_tokens"],
+        "1250"
+    );
+    assert_eq!(
+        a1.attributes["retryscope.attempt.usage.output_tokens"],
+        "48"
+    );
+    assert_eq!(
+        a1.attributes["retryscope.attempt.usage.cache_read.input_tokens"],
         "1024"
     );
     assert_eq!(a1.attributes["retryscope.usage.source"], "reported");
 
-    let c1 = children(a0);
-    assert_eq!(c1.len(), 1);
-    let c1 = c1[0];
+    // The executions are the agent's (children of the root), linked to their attempt.
+    assert!(children(a0).is_empty() && children(a1).is_empty());
+    let c1 = under_root[1];
+    assert_eq!(c1.links, vec![a0.span_id.clone()]);
     assert_eq!(c1.name, "execute_tool issue_refund");
     assert_eq!(c1.kind, 1);
     assert_eq!(
@@ -362,12 +406,12 @@ async fn export_bookstore(protocol: Protocol, addr: SocketAddr, seen: &Seen) {
             ("unfinished_tool_executed", T0_NS + 1_000 * MS)
         ]
     );
-    let c7 = children(a1);
-    assert_eq!(c7.len(), 1);
-    assert_eq!(c7[0].start_ns, T0_NS + 3_500 * MS);
-    assert_eq!(c7[0].status, (2, "duplicate_effect".to_owned()));
+    let c7 = under_root[2];
+    assert_eq!(c7.links, vec![a1.span_id.clone()]);
+    assert_eq!(c7.start_ns, T0_NS + 3_500 * MS);
+    assert_eq!(c7.status, (2, "duplicate_effect".to_owned()));
     assert_eq!(
-        c7[0].events[1].2["retryscope.finding.evidence"],
+        c7.events[1].2["retryscope.finding.evidence"],
         "same effect as call c1 of attempt 0"
     );
 
@@ -386,7 +430,7 @@ async fn export_bookstore(protocol: Protocol, addr: SocketAddr, seen: &Seen) {
         .values()
         .filter(|s| s.trace_id == joined_root.trace_id)
         .count();
-    assert_eq!(in_joined, 5);
+    assert_eq!(in_joined, 6);
 }
 
 fn sha256_16(s: &str) -> Vec<u8> {
@@ -431,7 +475,7 @@ async fn the_same_input_twice_gives_the_same_trace() {
             sink.shutdown(Duration::from_secs(5)).await;
         }
         let spans = seen.spans();
-        assert_eq!(spans.len(), 10);
+        assert_eq!(spans.len(), 12);
         let ids = |run: &[(String, String, Span)]| -> Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> {
             let mut v: Vec<_> = run
                 .iter()
@@ -446,7 +490,7 @@ async fn the_same_input_twice_gives_the_same_trace() {
             v.sort();
             v
         };
-        let (first, second) = spans.split_at(5);
+        let (first, second) = spans.split_at(6);
         assert_eq!(ids(first), ids(second));
         assert!(
             first
@@ -489,7 +533,7 @@ async fn unusable_backend(protocol: Protocol, addr: SocketAddr) -> (u64, u64, u6
     eprintln!(
         "{protocol:?} {addr}: shutdown {took:?}, submitted {submitted} exported {exported} dropped {dropped} failures {failures}"
     );
-    assert_eq!(submitted, 50_000);
+    assert_eq!(submitted, 60_000);
     assert_eq!(exported, 0);
     assert_eq!(submitted, exported + dropped, "every span is accounted for");
     (submitted, exported, dropped, failures)
@@ -557,7 +601,7 @@ async fn batches_respect_max_batch_and_shutdown_flushes_them_all() {
         sink.submit(r);
     }
     sink.shutdown(Duration::from_secs(5)).await;
-    assert_eq!(load(&stats), (19, 19, 0, 0));
+    assert_eq!(load(&stats), (23, 23, 0, 0));
     let sizes: Vec<usize> = seen
         .requests
         .lock()
@@ -572,7 +616,7 @@ async fn batches_respect_max_batch_and_shutdown_flushes_them_all() {
         })
         .collect();
     assert!(sizes.iter().all(|&n| (1..=3).contains(&n)), "{sizes:?}");
-    assert_eq!(sizes.iter().sum::<usize>(), 19);
+    assert_eq!(sizes.iter().sum::<usize>(), 23);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -592,11 +636,11 @@ async fn slow_backend_gets_what_fits_and_the_rest_is_dropped_not_queued() {
     assert!(t.elapsed() < Duration::from_secs(3));
     sink.shutdown(Duration::from_secs(5)).await;
     let (submitted, exported, dropped, failures) = load(&stats);
-    assert_eq!(submitted, 5_000);
+    assert_eq!(submitted, 6_000);
     assert_eq!(failures, 0);
     // The queue held at most 8 turns (plus the batch in flight); the rest was dropped.
     assert!(
-        exported > 0 && exported <= 10 * 5 + 10,
+        exported > 0 && exported <= 10 * 6 + 10,
         "exported {exported}"
     );
     assert_eq!(exported + dropped, submitted);

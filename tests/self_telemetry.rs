@@ -69,8 +69,8 @@ async fn self_spans_are_their_own_service(addr: SocketAddr, seen: &Seen, protoco
         spans.iter().map(|(s, _, _)| s).collect::<BTreeSet<_>>()
     );
 
-    // The turn trace: the naive turn's 5 spans, scope `retryscope`.
-    assert_eq!(turn.len(), 5);
+    // The turn trace: the naive turn's 6 spans, scope `retryscope`.
+    assert_eq!(turn.len(), 6);
     assert!(turn.iter().all(|(_, scope, _)| scope == "retryscope"));
     assert!(
         turn.iter()
@@ -88,7 +88,8 @@ async fn self_spans_are_their_own_service(addr: SocketAddr, seen: &Seen, protoco
             && !s.name.contains("hyper")
             && !s.name.contains("tonic")
             && !s.name.starts_with("invoke_agent")
-            && !s.name.starts_with("chat ")),
+            && !s.name.starts_with("chat ")
+            && !s.name.starts_with("attempt ")),
         "{names:?}"
     );
 

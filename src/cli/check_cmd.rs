@@ -90,11 +90,59 @@ pub struct CheckArgs {
     /// http/protobuf].
     #[arg(long, value_name = "PROTOCOL", value_parser = parse_protocol)]
     otlp_protocol: Option<Protocol>,
+    #[command(flatten)]
+    otlp_tls: OtlpTlsArgs,
     /// Put the first characters of each attempt's text (the attempt text prefix) and transport
     /// error texts in the exported traces and the JSON lines (off by default: counts, lengths
     /// and ids only; the text and HTML reports, which stay on this machine, show them).
     #[arg(long)]
     capture_content: bool,
+}
+
+/// TLS files for an `https://` OTLP endpoint (shared by `check` and `run`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub(crate) struct OtlpTlsArgs {
+    /// PEM file of CA certificates to trust for an https:// OTLP endpoint, besides the
+    /// system's (overrides OTEL_EXPORTER_OTLP_CERTIFICATE).
+    #[arg(long, value_name = "FILE")]
+    otlp_ca_file: Option<std::path::PathBuf>,
+    /// PEM client certificate for mTLS to the OTLP endpoint (with --otlp-client-key).
+    #[arg(long, value_name = "FILE")]
+    otlp_client_cert: Option<std::path::PathBuf>,
+    /// PEM client private key for mTLS to the OTLP endpoint (with --otlp-client-cert).
+    #[arg(long, value_name = "FILE")]
+    otlp_client_key: Option<std::path::PathBuf>,
+}
+
+impl OtlpTlsArgs {
+    /// Flags over the config file's `[otlp]` keys.
+    pub(crate) fn apply_to(&self, otlp: &mut retryscope::config::OtlpSettings) {
+        for (flag, key) in [
+            (&self.otlp_ca_file, &mut otlp.ca_file),
+            (&self.otlp_client_cert, &mut otlp.client_cert),
+            (&self.otlp_client_key, &mut otlp.client_key),
+        ] {
+            if flag.is_some() {
+                key.clone_from(flag);
+            }
+        }
+    }
+
+    /// The config file's (or flags') files over the `OTEL_EXPORTER_OTLP_*` ones.
+    pub(crate) fn apply_settings(
+        otlp: &retryscope::config::OtlpSettings,
+        t: &mut TraceExportConfig,
+    ) {
+        for (set, field) in [
+            (&otlp.ca_file, &mut t.tls.ca_file),
+            (&otlp.client_cert, &mut t.tls.client_cert),
+            (&otlp.client_key, &mut t.tls.client_key),
+        ] {
+            if set.is_some() {
+                field.clone_from(set);
+            }
+        }
+    }
 }
 
 pub(crate) fn parse_protocol(s: &str) -> Result<Protocol, String> {
@@ -118,6 +166,9 @@ impl Export {
         if let Some(p) = args.otlp_protocol {
             cfg.protocol = p;
         }
+        let mut files = retryscope::config::OtlpSettings::default();
+        args.otlp_tls.apply_to(&mut files);
+        OtlpTlsArgs::apply_settings(&files, &mut cfg);
         cfg.capture_content |= args.capture_content;
         let capture_content = cfg.capture_content;
         let Some(endpoint) = cfg.traces_endpoint() else {

@@ -83,6 +83,8 @@ pub struct RunArgs {
     /// OTLP protocol: grpc or http/protobuf.
     #[arg(long, value_name = "PROTOCOL", value_parser = crate::cli::check_cmd::parse_protocol)]
     otlp_protocol: Option<Protocol>,
+    #[command(flatten)]
+    otlp_tls: crate::cli::check_cmd::OtlpTlsArgs,
     /// Put the first characters of each attempt's text (the attempt text prefix) in the
     /// exported traces (off by default: only counts and lengths leave the process).
     #[arg(long)]
@@ -119,6 +121,10 @@ pub struct ValidateArgs {
 pub fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     let cfg = RunConfig::load(&args.config)?;
     preflight(&cfg)?;
+    // The OTLP endpoint and TLS files, as `run` would check them at startup (no connection).
+    if let Some(traces) = trace_config(&cfg)? {
+        traces.prepare()?;
+    }
     println!(
         "{}: ok ({} include patterns, metrics on {})",
         args.config.display(),
@@ -185,6 +191,7 @@ fn merge(args: &RunArgs) -> anyhow::Result<(RunConfig, Sources)> {
     if let Some(v) = args.otlp_protocol {
         cfg.otlp.protocol = Some(v);
     }
+    args.otlp_tls.apply_to(&mut cfg.otlp);
     cfg.otlp.capture_content |= args.capture_content;
     cfg.reset_checkpoint = args.reset_checkpoint;
     cfg.validate()?;
@@ -284,6 +291,7 @@ fn trace_config(cfg: &RunConfig) -> anyhow::Result<Option<TraceExportConfig>> {
     if let Some(q) = cfg.otlp.queue_turns {
         t.queue_capacity = q;
     }
+    crate::cli::check_cmd::OtlpTlsArgs::apply_settings(&cfg.otlp, &mut t);
     t.capture_content = cfg.otlp.capture_content;
     Ok(t.endpoint.is_some().then_some(t))
 }

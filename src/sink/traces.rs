@@ -12,6 +12,7 @@
 //! default). retryscope's own operational spans are not exported here: they go through
 //! `tracing` and [`crate::telemetry`], under their own service (`retryscope-self`).
 
+pub mod calls;
 mod export;
 pub mod ids;
 pub mod spans;

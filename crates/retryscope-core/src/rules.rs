@@ -21,6 +21,9 @@ use crate::finding::{FindingKind, Severity};
 pub enum Scope {
     /// The root: a property of the whole turn (even when it names an attempt).
     Turn,
+    /// The model call (the logical operation, covering its retries) of the attempt it names,
+    /// else the root.
+    Call,
     /// The attempt it names.
     Attempt,
     /// The execution of the call it names (else its attempt, else the root).

@@ -71,7 +71,7 @@ impl TraceSink {
         let opts = SpanOptions {
             capture_content: cfg.capture_content,
         };
-        let Some(endpoint) = cfg.traces_endpoint() else {
+        let Some(target) = cfg.prepare()? else {
             return Ok(TraceSink {
                 running: None,
                 stats,
@@ -88,9 +88,8 @@ impl TraceSink {
             // tonic's lazy channel spawns onto the current runtime while it is built.
             let _guard = handle.enter();
             // The worker is a tokio task, so hyper's client can run on it directly.
-            let http_client =
-                opentelemetry_http::hyper::HyperClient::with_default_connector(cfg.timeout, None);
-            build_exporter(&cfg, &endpoint, http_client)?
+            let http_client = target.http_client(cfg.timeout)?;
+            build_exporter(&cfg, &target, http_client)?
         };
         exporter.set_resource(
             &Resource::builder()
@@ -110,7 +109,8 @@ impl TraceSink {
         };
         let worker = handle.spawn(worker.run());
         tracing::info!(
-            endpoint = %endpoint,
+            endpoint = %target.endpoint.url,
+            tls = target.tls.is_some(),
             protocol = %cfg.protocol.as_str(),
             "exporting turn traces"
         );

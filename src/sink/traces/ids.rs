@@ -19,6 +19,8 @@ use sha2::{Digest, Sha256};
 pub enum Role {
     /// The turn's root span.
     Turn,
+    /// One model call (its attempts' parent); its index is the call's.
+    Call,
     /// One attempt.
     Attempt,
     /// One tool execution.
@@ -29,6 +31,7 @@ impl Role {
     fn as_str(self) -> &'static str {
         match self {
             Role::Turn => "turn",
+            Role::Call => "call",
             Role::Attempt => "attempt",
             Role::Exec => "exec",
         }
@@ -113,6 +116,10 @@ mod tests {
         assert_eq!(a, span_id("t", Role::Attempt, 1, 0));
         assert_ne!(a, span_id("t", Role::Attempt, 0, 1));
         assert_ne!(a, span_id("t", Role::Exec, 1, 0));
+        assert_ne!(
+            span_id("t", Role::Call, 0, 1),
+            span_id("t", Role::Attempt, 0, 1)
+        );
         assert_ne!(a, span_id("u", Role::Attempt, 1, 0));
         // The separator keeps ("t", 1, 10) and ("t", 11, 0) apart.
         assert_ne!(

@@ -2,134 +2,86 @@
 //! clock, no randomness, no I/O; the same report always gives the same spans.
 //!
 //! ```text
-//! invoke_agent {agent}            INTERNAL  root; turn attributes; turn findings
-//! ├── chat {model}                CLIENT    attempt 0; usage, cost, outcome
-//! │   └── execute_tool {tool}     INTERNAL  one per execution of this attempt's calls
-//! └── chat {model}                CLIENT    attempt 1 (http.request.resend_count = 1)
-//!     └── execute_tool {tool}     INTERNAL
+//! invoke_agent {agent}          INTERNAL  root: the turn; turn attributes; turn findings
+//! ├── chat {model}              CLIENT    model call 0, covering its retries: usage summed
+//! │   │                                   over its billed attempts, cost, finish reasons
+//! │   ├── attempt 0             CLIENT    retryscope.attempt.*, its own usage and cost
+//! │   └── attempt 1             CLIENT    … and http.request.resend_count = 1
+//! ├── execute_tool {tool}       INTERNAL  one per execution; linked to the attempt whose
+//! │                                       call it ran (retryscope.attempt.number)
+//! └── chat {model}              CLIENT    model call 1 (the turn's next step)
+//!     └── attempt 2             CLIENT
 //! ```
 //!
-//! The root is named after the GenAI semantic conventions' agent span (`invoke_agent`),
-//! because a turn is exactly what that span models: one agent invocation whose children are
-//! model calls and tool executions. Backends that understand GenAI spans then show it as such.
-//! It is INTERNAL because retryscope reconstructs it from logs; it never made a remote call.
+//! The shape follows the GenAI semantic conventions: a GenAI client span is the logical
+//! operation as the caller observed it, covering every retry (semantic-conventions-genai
+//! PR 216, "Clarify GenAI span duration"), so each model call is one `chat {model}` span,
+//! and the tries retryscope reconstructs are its children, as HTTP conventions model resends
+//! (one span per physical request, `http.request.resend_count`). How attempts group into
+//! model calls is [`super::calls`]'s rule. Tools are executed by the agent, not by the model
+//! call, so `execute_tool` spans are the agent span's children, siblings of the `chat` spans
+//! as in the conventions' agent spans; which attempt's call an execution ran (the heart of
+//! retryscope: an abandoned attempt's call executed) is its `retryscope.attempt.number` and a
+//! span link to that attempt's span.
 //!
-//! When the turn carries a valid W3C `traceparent`, its root joins that trace as a child of
-//! the agent's span (remote parent); otherwise the trace id is derived from the turn id
-//! (see [`super::ids`]).
+//! The root is named after the agent span (`invoke_agent`): a turn is one agent invocation
+//! whose children are model calls and tool executions. It is INTERNAL because retryscope
+//! reconstructs it from logs; it never made a remote call. When the turn carries a valid W3C
+//! `traceparent`, its root joins that trace as a child of the agent's span (remote parent);
+//! otherwise the trace id is derived from the turn id (see [`super::ids`]).
 //!
-//! Usage and cost live on attempt spans only; the root carries the turn totals of cost under
-//! `retryscope.*` names but no token counts, so nothing is summed twice by a backend.
+//! Usage: `gen_ai.usage.*` appears on `chat` spans only, summed over the attempts that were
+//! billed (reported or estimated usage; an abandoned attempt is billed too). Attempts carry
+//! their own share under `retryscope.attempt.usage.*`, and the root no token counts, so a
+//! backend that sums `gen_ai.usage.*` over spans counts each billed token once. Attempts carry
+//! no `gen_ai.operation.name` either: a GenAI backend sees one operation per model call.
 //!
-//! Each [`Finding`] becomes a `retryscope.finding` event on the span it concerns: a tool
-//! finding (`abandoned_tool_executed`, `unfinished_tool_executed`, `duplicate_effect`,
-//! `early_execution`) on that call's `execute_tool` span, an attempt finding (`spliced_text`,
-//! `spliced_stream`) on the attempt's span, a turn finding (`retry_cap_exceeded`,
-//! `incomplete_turn`) on the root. High and critical findings set that span's status to Error,
-//! naming the finding kind; abandoned and failed attempts are Errors too, with the reason.
-//! Every other span keeps status Unset, as instrumentation should.
+//! Each [`Finding`] becomes a `retryscope.finding` event on the span its rule's
+//! [`Scope`] names: a tool finding (`abandoned_tool_executed`,
+//! `unfinished_tool_executed`, `duplicate_effect`, `early_execution`) on that call's
+//! `execute_tool` span, an attempt finding (`spliced_text`, `spliced_stream`) on the attempt's
+//! span, a call finding (`retry_cap_exceeded`) on the model call that retried too often, a
+//! turn finding (`incomplete_turn`) on the root. High and critical findings set that span's
+//! status to Error, naming the finding kind; abandoned and failed attempts are Errors too, with
+//! the reason, and so is a model call whose last attempt failed. Every other span keeps status
+//! Unset, as instrumentation should.
+//!
+//! Deviations from the conventions, on purpose:
+//! - Attempt spans are named `attempt {n}` and carry `http.request.resend_count` but no
+//!   `http.request.method` or `url.full`: the logs say which try it was, not the request line.
+//!   `n` is the logged attempt number, bounded by the correlator's attempt bounds.
+//! - `gen_ai.request.model` is the model the log names; logs rarely tell the requested and
+//!   the responding model apart, so `gen_ai.response.model` is never set.
+//! - `gen_ai.operation.name` is `chat` for every provider (the registry's `generate_content`
+//!   would fit Gemini, but logs do not say which API a client called).
+//! - `gen_ai.response.finish_reasons` holds the last attempt's one finish reason (logs carry
+//!   one per response, not one per choice).
+//! - Findings are span events named `retryscope.finding`, not log-based events: they belong
+//!   to the span they concern, and the conventions define no event for them.
 
 use std::borrow::Cow;
+use std::ops::Range;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use opentelemetry::trace::{
-    Event, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
+    Event, Link, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
 };
 use opentelemetry::{Array, InstrumentationScope, KeyValue, StringValue, Value};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 
+use super::calls::{CallUsage, call_cost, call_usage, call_wasted_cost, model_calls};
 use super::ids::{Role, parse_traceparent, span_id, trace_id_for_turn};
 use crate::finding::{Finding, FindingKind, Severity};
 use crate::report::{AttemptReport, ExecReport, Outcome, TurnReport, TurnStatus, UsageSource};
+use crate::rules::Scope;
+
+pub mod attr;
 
 /// The instrumentation scope name of exported turn spans.
 pub const SCOPE_NAME: &str = "retryscope";
 
 /// The name of the span event that carries a finding.
 pub const FINDING_EVENT: &str = "retryscope.finding";
-
-/// Attribute names used on exported spans and events.
-pub mod attr {
-    /// `chat`, `invoke_agent` or `execute_tool` (semconv).
-    pub const OPERATION_NAME: &str = "gen_ai.operation.name";
-    /// Provider (semconv).
-    pub const PROVIDER_NAME: &str = "gen_ai.provider.name";
-    /// Requested model (semconv).
-    pub const REQUEST_MODEL: &str = "gen_ai.request.model";
-    /// Agent name (semconv).
-    pub const AGENT_NAME: &str = "gen_ai.agent.name";
-    /// Client session id (semconv).
-    pub const CONVERSATION_ID: &str = "gen_ai.conversation.id";
-    /// Finish reasons, a string array (semconv).
-    pub const FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
-    /// Input tokens (semconv).
-    pub const INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
-    /// Output tokens (semconv).
-    pub const OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
-    /// Input tokens read from a prompt cache (semconv).
-    pub const CACHE_READ_TOKENS: &str = "gen_ai.usage.cache_read.input_tokens";
-    /// Input tokens written to a prompt cache (semconv).
-    pub const CACHE_CREATION_TOKENS: &str = "gen_ai.usage.cache_creation.input_tokens";
-    /// Reasoning tokens, part of the output tokens (semconv, experimental).
-    pub const REASONING_TOKENS: &str = "gen_ai.usage.reasoning.output_tokens";
-    /// Tool name (semconv).
-    pub const TOOL_NAME: &str = "gen_ai.tool.name";
-    /// Tool call id (semconv).
-    pub const TOOL_CALL_ID: &str = "gen_ai.tool.call.id";
-    /// Which resend this attempt is; only on attempts after the first (semconv).
-    pub const RESEND_COUNT: &str = "http.request.resend_count";
-    /// Low-cardinality error class of a failed operation (semconv).
-    pub const ERROR_TYPE: &str = "error.type";
-
-    /// Turn id.
-    pub const TURN_ID: &str = "retryscope.turn.id";
-    /// Turn status: `completed`, `incomplete` or `failed`.
-    pub const TURN_STATUS: &str = "retryscope.turn.status";
-    /// Why the turn closed.
-    pub const TURN_CLOSED_BY: &str = "retryscope.turn.closed_by";
-    /// Number of attempts in the turn.
-    pub const TURN_ATTEMPTS: &str = "retryscope.turn.attempts";
-    /// Number of retries (attempts after the first).
-    pub const TURN_RETRIES: &str = "retryscope.turn.retries";
-    /// Characters of the turn's logged output.
-    pub const TURN_OUTPUT_CHARS: &str = "retryscope.turn.output_chars";
-    /// USD: the attempt's cost on attempt spans, the turn's total on the root.
-    pub const COST_USD: &str = "retryscope.cost_usd";
-    /// USD of abandoned and failed attempts (root only).
-    pub const WASTED_COST_USD: &str = "retryscope.wasted_cost_usd";
-    /// Number of findings about the turn (root only).
-    pub const FINDINGS_COUNT: &str = "retryscope.findings.count";
-    /// Highest finding severity of the turn (root only, when there are findings).
-    pub const FINDINGS_MAX_SEVERITY: &str = "retryscope.findings.max_severity";
-    /// Attempt number, from 0.
-    pub const ATTEMPT_NUMBER: &str = "retryscope.attempt.number";
-    /// `completed`, `abandoned`, `failed` or `open`.
-    pub const ATTEMPT_OUTCOME: &str = "retryscope.attempt.outcome";
-    /// The client's reason for retrying into this attempt.
-    pub const ATTEMPT_RETRY_REASON: &str = "retryscope.attempt.retry_reason";
-    /// The transport error that ended this attempt.
-    pub const ATTEMPT_ERROR: &str = "retryscope.attempt.error";
-    /// Characters of text the attempt streamed.
-    pub const ATTEMPT_TEXT_CHARS: &str = "retryscope.attempt.text_chars";
-    /// The first bytes of the attempt's text; only with content capture.
-    pub const ATTEMPT_TEXT_PREFIX: &str = "retryscope.attempt.text_prefix";
-    /// Number of complete tool calls in the attempt.
-    pub const ATTEMPT_TOOL_CALLS: &str = "retryscope.attempt.tool_calls";
-    /// `reported`, `estimated` or `none`.
-    pub const USAGE_SOURCE: &str = "retryscope.usage.source";
-    /// Effect key of a tool execution.
-    pub const EFFECT_KEY: &str = "retryscope.effect_key";
-    /// Whether the tool is a read (not an effect).
-    pub const TOOL_READ: &str = "retryscope.tool.read";
-    /// Client-reported execution status.
-    pub const TOOL_STATUS: &str = "retryscope.tool.status";
-    /// Finding kind (event attribute).
-    pub const FINDING_KIND: &str = "retryscope.finding.kind";
-    /// Finding severity (event attribute).
-    pub const FINDING_SEVERITY: &str = "retryscope.finding.severity";
-    /// Finding evidence (event attribute).
-    pub const FINDING_EVIDENCE: &str = "retryscope.finding.evidence";
-}
 
 /// What the span builder may put in spans.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -141,14 +93,16 @@ pub struct SpanOptions {
 
 /// How many spans [`turn_spans`] makes for `report`, without building them.
 pub fn span_count(report: &TurnReport) -> usize {
-    1 + report
-        .attempts
-        .iter()
-        .map(|a| 1 + a.executed.len())
-        .sum::<usize>()
+    1 + model_calls(&report.attempts).len()
+        + report
+            .attempts
+            .iter()
+            .map(|a| 1 + a.executed.len())
+            .sum::<usize>()
 }
 
-/// The spans of one turn: the root first, then each attempt followed by its executions.
+/// The spans of one turn: the root first, then each model call followed by its attempts,
+/// each attempt followed by the executions of its calls.
 pub fn turn_spans(report: &TurnReport, opts: &SpanOptions) -> Vec<SpanData> {
     let turn = report.turn.as_str();
     let (trace_id, root_parent, remote) =
@@ -162,7 +116,8 @@ pub fn turn_spans(report: &TurnReport, opts: &SpanOptions) -> Vec<SpanData> {
             .with_version(env!("CARGO_PKG_VERSION"))
             .build(),
     };
-    let placed = place_findings(report);
+    let calls = model_calls(&report.attempts);
+    let placed = place_findings(report, &calls);
     let root_id = span_id(turn, Role::Turn, 0, 0);
     let (root_start, root_end) = root_times(report);
 
@@ -178,18 +133,29 @@ pub fn turn_spans(report: &TurnReport, opts: &SpanOptions) -> Vec<SpanData> {
         },
         start_ms: root_start,
         end_ms: root_end,
-        attributes: root_attributes(report),
+        attributes: root_attributes(report, calls.len()),
         findings: &placed.root,
         base_error: (report.status == TurnStatus::Failed).then(|| "failed".to_owned()),
+        links: Vec::new(),
     }));
 
-    for (i, attempt) in report.attempts.iter().enumerate() {
-        let attempt_id = span_id(turn, Role::Attempt, attempt.attempt, 0);
-        let start = attempt.started_ms.unwrap_or(root_start);
-        let end = attempt.ended_ms.unwrap_or(start);
-        let model = attempt.model.as_deref().or(report.model.as_deref());
+    for (k, range) in calls.iter().enumerate() {
+        let attempts = &report.attempts[range.clone()];
+        let call_id = span_id(turn, Role::Call, 0, k);
+        let model = attempts
+            .iter()
+            .find_map(|a| a.model.as_deref())
+            .or(report.model.as_deref());
+        let starts = attempts.iter().filter_map(|a| a.started_ms);
+        let start = starts.min().unwrap_or(root_start);
+        let end = attempts
+            .iter()
+            .filter_map(|a| a.ended_ms.or(a.started_ms))
+            .max()
+            .unwrap_or(start);
+        let last = range.end - 1;
         spans.push(builder.build(Draft {
-            id: attempt_id,
+            id: call_id,
             parent: root_id,
             parent_remote: false,
             kind: SpanKind::Client,
@@ -199,24 +165,46 @@ pub fn turn_spans(report: &TurnReport, opts: &SpanOptions) -> Vec<SpanData> {
             },
             start_ms: start,
             end_ms: end,
-            attributes: attempt_attributes(report, attempt, model, opts),
-            findings: &placed.attempts[i],
-            base_error: attempt_error(report, i),
+            attributes: call_attributes(report, k, attempts, model),
+            findings: &placed.calls[k],
+            base_error: call_error(report, last),
+            links: Vec::new(),
         }));
-        for (j, exec) in attempt.executed.iter().enumerate() {
-            let at = exec.ts_ms.unwrap_or(end);
+        for i in range.clone() {
+            let attempt = &report.attempts[i];
+            let attempt_id = span_id(turn, Role::Attempt, attempt.attempt, 0);
+            let start = attempt.started_ms.unwrap_or(root_start);
+            let end = attempt.ended_ms.unwrap_or(start);
             spans.push(builder.build(Draft {
-                id: span_id(turn, Role::Exec, attempt.attempt, j),
-                parent: attempt_id,
+                id: attempt_id,
+                parent: call_id,
                 parent_remote: false,
-                kind: SpanKind::Internal,
-                name: format!("execute_tool {}", exec.name),
-                start_ms: at,
-                end_ms: at,
-                attributes: exec_attributes(exec),
-                findings: &placed.execs[i][j],
-                base_error: None,
+                kind: SpanKind::Client,
+                name: format!("attempt {}", attempt.attempt),
+                start_ms: start,
+                end_ms: end,
+                attributes: attempt_attributes(attempt, i - range.start, opts),
+                findings: &placed.attempts[i],
+                base_error: attempt_error(report, i),
+                links: Vec::new(),
             }));
+            let link = builder.context(attempt_id);
+            for (j, exec) in attempt.executed.iter().enumerate() {
+                let at = exec.ts_ms.unwrap_or(end);
+                spans.push(builder.build(Draft {
+                    id: span_id(turn, Role::Exec, attempt.attempt, j),
+                    parent: root_id,
+                    parent_remote: false,
+                    kind: SpanKind::Internal,
+                    name: format!("execute_tool {}", exec.name),
+                    start_ms: at,
+                    end_ms: at,
+                    attributes: exec_attributes(exec, attempt.attempt),
+                    findings: &placed.execs[i][j],
+                    base_error: None,
+                    links: vec![Link::new(link.clone(), Vec::new(), 0)],
+                }));
+            }
         }
     }
     spans
@@ -234,6 +222,7 @@ struct Draft<'a> {
     attributes: Vec<KeyValue>,
     findings: &'a [&'a Finding],
     base_error: Option<String>,
+    links: Vec<Link>,
 }
 
 struct Builder {
@@ -242,6 +231,16 @@ struct Builder {
 }
 
 impl Builder {
+    fn context(&self, id: SpanId) -> SpanContext {
+        SpanContext::new(
+            self.trace_id,
+            id,
+            TraceFlags::SAMPLED,
+            false,
+            TraceState::NONE,
+        )
+    }
+
     fn build(&self, d: Draft<'_>) -> SpanData {
         let end_ms = d.end_ms.max(d.start_ms);
         let mut events = SpanEvents::default();
@@ -250,14 +249,10 @@ impl Builder {
             .iter()
             .map(|f| finding_event(f, f.ts_ms.unwrap_or(end_ms)))
             .collect();
+        let mut links = SpanLinks::default();
+        links.links = d.links;
         SpanData {
-            span_context: SpanContext::new(
-                self.trace_id,
-                d.id,
-                TraceFlags::SAMPLED,
-                false,
-                TraceState::NONE,
-            ),
+            span_context: self.context(d.id),
             parent_span_id: d.parent,
             parent_span_is_remote: d.parent_remote,
             span_kind: d.kind,
@@ -267,7 +262,7 @@ impl Builder {
             attributes: d.attributes,
             dropped_attributes_count: 0,
             events,
-            links: SpanLinks::default(),
+            links,
             status: status(d.base_error, d.findings),
             instrumentation_scope: self.scope.clone(),
         }
@@ -277,13 +272,15 @@ impl Builder {
 /// Findings sorted onto the spans they concern, by position in the report.
 struct Placed<'a> {
     root: Vec<&'a Finding>,
+    calls: Vec<Vec<&'a Finding>>,
     attempts: Vec<Vec<&'a Finding>>,
     execs: Vec<Vec<Vec<&'a Finding>>>,
 }
 
-fn place_findings(report: &TurnReport) -> Placed<'_> {
+fn place_findings<'a>(report: &'a TurnReport, calls: &[Range<usize>]) -> Placed<'a> {
     let mut placed = Placed {
         root: Vec::new(),
+        calls: vec![Vec::new(); calls.len()],
         attempts: vec![Vec::new(); report.attempts.len()],
         execs: report
             .attempts
@@ -297,22 +294,20 @@ fn place_findings(report: &TurnReport) -> Placed<'_> {
             .attempt
             .filter(|_| scope != Scope::Turn)
             .and_then(|n| report.attempts.iter().position(|a| a.attempt == n));
+        let call = attempt.and_then(|i| calls.iter().position(|c| c.contains(&i)));
         let exec = match (scope, f.call_id.as_deref()) {
             (Scope::Tool, Some(call)) => find_exec(report, attempt, call, f.ts_ms),
             _ => None,
         };
-        if let Some((i, j)) = exec {
-            placed.execs[i][j].push(f);
-        } else if let Some(i) = attempt {
-            placed.attempts[i].push(f);
-        } else {
-            placed.root.push(f);
+        match (scope, exec, attempt, call) {
+            (Scope::Tool, Some((i, j)), _, _) => placed.execs[i][j].push(f),
+            (Scope::Call, _, _, Some(k)) => placed.calls[k].push(f),
+            (Scope::Tool | Scope::Attempt, None, Some(i), _) => placed.attempts[i].push(f),
+            _ => placed.root.push(f),
         }
     }
     placed
 }
-
-use crate::rules::Scope;
 
 fn scope(kind: FindingKind) -> Scope {
     crate::rules::rule(kind).scope
@@ -352,7 +347,7 @@ fn root_times(report: &TurnReport) -> (i64, i64) {
     (start, end.max(start))
 }
 
-fn root_attributes(r: &TurnReport) -> Vec<KeyValue> {
+fn root_attributes(r: &TurnReport, calls: usize) -> Vec<KeyValue> {
     let mut a = vec![KeyValue::new(attr::OPERATION_NAME, "invoke_agent")];
     push_opt(&mut a, attr::AGENT_NAME, r.agent.as_deref());
     push_opt(&mut a, attr::PROVIDER_NAME, r.provider.as_deref());
@@ -364,6 +359,7 @@ fn root_attributes(r: &TurnReport) -> Vec<KeyValue> {
         KeyValue::new(attr::TURN_CLOSED_BY, close_reason(r)),
         KeyValue::new(attr::TURN_ATTEMPTS, int(r.attempts.len() as u64)),
         KeyValue::new(attr::TURN_RETRIES, i64::from(r.retries)),
+        KeyValue::new(attr::TURN_CALLS, int(calls as u64)),
         KeyValue::new(attr::COST_USD, r.cost_usd),
         KeyValue::new(attr::WASTED_COST_USD, r.wasted_cost_usd),
         KeyValue::new(attr::FINDINGS_COUNT, int(r.findings.len() as u64)),
@@ -387,43 +383,98 @@ fn close_reason(r: &TurnReport) -> &'static str {
     }
 }
 
-fn attempt_attributes(
+fn call_attributes(
     r: &TurnReport,
-    a: &AttemptReport,
+    index: usize,
+    attempts: &[AttemptReport],
     model: Option<&str>,
-    opts: &SpanOptions,
 ) -> Vec<KeyValue> {
     let mut kv = vec![KeyValue::new(attr::OPERATION_NAME, "chat")];
     push_opt(&mut kv, attr::PROVIDER_NAME, r.provider.as_deref());
     push_opt(&mut kv, attr::REQUEST_MODEL, model);
-    if let Some(reason) = &a.finish_reason {
+    let last = attempts.last();
+    if let Some(reason) = last.and_then(|a| a.finish_reason.clone()) {
         kv.push(KeyValue::new(
             attr::FINISH_REASONS,
-            Value::Array(Array::String(vec![StringValue::from(reason.clone())])),
+            Value::Array(Array::String(vec![StringValue::from(reason)])),
         ));
     }
-    if a.usage.source != UsageSource::None {
-        let t = &a.usage.tokens;
-        kv.push(KeyValue::new(attr::INPUT_TOKENS, int(t.input_tokens)));
-        kv.push(KeyValue::new(attr::OUTPUT_TOKENS, int(t.output_tokens)));
-        for (key, value) in [
-            (attr::CACHE_READ_TOKENS, t.cached_input_tokens),
-            (attr::CACHE_CREATION_TOKENS, t.cache_write_tokens),
-            (attr::REASONING_TOKENS, t.reasoning_tokens),
-        ] {
-            if value > 0 {
-                kv.push(KeyValue::new(key, int(value)));
-            }
+    let usage = call_usage(attempts);
+    if usage.source != UsageSource::None {
+        push_usage(&mut kv, &usage, USAGE_KEYS);
+    }
+    kv.extend([
+        KeyValue::new(attr::CALL_INDEX, int(index as u64)),
+        KeyValue::new(attr::CALL_ATTEMPTS, int(attempts.len() as u64)),
+        KeyValue::new(attr::CALL_BILLED_ATTEMPTS, i64::from(usage.billed_attempts)),
+        KeyValue::new(attr::USAGE_SOURCE, usage.source.as_str()),
+    ]);
+    if let Some(cost) = call_cost(attempts) {
+        kv.push(KeyValue::new(attr::COST_USD, cost));
+        kv.push(KeyValue::new(
+            attr::WASTED_COST_USD,
+            call_wasted_cost(attempts),
+        ));
+    }
+    if last.is_some_and(|a| a.outcome == Outcome::Failed) {
+        kv.push(KeyValue::new(attr::ERROR_TYPE, Outcome::Failed.as_str()));
+    }
+    kv
+}
+
+/// Token attribute names: input, output, cache read, cache creation, reasoning.
+type UsageKeys = [&'static str; 5];
+const USAGE_KEYS: UsageKeys = [
+    attr::INPUT_TOKENS,
+    attr::OUTPUT_TOKENS,
+    attr::CACHE_READ_TOKENS,
+    attr::CACHE_CREATION_TOKENS,
+    attr::REASONING_TOKENS,
+];
+const ATTEMPT_USAGE_KEYS: UsageKeys = [
+    attr::ATTEMPT_INPUT_TOKENS,
+    attr::ATTEMPT_OUTPUT_TOKENS,
+    attr::ATTEMPT_CACHE_READ_TOKENS,
+    attr::ATTEMPT_CACHE_CREATION_TOKENS,
+    attr::ATTEMPT_REASONING_TOKENS,
+];
+
+/// Input and output always; the cache and reasoning figures when not zero.
+fn push_usage(kv: &mut Vec<KeyValue>, u: &CallUsage, keys: UsageKeys) {
+    kv.push(KeyValue::new(keys[0], int(u.input)));
+    kv.push(KeyValue::new(keys[1], int(u.output)));
+    for (key, value) in [
+        (keys[2], u.cache_read),
+        (keys[3], u.cache_creation),
+        (keys[4], u.reasoning),
+    ] {
+        if value > 0 {
+            kv.push(KeyValue::new(key, int(value)));
         }
     }
-    if a.attempt > 0 {
-        kv.push(KeyValue::new(attr::RESEND_COUNT, i64::from(a.attempt)));
+}
+
+/// `resend` is the attempt's position in its model call (0 for the call's first try).
+fn attempt_attributes(a: &AttemptReport, resend: usize, opts: &SpanOptions) -> Vec<KeyValue> {
+    let mut kv = Vec::with_capacity(16);
+    if resend > 0 {
+        kv.push(KeyValue::new(attr::RESEND_COUNT, int(resend as u64)));
     }
     kv.extend([
         KeyValue::new(attr::ATTEMPT_NUMBER, i64::from(a.attempt)),
         KeyValue::new(attr::ATTEMPT_OUTCOME, a.outcome.as_str()),
-        KeyValue::new(attr::USAGE_SOURCE, a.usage.source.as_str()),
     ]);
+    push_opt(&mut kv, attr::ATTEMPT_MODEL, a.model.as_deref());
+    push_opt(
+        &mut kv,
+        attr::ATTEMPT_FINISH_REASON,
+        a.finish_reason.as_deref(),
+    );
+    if a.usage.source != UsageSource::None {
+        let own = call_usage(std::slice::from_ref(a));
+        push_usage(&mut kv, &own, ATTEMPT_USAGE_KEYS);
+    }
+    kv.push(KeyValue::new(attr::USAGE_SOURCE, a.usage.source.as_str()));
     if let Some(cost) = a.cost_usd {
         kv.push(KeyValue::new(attr::COST_USD, cost));
     }
@@ -451,6 +502,13 @@ fn attempt_attributes(
     kv
 }
 
+/// Why the model call whose last attempt is `last` is an error: that attempt failed.
+fn call_error(r: &TurnReport, last: usize) -> Option<String> {
+    (r.attempts[last].outcome == Outcome::Failed)
+        .then(|| attempt_error(r, last))
+        .flatten()
+}
+
 /// Why attempt `i` is an error, when it is one.
 fn attempt_error(r: &TurnReport, i: usize) -> Option<String> {
     let a = &r.attempts[i];
@@ -470,11 +528,12 @@ fn attempt_error(r: &TurnReport, i: usize) -> Option<String> {
     }
 }
 
-fn exec_attributes(e: &ExecReport) -> Vec<KeyValue> {
+fn exec_attributes(e: &ExecReport, attempt: u32) -> Vec<KeyValue> {
     let mut kv = vec![
         KeyValue::new(attr::OPERATION_NAME, "execute_tool"),
         KeyValue::new(attr::TOOL_NAME, e.name.clone()),
         KeyValue::new(attr::TOOL_CALL_ID, e.id.clone()),
+        KeyValue::new(attr::ATTEMPT_NUMBER, i64::from(attempt)),
         KeyValue::new(attr::EFFECT_KEY, e.effect_key.clone()),
         KeyValue::new(attr::TOOL_READ, e.read),
     ];
@@ -537,3 +596,6 @@ fn time(ms: i64) -> SystemTime {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod call_tests;

@@ -8,7 +8,8 @@ use crate::finding::{Finding, FindingKind, Severity};
 pub const RULE: Rule = Rule {
     kind: FindingKind::RetryCapExceeded,
     severity: Severity::Warning,
-    scope: Scope::Turn,
+    // On the model call whose retries went over the cap: that span covers them all.
+    scope: Scope::Call,
     summary: "The turn was retried more often than the configured cap allows.",
 };
 

@@ -117,6 +117,7 @@ fn expected_root_attrs(r: &TurnReport, findings: i64, max: Option<&'static str>)
         kv(attr::TURN_CLOSED_BY, "turn_end"),
         kv(attr::TURN_ATTEMPTS, 2_i64),
         kv(attr::TURN_RETRIES, 1_i64),
+        kv(attr::TURN_CALLS, 1_i64),
         kv(attr::COST_USD, r.cost_usd),
         kv(attr::WASTED_COST_USD, r.wasted_cost_usd),
         kv(attr::FINDINGS_COUNT, findings),
@@ -128,25 +129,12 @@ fn expected_root_attrs(r: &TurnReport, findings: i64, max: Option<&'static str>)
     a
 }
 
-fn expected_attempt0_attrs(r: &TurnReport) -> Vec<KeyValue> {
-    vec![
-        kv(attr::OPERATION_NAME, "chat"),
-        kv(attr::PROVIDER_NAME, "anthropic"),
-        kv(attr::REQUEST_MODEL, "claude-sonnet-4-5"),
-        kv(attr::INPUT_TOKENS, 1250_i64),
-        kv(attr::OUTPUT_TOKENS, 26_i64),
-        kv(attr::CACHE_READ_TOKENS, 1024_i64),
-        kv(attr::ATTEMPT_NUMBER, 0_i64),
-        kv(attr::ATTEMPT_OUTCOME, "abandoned"),
-        kv(attr::USAGE_SOURCE, "estimated"),
-        kv(attr::COST_USD, r.attempts[0].cost_usd.unwrap()),
-        kv(attr::ATTEMPT_TEXT_CHARS, 42_i64),
-        kv(attr::ATTEMPT_TOOL_CALLS, 1_i64),
-        kv(attr::ERROR_TYPE, "abandoned"),
-    ]
-}
-
-fn expected_attempt1_attrs(r: &TurnReport) -> Vec<KeyValue> {
+/// The model call of the bookstore turn: both attempts, both billed (attempt 0 by estimate).
+fn expected_call_attrs(r: &TurnReport) -> Vec<KeyValue> {
+    let (c0, c1) = (
+        r.attempts[0].cost_usd.unwrap(),
+        r.attempts[1].cost_usd.unwrap(),
+    );
     vec![
         kv(attr::OPERATION_NAME, "chat"),
         kv(attr::PROVIDER_NAME, "anthropic"),
@@ -155,35 +143,97 @@ fn expected_attempt1_attrs(r: &TurnReport) -> Vec<KeyValue> {
             attr::FINISH_REASONS,
             Value::Array(Array::String(vec![StringValue::from("tool_use")])),
         ),
-        kv(attr::INPUT_TOKENS, 1250_i64),
-        kv(attr::OUTPUT_TOKENS, 48_i64),
-        kv(attr::CACHE_READ_TOKENS, 1024_i64),
+        kv(attr::INPUT_TOKENS, 2500_i64),
+        kv(attr::OUTPUT_TOKENS, 74_i64),
+        kv(attr::CACHE_READ_TOKENS, 2048_i64),
+        kv(attr::CALL_INDEX, 0_i64),
+        kv(attr::CALL_ATTEMPTS, 2_i64),
+        kv(attr::CALL_BILLED_ATTEMPTS, 2_i64),
+        kv(attr::USAGE_SOURCE, "estimated"),
+        kv(attr::COST_USD, c0 + c1),
+        kv(attr::WASTED_COST_USD, c0),
+    ]
+}
+
+fn model_attr(r: &TurnReport, i: usize) -> Vec<KeyValue> {
+    r.attempts[i]
+        .model
+        .iter()
+        .map(|m| kv(attr::ATTEMPT_MODEL, m.clone()))
+        .collect()
+}
+
+fn expected_attempt0_attrs(r: &TurnReport) -> Vec<KeyValue> {
+    let mut a = vec![
+        kv(attr::ATTEMPT_NUMBER, 0_i64),
+        kv(attr::ATTEMPT_OUTCOME, "abandoned"),
+    ];
+    a.extend(model_attr(r, 0));
+    a.extend([
+        kv(attr::ATTEMPT_INPUT_TOKENS, 1250_i64),
+        kv(attr::ATTEMPT_OUTPUT_TOKENS, 26_i64),
+        kv(attr::ATTEMPT_CACHE_READ_TOKENS, 1024_i64),
+        kv(attr::USAGE_SOURCE, "estimated"),
+        kv(attr::COST_USD, r.attempts[0].cost_usd.unwrap()),
+        kv(attr::ATTEMPT_TEXT_CHARS, 42_i64),
+        kv(attr::ATTEMPT_TOOL_CALLS, 1_i64),
+        kv(attr::ERROR_TYPE, "abandoned"),
+    ]);
+    a
+}
+
+fn expected_attempt1_attrs(r: &TurnReport) -> Vec<KeyValue> {
+    let mut a = vec![
         kv(attr::RESEND_COUNT, 1_i64),
         kv(attr::ATTEMPT_NUMBER, 1_i64),
         kv(attr::ATTEMPT_OUTCOME, "completed"),
+    ];
+    a.extend(model_attr(r, 1));
+    a.extend([
+        kv(attr::ATTEMPT_FINISH_REASON, "tool_use"),
+        kv(attr::ATTEMPT_INPUT_TOKENS, 1250_i64),
+        kv(attr::ATTEMPT_OUTPUT_TOKENS, 48_i64),
+        kv(attr::ATTEMPT_CACHE_READ_TOKENS, 1024_i64),
         kv(attr::USAGE_SOURCE, "reported"),
         kv(attr::COST_USD, r.attempts[1].cost_usd.unwrap()),
         kv(attr::ATTEMPT_TEXT_CHARS, 83_i64),
         kv(attr::ATTEMPT_TOOL_CALLS, 1_i64),
         kv(attr::ATTEMPT_RETRY_REASON, "connection_reset"),
-    ]
+    ]);
+    a
 }
 
-fn exec_attrs(call: &'static str) -> Vec<KeyValue> {
+fn exec_attrs(call: &'static str, attempt: i64) -> Vec<KeyValue> {
     vec![
         kv(attr::OPERATION_NAME, "execute_tool"),
         kv(attr::TOOL_NAME, "issue_refund"),
         kv(attr::TOOL_CALL_ID, call),
+        kv(attr::ATTEMPT_NUMBER, attempt),
         kv(attr::EFFECT_KEY, KEY),
         kv(attr::TOOL_READ, false),
         kv(attr::TOOL_STATUS, "ok"),
     ]
 }
 
+/// Finds the span with `id`.
+fn by_id(spans: &[SpanData], id: SpanId) -> &SpanData {
+    spans
+        .iter()
+        .find(|s| s.span_context.span_id() == id)
+        .expect("span present")
+}
+
+/// The span id an execution span links to (the attempt whose call it ran).
+fn linked(span: &SpanData) -> SpanId {
+    assert_eq!(span.links.len(), 1, "{}", span.name);
+    span.links[0].span_context.span_id()
+}
+
 /// Checks shared by the three examples: tree shape, ids, names, kinds, times, attributes.
 fn check_common(r: &TurnReport, spans: &[SpanData]) {
     let trace = ids::trace_id_for_turn("bookstore-1");
     let root_id = ids::span_id("bookstore-1", ids::Role::Turn, 0, 0);
+    let call_id = ids::span_id("bookstore-1", ids::Role::Call, 0, 0);
     let a0 = ids::span_id("bookstore-1", ids::Role::Attempt, 0, 0);
     let a1 = ids::span_id("bookstore-1", ids::Role::Attempt, 1, 0);
     for s in spans {
@@ -192,7 +242,6 @@ fn check_common(r: &TurnReport, spans: &[SpanData]) {
         assert!(!s.parent_span_is_remote);
         assert!(s.end_time >= s.start_time, "{}", s.name);
         assert_eq!(s.instrumentation_scope.name(), SCOPE_NAME);
-        assert!(s.links.is_empty());
     }
     let root = &spans[0];
     assert_eq!(root.name, "invoke_agent help-desk");
@@ -200,39 +249,65 @@ fn check_common(r: &TurnReport, spans: &[SpanData]) {
     assert_eq!(root.span_context.span_id(), root_id);
     assert_eq!(root.parent_span_id, SpanId::INVALID);
     assert_eq!((root.start_time, root.end_time), (at(T0), at(T0 + 4_600)));
-    // No usage on the root: it would be counted twice.
-    assert!(
-        root.attributes
+    // Usage only on the model call: no span but the `chat` one has gen_ai.usage.*.
+    for s in spans {
+        let has_usage = s
+            .attributes
             .iter()
-            .all(|kv| !kv.key.as_str().starts_with("gen_ai.usage."))
-    );
+            .any(|kv| kv.key.as_str().starts_with("gen_ai.usage."));
+        assert_eq!(has_usage, s.span_context.span_id() == call_id, "{}", s.name);
+    }
 
-    let att0 = &spans[1];
-    assert_eq!(att0.name, "chat claude-sonnet-4-5");
+    // One model call covering both attempts: the logical operation, as the caller saw it.
+    let call = &spans[1];
+    assert_eq!(call.name, "chat claude-sonnet-4-5");
+    assert_eq!(call.span_kind, SpanKind::Client);
+    assert_eq!(call.span_context.span_id(), call_id);
+    assert_eq!(call.parent_span_id, root_id);
+    let att1 = by_id(spans, a1);
+    assert_eq!(
+        (call.start_time, call.end_time),
+        (at(T0 + 50), att1.end_time)
+    );
+    assert_eq!(call.attributes, expected_call_attrs(r));
+    assert_eq!(call.status, Status::Unset);
+    assert!(call.events.is_empty());
+    assert!(call.links.is_empty());
+
+    let att0 = &spans[2];
+    assert_eq!(att0.name, "attempt 0");
     assert_eq!(att0.span_kind, SpanKind::Client);
     assert_eq!(att0.span_context.span_id(), a0);
-    assert_eq!(att0.parent_span_id, root_id);
+    assert_eq!(att0.parent_span_id, call_id);
     assert_eq!(
         (att0.start_time, att0.end_time),
         (at(T0 + 50), at(T0 + 2_500))
     );
     assert_eq!(att0.attributes, expected_attempt0_attrs(r));
 
-    let att1 = spans
-        .iter()
-        .find(|s| s.span_context.span_id() == a1)
-        .unwrap();
-    assert_eq!(att1.name, "chat claude-sonnet-4-5");
+    assert_eq!(att1.name, "attempt 1");
     assert_eq!(att1.span_kind, SpanKind::Client);
-    assert_eq!(att1.parent_span_id, root_id);
+    assert_eq!(att1.parent_span_id, call_id);
     assert_eq!(att1.attributes, expected_attempt1_attrs(r));
     assert_eq!(att1.status, Status::Unset);
     assert!(att1.events.is_empty());
 
+    // Executions are the agent's: children of the root, linked to the attempt they ran.
     for s in spans.iter().filter(|s| s.name.starts_with("execute_tool")) {
         assert_eq!(s.name, "execute_tool issue_refund");
         assert_eq!(s.span_kind, SpanKind::Internal);
         assert_eq!(s.start_time, s.end_time);
+        assert_eq!(s.parent_span_id, root_id);
+        let attempt = match get(s, attr::ATTEMPT_NUMBER) {
+            Some(Value::I64(0)) => a0,
+            Some(Value::I64(1)) => a1,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(linked(s), attempt);
+        assert_eq!(s.links[0].span_context.trace_id(), trace);
+    }
+    for s in spans.iter().filter(|s| !s.name.starts_with("execute_tool")) {
+        assert!(s.links.is_empty(), "{}", s.name);
     }
     // Distinct span ids.
     let mut ids: Vec<SpanId> = spans.iter().map(|s| s.span_context.span_id()).collect();
@@ -244,8 +319,8 @@ fn check_common(r: &TurnReport, spans: &[SpanData]) {
 #[test]
 fn naive_tree_attributes_events_and_statuses() {
     let (r, spans) = spans_of(NAIVE);
-    assert_eq!(spans.len(), 5);
-    assert_eq!(span_count(&r), 5);
+    assert_eq!(spans.len(), 6);
+    assert_eq!(span_count(&r), 6);
     check_common(&r, &spans);
     let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
     assert_eq!(
@@ -253,12 +328,13 @@ fn naive_tree_attributes_events_and_statuses() {
         [
             "invoke_agent help-desk",
             "chat claude-sonnet-4-5",
+            "attempt 0",
             "execute_tool issue_refund",
-            "chat claude-sonnet-4-5",
+            "attempt 1",
             "execute_tool issue_refund",
         ]
     );
-    let (root, att0, c1, att1, c7) = (&spans[0], &spans[1], &spans[2], &spans[3], &spans[4]);
+    let (root, att0, c1, att1, c7) = (&spans[0], &spans[2], &spans[3], &spans[4], &spans[5]);
     assert_eq!(
         root.attributes,
         expected_root_attrs(&r, 6, Some("critical"))
@@ -280,9 +356,9 @@ fn naive_tree_attributes_events_and_statuses() {
         )]
     );
 
-    assert_eq!(c1.parent_span_id, att0.span_context.span_id());
+    assert_eq!(linked(c1), att0.span_context.span_id());
     assert_eq!(c1.start_time, at(T0 + 1_000));
-    assert_eq!(c1.attributes, exec_attrs("c1"));
+    assert_eq!(c1.attributes, exec_attrs("c1", 0));
     assert_eq!(
         c1.status,
         Status::error("abandoned_tool_executed; unfinished_tool_executed")
@@ -330,9 +406,9 @@ fn naive_tree_attributes_events_and_statuses() {
         (att1.start_time, att1.end_time),
         (at(T0 + 2_500), at(T0 + 4_100))
     );
-    assert_eq!(c7.parent_span_id, att1.span_context.span_id());
+    assert_eq!(linked(c7), att1.span_context.span_id());
     assert_eq!(c7.start_time, at(T0 + 3_500));
-    assert_eq!(c7.attributes, exec_attrs("c7"));
+    assert_eq!(c7.attributes, exec_attrs("c7", 1));
     assert_eq!(c7.status, Status::error("duplicate_effect"));
     assert_eq!(
         event_summary(c7),
@@ -366,45 +442,47 @@ fn naive_tree_attributes_events_and_statuses() {
 #[test]
 fn reset_has_no_splice_but_both_refunds_flagged() {
     let (r, spans) = spans_of(RESET);
-    assert_eq!(spans.len(), 5);
+    assert_eq!(spans.len(), 6);
     check_common(&r, &spans);
     assert_eq!(
         spans[0].attributes,
         expected_root_attrs(&r, 5, Some("critical"))
     );
     assert_eq!(
-        spans[1].status,
+        spans[2].status,
         Status::error("abandoned: connection_reset")
     );
-    assert!(spans[1].events.is_empty());
+    assert!(spans[2].events.is_empty());
     assert_eq!(
-        spans[2].status,
+        spans[3].status,
         Status::error("abandoned_tool_executed; unfinished_tool_executed")
     );
-    assert_eq!(spans[2].events.len(), 3);
-    assert_eq!(spans[4].status, Status::error("duplicate_effect"));
-    assert_eq!(spans[4].events.len(), 2);
+    assert_eq!(spans[3].events.len(), 3);
+    assert_eq!(spans[5].status, Status::error("duplicate_effect"));
+    assert_eq!(spans[5].events.len(), 2);
 }
 
 #[test]
 fn reset_late_exec_is_clean_with_one_execution_under_attempt_1() {
     let (r, spans) = spans_of(LATE);
-    assert_eq!(spans.len(), 4);
+    assert_eq!(spans.len(), 5);
     check_common(&r, &spans);
     assert_eq!(spans[0].attributes, expected_root_attrs(&r, 0, None));
     assert_eq!(spans[0].status, Status::Unset);
-    // Attempt 0 is still an error: it was abandoned, and its cost is waste.
+    // Attempt 0 is still an error: it was abandoned, and its cost is waste; the model call,
+    // which got its answer from attempt 1, is not.
+    assert_eq!(spans[1].status, Status::Unset);
     assert_eq!(
-        spans[1].status,
+        spans[2].status,
         Status::error("abandoned: connection_reset")
     );
-    let (att1, c7) = (&spans[2], &spans[3]);
-    assert_eq!(att1.name, "chat claude-sonnet-4-5");
+    let (att1, c7) = (&spans[3], &spans[4]);
+    assert_eq!(att1.name, "attempt 1");
     assert_eq!(
         (att1.start_time, att1.end_time),
         (at(T0 + 2_500), at(T0 + 4_300))
     );
-    assert_eq!(c7.parent_span_id, att1.span_context.span_id());
+    assert_eq!(linked(c7), att1.span_context.span_id());
     assert_eq!(c7.start_time, at(T0 + 4_300));
     assert_eq!(c7.status, Status::Unset);
     assert!(spans.iter().all(|s| s.events.is_empty()));
@@ -488,13 +566,13 @@ fn content_is_exported_only_when_both_sides_opt_in() {
     assert!(!has_text(&turn_spans(&plain, &on)));
     let spans = turn_spans(&captured, &on);
     assert_eq!(
-        get(&spans[1], attr::ATTEMPT_TEXT_PREFIX),
+        get(&spans[2], attr::ATTEMPT_TEXT_PREFIX),
         Some(&Value::from("Checking order ORD-7781. Refunding the dam"))
     );
     // Counts are always there.
     for spans in [turn_spans(&plain, &off), spans] {
         assert_eq!(
-            get(&spans[1], attr::ATTEMPT_TEXT_CHARS),
+            get(&spans[2], attr::ATTEMPT_TEXT_CHARS),
             Some(&Value::I64(42))
         );
     }
@@ -514,6 +592,7 @@ fn turn_findings_go_on_the_root_and_a_failed_turn_is_an_error() {
     // No agent, no model: bare names.
     assert_eq!(root.name, "invoke_agent");
     assert_eq!(spans[1].name, "chat");
+    assert_eq!(spans[2].name, "attempt 0");
     assert_eq!(root.status, Status::error("failed"));
     let kinds: Vec<Value> = root
         .events
@@ -526,15 +605,16 @@ fn turn_findings_go_on_the_root_and_a_failed_turn_is_an_error() {
         })
         .collect();
     assert_eq!(kinds, vec![Value::from("incomplete_turn")]);
-    assert!(spans[1].events.is_empty());
-    assert_eq!(spans[1].status, Status::error("failed"));
-    assert_eq!(
-        get(&spans[1], attr::ERROR_TYPE),
-        Some(&Value::from("failed"))
-    );
+    // The model call failed (its last attempt did), and so did the attempt.
+    for span in &spans[1..3] {
+        assert!(span.events.is_empty());
+        assert_eq!(span.status, Status::error("failed"), "{}", span.name);
+        assert_eq!(get(span, attr::ERROR_TYPE), Some(&Value::from("failed")));
+    }
     // No usage reported or estimable: no token attributes.
     if r.attempts[0].usage.source == UsageSource::None {
         assert!(get(&spans[1], attr::INPUT_TOKENS).is_none());
+        assert!(get(&spans[2], attr::ATTEMPT_INPUT_TOKENS).is_none());
     }
 }
 
@@ -551,14 +631,19 @@ fn times_are_guarded_and_fall_back_to_the_turn() {
     // Root end before start: clamped to the start.
     assert_eq!((spans[0].start_time, spans[0].end_time), (at(T0), at(T0)));
     // Attempt without times: the turn's start.
-    assert_eq!((spans[1].start_time, spans[1].end_time), (at(T0), at(T0)));
+    assert_eq!((spans[2].start_time, spans[2].end_time), (at(T0), at(T0)));
     // Attempt 1 ends before it starts: clamped.
     assert_eq!(
-        (spans[3].start_time, spans[3].end_time),
+        (spans[4].start_time, spans[4].end_time),
+        (at(T0 + 2_500), at(T0 + 2_500))
+    );
+    // The model call spans what its attempts have: attempt 1's start, clamped.
+    assert_eq!(
+        (spans[1].start_time, spans[1].end_time),
         (at(T0 + 2_500), at(T0 + 2_500))
     );
     // An execution without a time sits at its attempt's end.
-    assert_eq!(spans[4].start_time, at(T0));
+    assert_eq!(spans[5].start_time, at(T0));
     // Negative times clamp to the epoch instead of panicking.
     r.started_ms = Some(-5);
     let spans = turn_spans(&r, &SpanOptions::default());
