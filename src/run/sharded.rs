@@ -207,6 +207,7 @@ impl ShardedIngest {
                 stats,
                 waiting: vec![0; count],
                 pending: Vec::new(),
+                said_dead: false,
             })),
             counts: LineCounts::default(),
             metrics,
@@ -477,6 +478,8 @@ struct Workers {
     /// What the workers produced, not handed to a caller yet (calls without an `out`, like
     /// opening a stream, can collect).
     pending: Vec<Output>,
+    /// A stopped worker was reported.
+    said_dead: bool,
 }
 
 impl Workers {
@@ -536,6 +539,13 @@ impl Workers {
         for (i, tx) in self.txs.iter().enumerate() {
             if tx.send(Msg::Batch(batch.clone())).is_ok() {
                 self.waiting[i] += 1;
+            } else if !self.said_dead {
+                // Only a bug (a panic) stops a worker; its turns are lost from here on.
+                self.said_dead = true;
+                tracing::error!(
+                    worker = i,
+                    "an ingest worker stopped; the turns it owned are no longer correlated"
+                );
             }
         }
         self.collect(false);
