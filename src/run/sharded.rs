@@ -3,10 +3,13 @@
 //! (one worker) or one `Ingest` per worker thread, each correlating the turns whose id hashes
 //! to it (as `check` does, see `check/parallel.rs`).
 //!
-//! Every worker is handed every line (in batches shared between them, in arrival order), so
-//! each one's streams, sniffed formats, line numbers and provider decoders evolve exactly as
-//! a single ingest path's would; [`Ingest::set_shard`] makes each decode only its own native
-//! lines and correlate only its own turns, and makes exactly one of them count each line.
+//! Every worker is handed every line of a stream (in arrival order, with explicit line
+//! numbers) until its format is decided, and every line of a provider stream, so each one's
+//! streams, sniffed formats, line numbers and provider decoders evolve exactly as a single
+//! ingest path's would; [`Ingest::set_shard`] makes each decode only its own native lines and
+//! correlate only its own turns, and makes exactly one of them count each line. Once worker 0
+//! reports a stream native, the engine thread routes its lines by turn
+//! ([`turn_route::shard_of_line`], once per line) to their worker only.
 //! Lines sent are correlated by the next [`ShardedIngest::flush`] (or any call that waits),
 //! which also collects what the workers produced, so the engine delivers outputs at the same
 //! points of its loop as with one thread.
@@ -201,8 +204,10 @@ impl ShardedIngest {
                 txs,
                 rxs,
                 handles,
-                batch: Batch::default(),
-                streams: Vec::new(),
+                batches: (0..count).map(|_| Batch::default()).collect(),
+                batched_bytes: 0,
+                streams: FastMap::default(),
+                next_id: 0,
                 by_name: Default::default(),
                 stats,
                 waiting: vec![0; count],
@@ -255,20 +260,7 @@ impl ShardedIngest {
                     other => note(other),
                 });
             }
-            Mode::Workers(w) => {
-                let start = w.batch.bytes.len();
-                w.batch.bytes.extend_from_slice(bytes);
-                w.push(
-                    Op::Line {
-                        id: id.index(),
-                        number,
-                        arrival_ms,
-                        start,
-                        end: w.batch.bytes.len(),
-                    },
-                    out,
-                );
-            }
+            Mode::Workers(w) => w.line(id.index(), number, bytes, arrival_ms, out),
         }
     }
 
@@ -283,7 +275,12 @@ impl ShardedIngest {
         match &mut self.mode {
             Mode::Local(i) => i.too_long(id, number, len, note),
             Mode::Workers(w) => {
-                w.batch.ops.push(Op::TooLong {
+                let Some(st) = w.streams.get_mut(&id.index()) else {
+                    return;
+                };
+                st.lines = number.unwrap_or(st.lines + 1);
+                let number = Some(st.lines);
+                w.push_all(&Op::TooLong {
                     id: id.index(),
                     number,
                     len,
@@ -301,7 +298,7 @@ impl ShardedIngest {
     ) {
         match &mut self.mode {
             Mode::Local(i) => i.settle_idle(arrival_ms, out, note),
-            Mode::Workers(w) => w.push(Op::SettleIdle { arrival_ms }, out),
+            Mode::Workers(w) => w.push(&Op::SettleIdle { arrival_ms }, out),
         }
     }
 
@@ -309,7 +306,7 @@ impl ShardedIngest {
     pub fn release_joined(&mut self, quiet_ticks: u32, out: &mut Vec<Output>) {
         match &mut self.mode {
             Mode::Local(i) => i.release_joined(quiet_ticks, out),
-            Mode::Workers(w) => w.push(Op::ReleaseJoined { quiet_ticks }, out),
+            Mode::Workers(w) => w.push(&Op::ReleaseJoined { quiet_ticks }, out),
         }
     }
 
@@ -317,7 +314,7 @@ impl ShardedIngest {
     pub fn tick(&mut self, now_ms: i64, out: &mut Vec<Output>) {
         match &mut self.mode {
             Mode::Local(i) => i.tick(now_ms, out),
-            Mode::Workers(w) => w.push(Op::Tick { now_ms }, out),
+            Mode::Workers(w) => w.push(&Op::Tick { now_ms }, out),
         }
     }
 
@@ -341,12 +338,12 @@ impl ShardedIngest {
         match &mut self.mode {
             Mode::Local(i) => i.close_all(out, note),
             Mode::Workers(w) => {
-                for i in 0..w.streams.len() {
-                    if w.streams[i].is_some() {
-                        w.end(StreamId::from_index(i as u32), None, out);
-                    }
+                let mut ids: Vec<u32> = w.streams.keys().copied().collect();
+                ids.sort_unstable();
+                for id in ids {
+                    w.end(StreamId::from_index(id), None, out);
                 }
-                w.push(Op::CloseAll, out);
+                w.push(&Op::CloseAll, out);
                 w.flush(out);
             }
         }
@@ -409,6 +406,7 @@ impl ShardedIngest {
 }
 
 /// One thing for the workers to do, in order.
+#[derive(Clone)]
 enum Op {
     Open {
         id: u32,
@@ -443,33 +441,62 @@ enum Op {
     CloseAll,
 }
 
-/// Operations and the bytes of their lines, shared by every worker.
+/// Operations and the bytes of their lines, for one worker.
 #[derive(Default)]
 struct Batch {
     bytes: Vec<u8>,
     ops: Vec<Op>,
 }
 
+impl Batch {
+    fn line(&mut self, id: u32, number: u64, bytes: &[u8], arrival_ms: Option<i64>) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(bytes);
+        self.ops.push(Op::Line {
+            id,
+            number: Some(number),
+            arrival_ms,
+            start,
+            end: self.bytes.len(),
+        });
+    }
+}
+
 enum Msg {
-    Batch(Arc<Batch>),
+    Batch(Batch),
     /// Answer with [`Reply::State`] after everything before.
     Barrier,
 }
 
 enum Reply {
-    /// A batch was applied; what it produced.
-    Done(Vec<Output>),
+    /// A batch was applied: what it produced, and (worker 0) the streams found native since.
+    Done(Vec<Output>, Vec<u32>),
     /// The worker's state at a barrier.
     State(Box<IngestState>),
+}
+
+/// A stream as the engine thread knows it.
+struct StreamState {
+    source: Source,
+    name: String,
+    /// Lines so far (the workers are handed explicit numbers).
+    lines: u64,
+    /// Read as native (worker 0 said so): its lines go to their turn's worker only.
+    native: bool,
 }
 
 struct Workers {
     txs: Vec<SyncSender<Msg>>,
     rxs: Vec<Receiver<Reply>>,
     handles: Vec<JoinHandle<()>>,
-    batch: Batch,
-    /// Stream handles given out, by index: the workers map them to their own.
-    streams: Vec<Option<(Source, String)>>,
+    /// The next batch of each worker.
+    batches: Vec<Batch>,
+    /// Bytes in all of them.
+    batched_bytes: usize,
+    /// Open streams by handle; handles are never reused, so that a late word about an ended
+    /// stream cannot be taken for a new one.
+    streams: FastMap<u32, StreamState>,
+    next_id: u32,
     by_name: [FastMap<String, u32>; Source::ALL.len()],
     /// Each worker's correlator counters and open turns, as of its last batch.
     stats: Arc<Mutex<Vec<(CorrelatorStats, usize)>>>,
@@ -487,32 +514,68 @@ impl Workers {
         if let Some(id) = self.by_name[source as usize].get(name) {
             return StreamId::from_index(*id);
         }
-        let id = match self.streams.iter().position(Option::is_none) {
-            Some(free) => free,
-            None => {
-                self.streams.push(None);
-                self.streams.len() - 1
-            }
-        };
-        self.streams[id] = Some((source, name.to_owned()));
-        self.by_name[source as usize].insert(name.to_owned(), id as u32);
-        self.batch.ops.push(Op::Open {
-            id: id as u32,
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        self.streams.insert(
+            id,
+            StreamState {
+                source,
+                name: name.to_owned(),
+                lines: 0,
+                native: false,
+            },
+        );
+        self.by_name[source as usize].insert(name.to_owned(), id);
+        self.push_all(&Op::Open {
+            id,
             source,
             name: name.to_owned(),
         });
-        StreamId::from_index(id as u32)
+        StreamId::from_index(id)
+    }
+
+    /// A line: to its turn's worker once the stream is known to be native (others would skip
+    /// it), to every worker otherwise (sniffing, provider streams).
+    fn line(
+        &mut self,
+        id: u32,
+        number: Option<u64>,
+        bytes: &[u8],
+        arrival_ms: Option<i64>,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(st) = self.streams.get_mut(&id) else {
+            return;
+        };
+        st.lines = number.unwrap_or(st.lines + 1);
+        let number = st.lines;
+        if st.native {
+            // A blank native line is no record: skipped, not counted (as `Ingest` does).
+            if bytes.iter().all(u8::is_ascii_whitespace) {
+                return;
+            }
+            let owner = turn_route::shard_of_line(bytes, self.txs.len() as u32) as usize;
+            if let Some(b) = self.batches.get_mut(owner) {
+                b.line(id, number, bytes, arrival_ms);
+            }
+            self.batched_bytes += bytes.len();
+        } else {
+            for b in &mut self.batches {
+                b.line(id, number, bytes, arrival_ms);
+            }
+            self.batched_bytes += bytes.len() * self.batches.len();
+        }
+        self.maybe_send();
+        out.append(&mut self.pending);
     }
 
     fn end(&mut self, id: StreamId, arrival_ms: Option<i64>, out: &mut Vec<Output>) {
-        let Some(Some((source, name))) =
-            self.streams.get_mut(id.index() as usize).map(Option::take)
-        else {
+        let Some(st) = self.streams.remove(&id.index()) else {
             return;
         };
-        self.by_name[source as usize].remove(&name);
+        self.by_name[st.source as usize].remove(&st.name);
         self.push(
-            Op::End {
+            &Op::End {
                 id: id.index(),
                 arrival_ms,
             },
@@ -520,24 +583,38 @@ impl Workers {
         );
     }
 
-    /// Queue `op`; a full batch goes to the workers, and what they have produced so far is
-    /// moved into `out`.
-    fn push(&mut self, op: Op, out: &mut Vec<Output>) {
-        self.batch.ops.push(op);
-        if self.batch.bytes.len() >= BATCH_BYTES || self.batch.ops.len() >= BATCH_OPS {
-            self.send();
+    /// Queue `op` for every worker.
+    fn push_all(&mut self, op: &Op) {
+        for b in &mut self.batches {
+            b.ops.push(op.clone());
         }
+    }
+
+    /// Queue `op` for every worker; full batches go to the workers, and what they have
+    /// produced so far is moved into `out`.
+    fn push(&mut self, op: &Op, out: &mut Vec<Output>) {
+        self.push_all(op);
+        self.maybe_send();
         out.append(&mut self.pending);
     }
 
-    /// Hand the batch to every worker; collect what is ready without waiting.
-    fn send(&mut self) {
-        if self.batch.ops.is_empty() {
-            return;
+    fn maybe_send(&mut self) {
+        if self.batched_bytes >= BATCH_BYTES
+            || self.batches.iter().any(|b| b.ops.len() >= BATCH_OPS)
+        {
+            self.send();
         }
-        let batch = Arc::new(std::mem::take(&mut self.batch));
+    }
+
+    /// Hand each worker its batch; collect what is ready without waiting.
+    fn send(&mut self) {
+        self.batched_bytes = 0;
         for (i, tx) in self.txs.iter().enumerate() {
-            if tx.send(Msg::Batch(batch.clone())).is_ok() {
+            let batch = std::mem::take(&mut self.batches[i]);
+            if batch.ops.is_empty() {
+                continue;
+            }
+            if tx.send(Msg::Batch(batch)).is_ok() {
                 self.waiting[i] += 1;
             } else if !self.said_dead {
                 // Only a bug (a panic) stops a worker; its turns are lost from here on.
@@ -553,7 +630,6 @@ impl Workers {
 
     /// Take the workers' answers into `pending`: all of them (`wait`), or those already there.
     fn collect(&mut self, wait: bool) {
-        let out = &mut self.pending;
         for (i, rx) in self.rxs.iter().enumerate() {
             while self.waiting[i] > 0 {
                 let reply = if wait {
@@ -562,9 +638,14 @@ impl Workers {
                     rx.try_recv().ok()
                 };
                 match reply {
-                    Some(Reply::Done(outputs)) => {
+                    Some(Reply::Done(outputs, native)) => {
                         self.waiting[i] -= 1;
-                        out.extend(outputs);
+                        self.pending.extend(outputs);
+                        for id in native {
+                            if let Some(st) = self.streams.get_mut(&id) {
+                                st.native = true;
+                            }
+                        }
                     }
                     Some(Reply::State(_)) => {}
                     None if wait => {
@@ -594,7 +675,7 @@ impl Workers {
             }
             while let Ok(reply) = rx.recv() {
                 match reply {
-                    Reply::Done(outputs) => out.extend(outputs),
+                    Reply::Done(outputs, _) => out.extend(outputs),
                     Reply::State(state) => {
                         snapshots.push(state.correlator);
                         counters.add(&state.counters);
@@ -656,7 +737,10 @@ fn worker(
     metrics: &Metrics,
     stats: &Mutex<Vec<(CorrelatorStats, usize)>>,
 ) {
-    let mut local: Vec<Option<StreamId>> = Vec::new();
+    // The engine thread's stream handles → this ingest path's.
+    let mut local: FastMap<u32, StreamId> = FastMap::default();
+    // Streams whose format worker 0 has not reported yet.
+    let mut undecided: Vec<u32> = Vec::new();
     let mut counts = LineCounts::default();
     let mut out: Vec<Output> = Vec::new();
     while let Ok(msg) = rx.recv() {
@@ -671,6 +755,11 @@ fn worker(
                     other => Ingested(other).emit(metrics),
                 };
                 for op in &batch.ops {
+                    if index == 0
+                        && let Op::Open { id, .. } = op
+                    {
+                        undecided.push(*id);
+                    }
                     apply(&mut ingest, &mut local, &batch.bytes, op, &mut out, note);
                 }
                 counts.publish(metrics);
@@ -682,7 +771,22 @@ fn worker(
                         ingest.correlator().open_turns(),
                     );
                 }
-                if replies.send(Reply::Done(std::mem::take(&mut out))).is_err() {
+                // Every worker decides a stream's format alike (they all get its lines until
+                // then); worker 0 tells the engine thread which are native.
+                let mut native = Vec::new();
+                undecided.retain(|id| match local.get(id).map(|s| ingest.format_of(*s)) {
+                    None => false,
+                    Some(None) => true,
+                    Some(Some(Format::Native)) => {
+                        native.push(*id);
+                        false
+                    }
+                    Some(Some(_)) => false,
+                });
+                if replies
+                    .send(Reply::Done(std::mem::take(&mut out), native))
+                    .is_err()
+                {
                     return;
                 }
             }
@@ -703,22 +807,16 @@ fn worker(
 
 fn apply(
     ingest: &mut Ingest,
-    local: &mut Vec<Option<StreamId>>,
+    local: &mut FastMap<u32, StreamId>,
     bytes: &[u8],
     op: &Op,
     out: &mut Vec<Output>,
     note: &mut dyn FnMut(Note<'_>),
 ) {
-    let stream =
-        |local: &Vec<Option<StreamId>>, id: &u32| local.get(*id as usize).copied().flatten();
     match op {
         Op::Open { id, source, name } => {
             let s = ingest.stream(*source, name);
-            let i = *id as usize;
-            if local.len() <= i {
-                local.resize(i + 1, None);
-            }
-            local[i] = Some(s);
+            local.insert(*id, s);
         }
         Op::Line {
             id,
@@ -727,19 +825,18 @@ fn apply(
             start,
             end,
         } => {
-            if let (Some(s), Some(line)) = (stream(local, id), bytes.get(*start..*end)) {
-                ingest.line(s, *number, line, *arrival_ms, out, note);
+            if let (Some(s), Some(line)) = (local.get(id), bytes.get(*start..*end)) {
+                ingest.line(*s, *number, line, *arrival_ms, out, note);
             }
         }
         Op::TooLong { id, number, len } => {
-            if let Some(s) = stream(local, id) {
-                ingest.too_long(s, *number, *len, note);
+            if let Some(s) = local.get(id) {
+                ingest.too_long(*s, *number, *len, note);
             }
         }
         Op::End { id, arrival_ms } => {
-            if let Some(s) = stream(local, id) {
+            if let Some(s) = local.remove(id) {
                 ingest.end(s, *arrival_ms, out, note);
-                local[*id as usize] = None;
             }
         }
         Op::SettleIdle { arrival_ms } => ingest.settle_idle(*arrival_ms, out, note),
