@@ -151,6 +151,14 @@ struct Ts(TimestampMs);
 /// A raw JSON `ts` token (a quoted string or a number) read exactly as a native line's `ts`
 /// is: the one timestamp parser, also used by `check`'s shard router.
 pub fn ts_token(raw: &[u8]) -> Option<TimestampMs> {
+    // Plain integer milliseconds (nearly every line), read without serde: up to 18 digits, no
+    // leading zero, exactly what serde reads as the same number; anything else goes to serde.
+    if (1..=18).contains(&raw.len())
+        && raw.iter().all(u8::is_ascii_digit)
+        && (raw.len() == 1 || raw[0] != b'0')
+    {
+        return Some(raw.iter().fold(0i64, |n, &d| n * 10 + i64::from(d - b'0')));
+    }
     serde_json::from_slice::<Ts>(raw).ok().map(|t| t.0)
 }
 
@@ -538,6 +546,31 @@ mod tests {
                 text: "a\"bé".into()
             }
         );
+    }
+
+    #[test]
+    fn ts_token_reads_integers_like_serde() {
+        for raw in [
+            &b"0"[..],
+            b"7",
+            b"1794477600000",
+            b"999999999999999999",
+            b"9999999999999999999",
+            b"0123",
+            b"-5",
+            b"1.5",
+            b"1e3",
+            b"\"2026-11-12T10:00:00Z\"",
+            b"",
+            b"12a",
+        ] {
+            assert_eq!(
+                ts_token(raw),
+                serde_json::from_slice::<Ts>(raw).ok().map(|t| t.0),
+                "{}",
+                String::from_utf8_lossy(raw)
+            );
+        }
     }
 
     #[test]
