@@ -3,6 +3,7 @@
 
 mod check_cmd;
 mod collect_cmd;
+mod proxy_cmd;
 mod run_cmd;
 mod ship_cmd;
 
@@ -34,6 +35,9 @@ enum Command {
     Run(run_cmd::RunArgs),
     /// Tail agent logs and publish their lines to NATS JetStream, partitioned by turn id.
     Ship(ship_cmd::ShipArgs),
+    /// Sit between an agent and its model provider: see every attempt on the wire, and cut
+    /// streams on purpose (docs/proxy.md).
+    Proxy(proxy_cmd::ProxyArgs),
     /// Check a `run` configuration file without running.
     Validate(run_cmd::ValidateArgs),
 }
@@ -65,6 +69,7 @@ pub fn main() -> ExitCode {
         }
         Command::Run(args) => run_cmd::run(args),
         Command::Validate(args) => run_cmd::validate(args),
+        Command::Proxy(args) => proxy_cmd::run(args),
         Command::Ship(args) => {
             init_logging("info");
             ship_cmd::run(args)

@@ -112,6 +112,8 @@ pub struct RunConfig {
     pub otlp: OtlpSettings,
     /// The demo fleet (`--demo`).
     pub demo: DemoSettings,
+    /// `retryscope proxy`: listener, upstreams, injection, recording.
+    pub proxy: crate::proxy::ProxySettings,
     /// `--reset-checkpoint` (command line only): move an unusable checkpoint and the findings
     /// file aside and start over, instead of refusing to start.
     #[serde(skip)]
@@ -141,6 +143,7 @@ impl Default for RunConfig {
             labels: MetricsConfig::default(),
             otlp: OtlpSettings::default(),
             demo: DemoSettings::default(),
+            proxy: crate::proxy::ProxySettings::default(),
             reset_checkpoint: false,
         }
     }

@@ -112,6 +112,31 @@ impl InternalEvent for FormatChosen<'_> {
     }
 }
 
+/// `retryscope proxy` cut a stream on purpose (`--inject`).
+pub struct ProxyCut {
+    /// Where: `after-tool-call`, `mid-word`, `before-finish`.
+    pub point: &'static str,
+    /// How: `reset`, `eof`, `error`.
+    pub how: &'static str,
+}
+
+impl InternalEvent for ProxyCut {
+    fn emit(self, metrics: &Metrics) {
+        metrics.inc_proxy_cut(self.point, self.how);
+        tracing::info!(point = self.point, how = self.how, "proxy: injected a cut");
+    }
+}
+
+/// `retryscope proxy` could not reach its upstream, or the upstream broke mid-body (the
+/// details are logged where it happened, without secrets).
+pub struct ProxyUpstreamError;
+
+impl InternalEvent for ProxyUpstreamError {
+    fn emit(self, metrics: &Metrics) {
+        metrics.inc_proxy_upstream_errors();
+    }
+}
+
 /// A checkpoint was written.
 pub struct CheckpointWritten;
 

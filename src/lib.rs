@@ -19,6 +19,7 @@ pub mod demo;
 pub mod internal_events;
 pub mod nats;
 pub mod otlp;
+pub mod proxy;
 pub mod run;
 pub mod server;
 pub mod sink;

@@ -41,6 +41,8 @@ pub struct Sources {
     pub stdin: bool,
     /// Run the built-in demo fleet.
     pub demo: bool,
+    /// Lines from another feed (`retryscope proxy`): set with [`Engine::with_feed`].
+    pub external: bool,
 }
 
 /// Why the collector could not start or went down.
@@ -137,9 +139,19 @@ pub struct Engine {
     sources: Sources,
     metrics: Arc<Metrics>,
     traces: Option<crate::sink::traces::TraceSink>,
+    /// A feed started by the caller (`retryscope proxy`), taken at start.
+    external_feed: Option<Receiver<FeedItem>>,
 }
 
 impl Engine {
+    /// Read `rx` too: lines another part of the process sends (the proxy), with the same
+    /// back-pressure as stdin's. Its end is not the end of input.
+    pub fn with_feed(mut self, rx: Receiver<FeedItem>) -> Self {
+        self.external_feed = Some(rx);
+        self.sources.external = true;
+        self
+    }
+
     /// An engine for `cfg` reporting into `metrics` and, when configured, exporting traces.
     pub fn new(
         cfg: RunConfig,
@@ -152,6 +164,7 @@ impl Engine {
             sources,
             metrics,
             traces,
+            external_feed: None,
         }
     }
 
@@ -163,12 +176,17 @@ impl Engine {
         ready: Arc<AtomicBool>,
         exit_on_eof: bool,
     ) -> Result<(RunSummary, Option<crate::sink::traces::TraceSink>), RunError> {
-        if !self.sources.files && !self.sources.stdin && !self.sources.demo {
+        if !self.sources.files
+            && !self.sources.stdin
+            && !self.sources.demo
+            && !self.sources.external
+        {
             return Err(RunError::NoSource);
         }
         // Operational span (see crate::telemetry): restore, open outputs, start sources.
         let start_span = tracing::info_span!("engine.start").entered();
-        let mut live = self.start(&shutdown)?;
+        let external = self.external_feed.take();
+        let mut live = self.start(&shutdown, external)?;
         drop(start_span);
         ready.store(true, Ordering::SeqCst);
         let poll_every = Duration::from_millis(self.cfg.poll_interval_ms);
@@ -207,7 +225,11 @@ impl Engine {
     }
 
     /// Restore the checkpoint (if any), open the findings output and start the sources.
-    fn start(&self, shutdown: &Arc<AtomicBool>) -> Result<Live, RunError> {
+    fn start(
+        &self,
+        shutdown: &Arc<AtomicBool>,
+        external: Option<Receiver<FeedItem>>,
+    ) -> Result<Live, RunError> {
         let prices = Arc::new(PriceTable::builtin_with(self.cfg.prices.as_deref())?);
         let ccfg = CorrelatorConfig {
             retry_cap: self.cfg.max_attempts,
@@ -285,13 +307,15 @@ impl Engine {
                 file_checkpoints,
             )
         });
-        let feed = (self.sources.stdin || self.sources.demo).then(|| {
-            feeds::start(
-                self.sources.stdin,
-                self.sources.demo.then(|| self.cfg.demo.clone()),
-                self.cfg.max_line_bytes,
-                shutdown.clone(),
-            )
+        let feed = external.or_else(|| {
+            (self.sources.stdin || self.sources.demo).then(|| {
+                feeds::start(
+                    self.sources.stdin,
+                    self.sources.demo.then(|| self.cfg.demo.clone()),
+                    self.cfg.max_line_bytes,
+                    shutdown.clone(),
+                )
+            })
         });
         let mut live = Live {
             ingest,

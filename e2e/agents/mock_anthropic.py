@@ -103,6 +103,23 @@ def events(script, tool, ids, body):
     return ev
 
 
+def full_message(script, tool, ids):
+    """The scripted message as a non-streamed Messages response (`stream: false`)."""
+    content = [{"type": "text", "text": "".join(script["before"])}]
+    stop = "end_turn"
+    if script["call"]:
+        stop = "tool_use"
+        c = script["call"]
+        content.append({"type": "tool_use", "id": c["id"], "name": tool,
+                        "input": {"command": c["command"], "description": "Create the marker file"}})
+    if script["after"]:
+        content.append({"type": "text", "text": "".join(script["after"])})
+    return {"id": ids["message_id"], "type": "message", "role": "assistant", "model": MODEL,
+            "content": content, "stop_reason": stop, "stop_sequence": None,
+            "usage": {"input_tokens": 900, "cache_creation_input_tokens": 0,
+                      "cache_read_input_tokens": 0, "output_tokens": 42}}
+
+
 def error_events(ids):
     return [sse({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
                 "error")]

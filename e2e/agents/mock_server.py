@@ -4,7 +4,8 @@ that cuts the first attempt of a scripted tool-calling turn and logs the ground 
 
 Listens on 127.0.0.1 only. Python 3 standard library only.
 
-A scenario is `clean` or `<point>-<mode>`:
+A scenario is `clean` (never cut: the upstream of e2e/proxy/, where the proxy cuts) or
+`<point>-<mode>`:
   point: start          cut once the stream has started, before any content (the provider's
                         start events only: message_start, response.created/in_progress)
          after-tool     cut right after the complete tool call event
@@ -29,6 +30,7 @@ turns that log plus the marker files into truth.json.
 import argparse
 import json
 import os
+import re
 import socket
 import struct
 import sys
@@ -39,8 +41,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import mock_anthropic
 import mock_gemini
 import mock_openai
+import mock_openai_chat
 
-PROVIDERS = {"gemini": mock_gemini, "anthropic": mock_anthropic, "openai": mock_openai}
+PROVIDERS = {"gemini": mock_gemini, "anthropic": mock_anthropic, "openai": mock_openai,
+             "openai-chat": mock_openai_chat}
+TAG = re.compile(r"\[(?:A\d+|F)\]")
 POINTS = ("start", "after-tool", "mid-word", "before-finish")
 MODES = ("reset", "eof", "error", "status")
 
@@ -82,6 +87,40 @@ class State:
         with self.lock:
             with open(self.log_path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def history_tags(body):
+    """The scripted tags (`[A1]`, `[A2]`, `[F]`) found in the assistant (or Gemini `model`)
+    messages of a request's history, in order, each message's tags as one string: what text
+    of earlier attempts the client sent back to the model. Provider-agnostic: any object with
+    `role` assistant/model, all strings under it."""
+    out = []
+
+    def strings(v):
+        if isinstance(v, str):
+            yield v
+        elif isinstance(v, dict):
+            for x in v.values():
+                yield from strings(x)
+        elif isinstance(v, list):
+            for x in v:
+                yield from strings(x)
+
+    def walk(v):
+        if isinstance(v, dict):
+            if v.get("role") in ("assistant", "model"):
+                tags = "".join(t for s in strings(v) for t in TAG.findall(s))
+                if tags:
+                    out.append(tags)
+                return
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+
+    walk(body)
+    return out
 
 
 def attempt_script(attempt, call_id, command):
@@ -212,6 +251,7 @@ class Handler(BaseHTTPRequestHandler):
         # a main request: step 1 (new attempt) or step 2 (after the tool result)
         tool = mod.shell_tool(body)
         rec["tool_offered"] = tool
+        rec["history_tags"] = history_tags(body)
         if mod.has_tool_result(body):
             rec["step"] = 2
             rec["tool_results_in_request"] = mod.tool_result_ids(body)
@@ -229,8 +269,16 @@ class Handler(BaseHTTPRequestHandler):
         rec["cut"] = {"point": cut[0], "mode": cut[1]} if cut else None
         rec["ids"] = mod.attempt_ids(seq)
         rec["text"] = "".join(script["before"]) + "".join(script["after"])
-        events = mod.events(script, tool, rec["ids"], body)
-        outcome = self.play(events, cut, mod, rec)
+        if isinstance(body, dict) and body.get("stream") is False and hasattr(mod, "full_message"):
+            # a non-streamed request (Claude Code falls back to one after a stream failed
+            # early): the whole message as one JSON body, never cut
+            rec["finish_sent_ms"] = int(time.time() * 1000)
+            self.send_json(200, mod.full_message(script, tool, rec["ids"]))
+            outcome = {"finished": True, "events_written": ["json"],
+                       "ended_ms": int(time.time() * 1000)}
+        else:
+            events = mod.events(script, tool, rec["ids"], body)
+            outcome = self.play(events, cut, mod, rec)
         rec["outcome"] = outcome
         st.write_log(rec)
 

@@ -200,6 +200,7 @@ fn merge(args: &RunArgs) -> anyhow::Result<(RunConfig, Sources)> {
         files: !cfg.include.is_empty(),
         stdin,
         demo: args.demo,
+        ..Sources::default()
     };
     Ok((cfg, sources))
 }
@@ -214,7 +215,7 @@ fn merge_nats(args: &RunArgs) -> anyhow::Result<RunConfig> {
 
 /// What `run` would reject at start, checked before it starts (and by `validate`): the price
 /// table loads, and the findings file's folder exists.
-fn preflight(cfg: &RunConfig) -> anyhow::Result<()> {
+pub(super) fn preflight(cfg: &RunConfig) -> anyhow::Result<()> {
     retryscope::cost::PriceTable::builtin_with(cfg.prices.as_deref())?;
     let target = cfg.findings_out.as_str();
     if !target.is_empty() && target != "-" {
@@ -271,7 +272,7 @@ fn warn_about_includes(include: &[String]) {
     }
 }
 
-fn trace_config(cfg: &RunConfig) -> anyhow::Result<Option<TraceExportConfig>> {
+pub(super) fn trace_config(cfg: &RunConfig) -> anyhow::Result<Option<TraceExportConfig>> {
     let mut t = TraceExportConfig::from_env()?;
     if let Some(e) = &cfg.otlp.endpoint {
         t.endpoint = Some(e.clone());
@@ -413,7 +414,7 @@ async fn serve(
 /// Raise the soft limit on open files to the hard limit: one descriptor per tailed file
 /// (5,000 files do not fit the usual soft limit of 1,024). Files that still cannot be opened
 /// are counted (`retryscope_file_errors_total{error="emfile"}`) and retried.
-fn raise_fd_limit() {
+pub(super) fn raise_fd_limit() {
     match rlimit::increase_nofile_limit(u64::MAX) {
         Ok(limit) => tracing::info!(limit, "open file limit"),
         Err(e) => tracing::warn!(error = %e, "cannot raise the open file limit"),

@@ -18,6 +18,8 @@ pub enum Feed {
     Stdin,
     /// The demo fleet.
     Demo,
+    /// `retryscope proxy`: native lines of the attempts it sees on the wire.
+    Proxy,
 }
 
 impl Feed {
@@ -26,6 +28,7 @@ impl Feed {
         match self {
             Feed::Stdin => Source::Stdin,
             Feed::Demo => Source::Demo,
+            Feed::Proxy => Source::Proxy,
         }
     }
 
@@ -34,6 +37,7 @@ impl Feed {
         match self {
             Feed::Stdin => "<stdin>",
             Feed::Demo => "<demo>",
+            Feed::Proxy => "<proxy>",
         }
     }
 }

@@ -207,8 +207,14 @@ impl Inner {
             F::OtlpExported,
             F::OtlpDropped,
             F::OtlpFailures,
+            F::ProxyUpstreamErrors,
         ] {
             t.touch(f as usize, &[]);
+        }
+        for p in crate::proxy::Point::ALL {
+            for h in crate::proxy::How::ALL {
+                t.touch(F::ProxyCuts as usize, &[p.as_str(), h.as_str()]);
+            }
         }
         for g in &self.guards {
             t.touch(F::LabelOverflow as usize, &[g.name()]);
@@ -454,6 +460,16 @@ impl Metrics {
         lock(&self.inner)
             .table
             .set(F::SourceLag as usize, &[source.as_str()], bytes as f64);
+    }
+
+    /// Count a stream cut on purpose by `retryscope proxy`.
+    pub fn inc_proxy_cut(&self, point: &'static str, how: &'static str) {
+        lock(&self.inner).add(F::ProxyCuts, &[point, how], 1.0);
+    }
+
+    /// Count an upstream failure of `retryscope proxy`.
+    pub fn inc_proxy_upstream_errors(&self) {
+        lock(&self.inner).add(F::ProxyUpstreamErrors, &[], 1.0);
     }
 
     /// Count one successful checkpoint write.

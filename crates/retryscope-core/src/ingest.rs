@@ -32,11 +32,19 @@ pub enum Source {
     Demo,
     /// Lines shipped over NATS JetStream by `retryscope ship`.
     Nats,
+    /// Attempts seen on the wire by `retryscope proxy`.
+    Proxy,
 }
 
 impl Source {
     /// Every source, for pre-registering series.
-    pub const ALL: [Source; 4] = [Source::File, Source::Stdin, Source::Demo, Source::Nats];
+    pub const ALL: [Source; 5] = [
+        Source::File,
+        Source::Stdin,
+        Source::Demo,
+        Source::Nats,
+        Source::Proxy,
+    ];
 
     /// The label value.
     pub fn as_str(self) -> &'static str {
@@ -45,6 +53,7 @@ impl Source {
             Source::Stdin => "stdin",
             Source::Demo => "demo",
             Source::Nats => "nats",
+            Source::Proxy => "proxy",
         }
     }
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::correlate::{Correlator, Output};
 use crate::decode::native::{self, NativeLine};
 use crate::decode::{BadLineReason, DecodeError, EnvelopeDecoder, SkipCounts, StreamDecoder};
-use crate::event::Event;
+use crate::event::{Event, EventKind};
 
 /// Counters about the input.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -198,6 +198,16 @@ impl Pipeline {
                 if let Err(e) = crate::bounds::check(&ev) {
                     self.counters.bad(e.reason);
                     return Err(e);
+                }
+                if matches!(ev.kind, EventKind::TurnEnd { .. }) {
+                    // The turn's provider chunk decoders are done: flush what they hold (an
+                    // unfinished call stays unfinished) before the turn closes, and free them.
+                    let mut events = std::mem::take(&mut self.scratch);
+                    self.envelope.end_turn(&ev.turn, &mut events);
+                    if let Err(e) = self.observe_all(&mut events, arrival_ms, out, false) {
+                        self.counters.bad(e.reason);
+                    }
+                    self.scratch = events;
                 }
                 self.observe(&ev, arrival_ms, out);
                 Ok(LineOutcome::Event)

@@ -109,6 +109,10 @@ families! {
         "Spans dropped before export.";
     OtlpFailures => "retryscope_otlp_export_failures_total", Counter, [],
         "Failed OTLP export calls.";
+    ProxyCuts => "retryscope_proxy_injected_cuts_total", Counter, ["point", "how"],
+        "Streams `retryscope proxy` cut on purpose (--inject), by cut point and how.";
+    ProxyUpstreamErrors => "retryscope_proxy_upstream_errors_total", Counter, [],
+        "Upstream requests of `retryscope proxy` that failed to connect or broke mid-body.";
     LabelOverflow => "retryscope_label_overflow_total", Counter, ["label"],
         "Label values replaced by \"other\" because the label reached its cap.";
     BuildInfo => "retryscope_build_info", Gauge, ["version"],

@@ -2,35 +2,27 @@
 //! conventions trace as one `chat` span each ("a GenAI span covers the operation as the
 //! caller observed it, including its retries", semantic-conventions-genai PR 216).
 //!
-//! A model call is a run of attempts in which each attempt after the first retries the one
-//! before it: the client announced it as a retry (a `retry` event, so it has a reason), or the
-//! attempt before it did not finish (abandoned, failed or open). An attempt that follows a
-//! *completed* attempt without a retry announcement is not a retry of it: the model answered,
-//! so it is the turn's next model call (its next step, as in an agent loop that calls the
-//! model again after running tools). Every other reading would bill a delivered answer as
-//! waste. The correlator's counters (`retries`, `retryscope_retries_total`) count attempts,
-//! whatever the grouping; only the trace shape uses it.
+//! A retryscope turn is one model call: the event format defines attempt 0 as the first try
+//! and every later attempt of the turn as a retry of it, and the correlator counts and judges
+//! them so (a second attempt after a finished one is a retry whose tool calls can duplicate the
+//! first's effects). An agent loop's next call to the model is the next turn: the coding
+//! agents' decoders and the proxy open one turn per model request (`<session>`,
+//! `<session>#2`, …). So the trace says what the findings say: one `chat` span per turn,
+//! covering all its attempts. [`model_calls`] is where a finer grouping would go if the format
+//! ever gains a step boundary between model calls of one turn.
 //!
 //! Pure and deterministic, like the span builder.
 
 use std::ops::Range;
 
-use crate::report::{AttemptReport, Outcome, UsageSource};
+use crate::report::{AttemptReport, UsageSource};
 
-/// The model calls of a turn's attempts, as index ranges into `attempts`, in order; every
-/// attempt is in exactly one. Empty when there are no attempts.
+/// The model calls of a turn's attempts, as index ranges into `attempts`, in order: one call
+/// holding every attempt (see the module doc), none when there are no attempts.
 pub fn model_calls(attempts: &[AttemptReport]) -> Vec<Range<usize>> {
-    let mut calls = Vec::new();
-    let mut start = 0;
-    for i in 1..attempts.len() {
-        let previous_answered = attempts[i - 1].outcome == Outcome::Completed;
-        if previous_answered && attempts[i].retry_reason.is_none() {
-            calls.push(start..i);
-            start = i;
-        }
-    }
+    let mut calls = Vec::with_capacity(1);
     if !attempts.is_empty() {
-        calls.push(start..attempts.len());
+        calls.push(0..attempts.len());
     }
     calls
 }

@@ -3,22 +3,20 @@
 //!
 //! ```text
 //! invoke_agent {agent}          INTERNAL  root: the turn; turn attributes; turn findings
-//! ├── chat {model}              CLIENT    model call 0, covering its retries: usage summed
-//! │   │                                   over its billed attempts, cost, finish reasons
+//! ├── chat {model}              CLIENT    the turn's model call, covering its retries: usage
+//! │   │                                   summed over its billed attempts, cost, finish reasons
 //! │   ├── attempt 0             CLIENT    retryscope.attempt.*, its own usage and cost
 //! │   └── attempt 1             CLIENT    … and http.request.resend_count = 1
-//! ├── execute_tool {tool}       INTERNAL  one per execution; linked to the attempt whose
-//! │                                       call it ran (retryscope.attempt.number)
-//! └── chat {model}              CLIENT    model call 1 (the turn's next step)
-//!     └── attempt 2             CLIENT
+//! └── execute_tool {tool}       INTERNAL  one per execution; linked to the attempt whose
+//!                                         call it ran (retryscope.attempt.number)
 //! ```
 //!
 //! The shape follows the GenAI semantic conventions: a GenAI client span is the logical
 //! operation as the caller observed it, covering every retry (semantic-conventions-genai
 //! PR 216, "Clarify GenAI span duration"), so each model call is one `chat {model}` span,
 //! and the tries retryscope reconstructs are its children, as HTTP conventions model resends
-//! (one span per physical request, `http.request.resend_count`). How attempts group into
-//! model calls is [`super::calls`]'s rule. Tools are executed by the agent, not by the model
+//! (one span per physical request, `http.request.resend_count`). A turn is one model call
+//! (the format makes every later attempt a retry of the first; see [`super::calls`]). Tools are executed by the agent, not by the model
 //! call, so `execute_tool` spans are the agent span's children, siblings of the `chat` spans
 //! as in the conventions' agent spans; which attempt's call an execution ran (the heart of
 //! retryscope: an abandoned attempt's call executed) is its `retryscope.attempt.number` and a

@@ -92,6 +92,25 @@ impl EnvelopeDecoder {
         }
     }
 
+    /// A turn ended: flush and drop its chunk decoders (a long-lived stream of envelopes, such
+    /// as `retryscope proxy`'s, then holds state only for open turns). Their skip counts are
+    /// kept.
+    pub fn end_turn(&mut self, turn: &str, out: &mut Vec<Event<'static>>) {
+        let keys: Vec<_> = self
+            .states
+            .range((turn.to_owned(), None, String::new())..)
+            .take_while(|(k, _)| k.0 == turn)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in keys {
+            if let Some(mut state) = self.states.remove(&key) {
+                state.decoder.end(&mut state.ctx, out);
+                self.skips.add(state.decoder.skips());
+            }
+        }
+        self.offsets.remove(turn);
+    }
+
     /// Skips so far (unknown providers, and every chunk decoder's).
     pub fn skips(&self) -> SkipCounts {
         let mut s = self.skips;
@@ -149,6 +168,27 @@ mod tests {
         assert!(
             matches!(&evs[0].kind, EventKind::TurnStart { provider: Some(p), model: Some(m), .. } if p == "anthropic" && m == "claude")
         );
+    }
+
+    #[test]
+    fn end_turn_drops_only_that_turns_decoders() {
+        let mut d = EnvelopeDecoder::new();
+        let mut out = Vec::new();
+        let mut skips = SkipCounts::default();
+        for line in [
+            r#"{"turn":"a","attempt":0,"type":"provider_chunk","provider":"anthropic","data":{"type":"message_start","message":{"id":"m1"}}}"#,
+            r#"{"turn":"a","attempt":1,"type":"provider_chunk","provider":"anthropic","data":{"type":"message_start","message":{"id":"m2"}}}"#,
+            r#"{"turn":"ab","attempt":0,"type":"provider_chunk","provider":"anthropic","data":{"type":"message_start","message":{"id":"m3"}}}"#,
+        ] {
+            match decode_line(line.as_bytes(), &mut skips) {
+                Ok(NativeLine::ProviderChunk(c)) => d.push(&c, &mut out).expect("chunk"),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(d.states.len(), 3);
+        d.end_turn("a", &mut out);
+        let left: Vec<&str> = d.states.keys().map(|k| k.0.as_str()).collect();
+        assert_eq!(left, ["ab"]);
     }
 
     #[test]

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
+use opentelemetry::Value;
 use opentelemetry::trace::{SpanId, SpanKind, Status};
-use opentelemetry::{Array, StringValue, Value};
 use opentelemetry_sdk::trace::SpanData;
 
 use super::*;
@@ -76,7 +76,8 @@ fn names(spans: &[SpanData]) -> Vec<&str> {
     spans.iter().map(|s| s.name.as_ref()).collect()
 }
 
-/// An agent step that calls a tool, then the step that answers: two model calls.
+/// A finished attempt that called a tool, then a second attempt of the same turn (no `retry`
+/// event). The format makes attempt 1 a retry, and the correlator judges it so.
 const TWO_STEPS: &str = r#"
 {"v":1,"turn":"s","type":"turn_start","ts":"2026-11-12T10:00:00.000Z","model":"gpt-5","provider":"openai","agent":"planner","session":"s1"}
 {"v":1,"turn":"s","type":"tool_call","ts":"2026-11-12T10:00:00.200Z","attempt":0,"id":"c1","name":"get_weather","args":{"city":"Paris"}}
@@ -97,77 +98,57 @@ fn at(ms: i64) -> SystemTime {
 }
 
 #[test]
-fn multi_step_turn_is_two_model_calls_under_the_agent_span() {
+fn every_attempt_of_a_turn_is_one_model_call_as_the_correlator_counts_it() {
+    // Regression: a first grouping split a turn after a finished attempt into two model
+    // calls, while the correlator counted the second attempt as a retry; the trace and the
+    // findings disagreed about the same turn.
     let r = report(TWO_STEPS, 4);
-    assert_eq!(model_calls(&r.attempts), vec![0..1, 1..2]);
+    assert_eq!(r.retries, 1);
+    let calls = model_calls(&r.attempts);
+    assert_eq!((calls.len(), calls[0].clone()), (1, 0..2));
     let spans = turn_spans(&r, &SpanOptions::default());
     assert_eq!(spans.len(), span_count(&r));
+    let names = names(&spans);
+    assert_eq!(names.iter().filter(|n| n.starts_with("chat ")).count(), 1);
+    assert_eq!(names[0], "invoke_agent planner");
+    let root = &spans[0];
+    let call = spans
+        .iter()
+        .find(|s| s.name == "chat gpt-5")
+        .expect("chat span");
+    let att = |n: &str| spans.iter().find(|s| s.name == n).expect("attempt span");
+    let (att0, att1) = (att("attempt 0"), att("attempt 1"));
+    let exec = spans
+        .iter()
+        .find(|s| s.name == "execute_tool get_weather")
+        .expect("execute_tool span");
+    assert_eq!(int_attr(root, attr::TURN_CALLS), Some(1));
+    assert_eq!(call.span_kind, SpanKind::Client);
+    assert_eq!(call.parent_span_id, root.span_context.span_id());
     assert_eq!(
-        names(&spans),
-        [
-            "invoke_agent planner",
-            "chat gpt-5",
-            "attempt 0",
-            "execute_tool get_weather",
-            "chat gpt-5",
-            "attempt 1",
-        ]
+        call.span_context.span_id(),
+        ids::span_id("s", ids::Role::Call, 0, 0)
     );
-    let (root, call0, att0, exec, call1, att1) = (
-        &spans[0], &spans[1], &spans[2], &spans[3], &spans[4], &spans[5],
-    );
-    assert_eq!(int_attr(root, attr::TURN_CALLS), Some(2));
-    // Both calls are CLIENT children of the agent span, each with its own id and times.
-    for (k, call) in [call0, call1].into_iter().enumerate() {
-        assert_eq!(call.span_kind, SpanKind::Client);
-        assert_eq!(call.parent_span_id, root.span_context.span_id());
-        assert_eq!(
-            call.span_context.span_id(),
-            ids::span_id("s", ids::Role::Call, 0, k)
-        );
-        assert_eq!(int_attr(call, attr::CALL_INDEX), Some(k as i64));
-        assert_eq!(int_attr(call, attr::CALL_ATTEMPTS), Some(1));
-        assert_eq!(get(call, attr::OPERATION_NAME), Some(&Value::from("chat")));
-        assert_eq!(call.status, Status::Unset);
+    assert_eq!(int_attr(call, attr::CALL_ATTEMPTS), Some(2));
+    assert_eq!(get(call, attr::OPERATION_NAME), Some(&Value::from("chat")));
+    // Both attempts are children of the one call; the second is its first resend.
+    for a in [att0, att1] {
+        assert_eq!(a.parent_span_id, call.span_context.span_id());
+        assert_eq!(get(a, attr::OPERATION_NAME), None);
     }
-    // An attempt ends at its last event, the execution of its call included (the report
-    // keeps no finish time), and the call with it.
-    assert_eq!(
-        (call0.start_time, call0.end_time),
-        (at(T0 + 200), at(T0 + 500))
-    );
-    assert_eq!(
-        (call1.start_time, call1.end_time),
-        (at(T0 + 600), at(T0 + 800))
-    );
-    // Each call has its own usage and finish reason.
-    assert_eq!(int_attr(call0, attr::INPUT_TOKENS), Some(100));
-    assert_eq!(int_attr(call0, attr::OUTPUT_TOKENS), Some(10));
-    assert_eq!(int_attr(call0, attr::CACHE_READ_TOKENS), None);
-    assert_eq!(
-        get(call0, attr::FINISH_REASONS),
-        Some(&Value::Array(Array::String(vec![StringValue::from(
-            "tool_calls"
-        )])))
-    );
-    assert_eq!(int_attr(call1, attr::INPUT_TOKENS), Some(150));
-    assert_eq!(int_attr(call1, attr::OUTPUT_TOKENS), Some(20));
-    assert_eq!(int_attr(call1, attr::CACHE_READ_TOKENS), Some(100));
-    // Attempt 1 is the first try of the second call, not a resend.
-    for (att, call) in [(att0, call0), (att1, call1)] {
-        assert_eq!(att.parent_span_id, call.span_context.span_id());
-        assert_eq!(int_attr(att, attr::RESEND_COUNT), None);
-        assert_eq!(get(att, attr::OPERATION_NAME), None);
-    }
-    assert_eq!(int_attr(att1, attr::ATTEMPT_NUMBER), Some(1));
-    // The tool ran between the calls, by the agent: under the root, linked to attempt 0.
+    assert_eq!(int_attr(att0, attr::RESEND_COUNT), None);
+    assert_eq!(int_attr(att1, attr::RESEND_COUNT), Some(1));
+    // The call covers both tries and sums the usage of both (both billed).
+    assert_eq!(call.start_time, at(T0 + 200));
+    assert_eq!(int_attr(call, attr::INPUT_TOKENS), Some(250));
+    assert_eq!(int_attr(call, attr::OUTPUT_TOKENS), Some(30));
+    assert_eq!(int_attr(call, attr::CALL_BILLED_ATTEMPTS), Some(2));
+    // The tool ran by the agent: under the root, linked to attempt 0 whose call it was.
     assert_eq!(exec.parent_span_id, root.span_context.span_id());
     assert_eq!(
         exec.links[0].span_context.span_id(),
         att0.span_context.span_id()
     );
-    assert_eq!(exec.start_time, at(T0 + 500));
-    assert!(spans.iter().all(|s| s.events.is_empty()));
 }
 
 #[test]
@@ -189,7 +170,8 @@ fn retried_call_has_one_child_per_attempt_and_sums_only_billed_usage() {
         4,
     );
     assert_eq!(r.attempts[0].usage.source, UsageSource::None);
-    assert_eq!(model_calls(&r.attempts), vec![0..2]);
+    let calls = model_calls(&r.attempts);
+    assert_eq!((calls.len(), calls[0].clone()), (1, 0..2));
     let spans = turn_spans(&r, &SpanOptions::default());
     assert_eq!(
         names(&spans),
@@ -236,8 +218,8 @@ fn retried_call_has_one_child_per_attempt_and_sums_only_billed_usage() {
 
 #[test]
 fn findings_land_on_the_spans_their_scope_names() {
-    // Call 0 sends an email and finishes; call 1 fails once, is retried over the cap of 2
-    // attempts, and its retry sends the same email before finishing.
+    // Attempt 0 sends an email and finishes; attempt 1 fails, attempt 2 goes over the cap of 2
+    // attempts and sends the same email again before finishing.
     let r = report(
         r#"
 {"v":1,"turn":"f","type":"turn_start","ts":"2026-11-12T10:00:00.000Z","model":"claude-sonnet-4-5","provider":"anthropic"}
@@ -253,7 +235,8 @@ fn findings_land_on_the_spans_their_scope_names() {
 "#,
         2,
     );
-    assert_eq!(model_calls(&r.attempts), vec![0..1, 1..3]);
+    let calls = model_calls(&r.attempts);
+    assert_eq!((calls.len(), calls[0].clone()), (1, 0..3));
     let mut kinds: Vec<&str> = r.findings.iter().map(|f| f.kind.as_str()).collect();
     kinds.sort_unstable();
     assert_eq!(
@@ -268,27 +251,24 @@ fn findings_land_on_the_spans_their_scope_names() {
             "chat claude-sonnet-4-5",
             "attempt 0",
             "execute_tool send_email",
-            "chat claude-sonnet-4-5",
             "attempt 1",
             "attempt 2",
             "execute_tool send_email",
         ]
     );
     let by_name_at = |i: usize| &spans[i];
-    let (root, call0, exec1, call1, att1, att2, exec2) = (
+    let (root, call, exec1, att1, att2, exec2) = (
         by_name_at(0),
         by_name_at(1),
         by_name_at(3),
         by_name_at(4),
         by_name_at(5),
         by_name_at(6),
-        by_name_at(7),
     );
     // retry_cap_exceeded (scope: call) on the model call that retried too often, not on the
-    // root and not on the other call; a warning leaves its status alone.
-    assert_eq!(finding_kinds(call1), ["retry_cap_exceeded"]);
-    assert_eq!(call1.status, Status::Unset);
-    assert!(call0.events.is_empty());
+    // root; a warning leaves its status alone.
+    assert_eq!(finding_kinds(call), ["retry_cap_exceeded"]);
+    assert_eq!(call.status, Status::Unset);
     assert!(root.events.is_empty());
     assert_eq!(int_attr(root, attr::FINDINGS_COUNT), Some(3));
     // Tool findings on the execution they concern: the second email.
@@ -301,38 +281,12 @@ fn findings_land_on_the_spans_their_scope_names() {
         att2.span_context.span_id()
     );
     assert!(exec1.events.is_empty());
-    // The failed first try of call 1 is an abandoned attempt (an error), its retry the first
-    // resend of that call, and the call itself succeeded.
+    // The failed attempt 1 is abandoned (an error), attempts 1 and 2 are the call's first and
+    // second resends, and the call itself succeeded.
     assert_eq!(att1.status, Status::error("abandoned: overloaded"));
-    assert_eq!(int_attr(att1, attr::RESEND_COUNT), None);
-    assert_eq!(int_attr(att2, attr::RESEND_COUNT), Some(1));
+    assert_eq!(int_attr(att1, attr::RESEND_COUNT), Some(1));
+    assert_eq!(int_attr(att2, attr::RESEND_COUNT), Some(2));
     assert!(att1.events.is_empty() && att2.events.is_empty());
-    assert_eq!(get(call1, attr::ERROR_TYPE), None);
-    assert_ne!(call1.parent_span_id, SpanId::INVALID);
-}
-
-#[test]
-fn grouping_follows_retries_not_attempt_numbers() {
-    let base = report(TWO_STEPS, 4);
-    let mut attempts = vec![base.attempts[0].clone(); 4];
-    for (n, a) in attempts.iter_mut().enumerate() {
-        a.attempt = n as u32;
-        a.retry_reason = None;
-    }
-    // completed, completed, completed, completed: four calls.
-    assert_eq!(model_calls(&attempts), vec![0..1, 1..2, 2..3, 3..4]);
-    // An unfinished attempt is retried by the next, whatever it is.
-    for outcome in [Outcome::Abandoned, Outcome::Failed, Outcome::Open] {
-        attempts[1].outcome = outcome;
-        assert_eq!(
-            model_calls(&attempts),
-            vec![0..1, 1..3, 3..4],
-            "{outcome:?}"
-        );
-    }
-    // A completed attempt followed by an announced retry: the same call.
-    attempts[1].outcome = Outcome::Completed;
-    attempts[3].retry_reason = Some("invalid_content".to_owned());
-    assert_eq!(model_calls(&attempts), vec![0..1, 1..2, 2..4]);
-    assert!(model_calls(&[]).is_empty());
+    assert_eq!(get(call, attr::ERROR_TYPE), None);
+    assert_ne!(call.parent_span_id, SpanId::INVALID);
 }

@@ -1,0 +1,44 @@
+//! `retryscope proxy`: an HTTP proxy between an agent and its model provider that sees every
+//! attempt on the wire, reads what the client did from its next request, and can cut streams
+//! where the article says to test (docs/proxy.md).
+//!
+//! Shape: `forward` (listener, upstream client, the streaming body) hands each request and
+//! each stream payload to `attempts` (turns and attempts, native event lines), which uses
+//! `history` (the request bodies of the four APIs) and writes to a `LineSink`: the engine's
+//! feed, the same ingest path, correlator and sinks as `retryscope run`, teed to `record`
+//! with `--record`. `frames` finds event boundaries in a body; `inject` decides cuts.
+
+mod attempts;
+mod body;
+mod conn;
+mod forward;
+mod frames;
+mod history;
+mod inject;
+mod record;
+mod route;
+mod settings;
+mod whole;
+
+pub use attempts::{AttemptRef, End, LineSink, Tracker, TrackerStats};
+pub use body::ObservedBody;
+pub use forward::{Proxy, ProxyBody, ProxyNote, now_ms, serve};
+pub use frames::{Frame, Framer, Framing};
+pub use history::Api;
+pub use inject::{How, InjectRule, Point};
+pub use record::{Recorder, Tee, redact_query};
+pub use settings::{ProxySettings, UpstreamSettings};
+
+/// Why the proxy cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// Unusable settings.
+    #[error("proxy configuration: {0}")]
+    Config(String),
+    /// TLS setup.
+    #[error("proxy TLS: {0}")]
+    Tls(String),
+    /// The recording directory.
+    #[error("cannot record into {0}: {1}")]
+    Record(String, std::io::Error),
+}

@@ -1,0 +1,647 @@
+//! Attempts and turns from the wire.
+//!
+//! Owns: deciding what each model request is (a new conversation, the next step of one, or a
+//! retry of the same call), numbering turns and attempts, and writing what happened as native
+//! event lines for the one ingest path: `turn_start`, `attempt_start`, `retry`, each raw
+//! stream chunk as a `provider_chunk` envelope (the core's provider decoders do the decoding),
+//! `error` when an attempt ends without its finish (cut, reset, HTTP error, client gone),
+//! and, from the next request's history, `tool_exec` and `output` for the turn before it,
+//! then its `turn_end`.
+//!
+//! Turns follow the agent decoders' convention: one per model call, `<conversation>` then
+//! `<conversation>#2`, ... A request whose history equals an earlier request's, after that
+//! request's last attempt failed or was cut (or with the SDK's retry counter above 0), is the
+//! next attempt of the same turn. A request whose history extends an earlier request's is the
+//! next call of that conversation; the messages it adds tell what the client did with the
+//! earlier call's answer: the tool results it sends back are executions (of the attempt that
+//! produced that call id, abandoned or not), its assistant text is the turn's `output`.
+//!
+//! The tracker decodes each chunk a second time, with the core's `EnvelopeDecoder`, only to
+//! learn call ids, text and whether an attempt finished; findings come from the correlator.
+
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use serde_json::value::RawValue;
+
+use super::history::{Api, Message, Request, Role};
+
+mod calls;
+mod line;
+
+use crate::decode::EnvelopeDecoder;
+use crate::decode::native::ProviderChunk;
+use crate::event::EventKind;
+use calls::{call_marker, stream_call_ids};
+use line::{Fields, Line};
+
+/// Where the tracker's lines go (the engine's feed, a recording, a test's vector).
+pub trait LineSink: Send {
+    /// One native-format line, without its newline.
+    fn line(&mut self, line: Vec<u8>);
+}
+
+impl LineSink for Vec<Vec<u8>> {
+    fn line(&mut self, line: Vec<u8>) {
+        self.push(line);
+    }
+}
+
+/// How an attempt's response ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    /// The upstream body ended.
+    Complete,
+    /// The upstream connection failed before or during the body.
+    Upstream(String),
+    /// The client went away before the body ended.
+    ClientGone,
+    /// The proxy cut it on purpose.
+    Injected {
+        /// `after-tool-call`, `mid-word`, `before-finish`.
+        point: &'static str,
+        /// `reset`, `eof`, `error`.
+        how: &'static str,
+    },
+}
+
+/// An attempt being streamed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptRef {
+    /// Turn id.
+    pub turn: String,
+    /// Attempt number (0: the first try).
+    pub attempt: u32,
+    /// The API.
+    pub api: Api,
+}
+
+/// What the tracker has counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TrackerStats {
+    /// Model requests seen.
+    pub requests: u64,
+    /// Of which retries of an earlier request.
+    pub retries: u64,
+    /// Of which the next step of a conversation.
+    pub steps: u64,
+    /// Tool executions read from histories.
+    pub executions: u64,
+    /// Payloads that were not JSON (skipped; `[DONE]` is one).
+    pub not_json: u64,
+    /// Turns forgotten to bound memory.
+    pub evicted: u64,
+}
+
+/// What the tracker knows of an attempt.
+#[derive(Debug, Default)]
+struct AttemptState {
+    finished: bool,
+    ended: bool,
+    /// Why it failed, as the next retry's reason.
+    cause: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+struct CallInfo {
+    turn: String,
+    attempt: u32,
+    name: String,
+}
+
+struct Turn {
+    conversation: String,
+    step: u32,
+    api: Api,
+    attempts: Vec<AttemptState>,
+    decoder: EnvelopeDecoder,
+    /// Fingerprint of its request's whole history.
+    request: Option<u64>,
+    closed: bool,
+}
+
+/// The tracker: one per proxy, behind a lock.
+pub struct Tracker {
+    sink: Box<dyn LineSink>,
+    /// Prefix of conversation ids (unique per process start).
+    prefix: String,
+    next_conversation: u64,
+    turns: HashMap<String, Turn>,
+    order: VecDeque<String>,
+    by_request: HashMap<u64, String>,
+    calls: HashMap<String, CallInfo>,
+    /// OpenAI Responses ids, to the turn whose attempt streamed them (`previous_response_id`).
+    responses: HashMap<String, String>,
+    /// Call ids seen in a stream whose call the decoder never completed (cut before its
+    /// arguments or finish): if a later history executes one, the client did assemble it.
+    partial: HashMap<String, CallInfo>,
+    /// Call ids whose execution was already reported, per conversation.
+    executed: HashMap<String, HashSet<String>>,
+    max_turns: usize,
+    stats: TrackerStats,
+    scratch: Vec<crate::event::Event<'static>>,
+}
+
+/// Turns remembered (for retries and the next step's history) before the oldest is forgotten.
+pub const MAX_TURNS: usize = 20_000;
+
+impl Tracker {
+    /// A tracker writing to `sink`; `prefix` starts every conversation id (make it unique per
+    /// process start, so ids never meet a checkpointed turn of an earlier run).
+    pub fn new(sink: Box<dyn LineSink>, prefix: String) -> Self {
+        Tracker {
+            sink,
+            prefix,
+            next_conversation: 1,
+            turns: HashMap::new(),
+            order: VecDeque::new(),
+            by_request: HashMap::new(),
+            calls: HashMap::new(),
+            responses: HashMap::new(),
+            partial: HashMap::new(),
+            executed: HashMap::new(),
+            max_turns: MAX_TURNS,
+            stats: TrackerStats::default(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> TrackerStats {
+        self.stats
+    }
+
+    fn emit(
+        &mut self,
+        turn: &str,
+        kind: &'static str,
+        attempt: Option<u32>,
+        ts: i64,
+        fields: Fields<'_>,
+    ) {
+        let line = Line {
+            turn,
+            kind,
+            attempt,
+            ts,
+            fields,
+        };
+        match serde_json::to_vec(&line) {
+            Ok(bytes) => self.sink.line(bytes),
+            Err(e) => tracing::warn!(error = %e, "cannot serialize a proxy event"),
+        }
+    }
+
+    /// A model request for `api` (with its parsed body, when it parsed) is being sent
+    /// upstream; `retry_count` is the SDK's retry header. Returns the attempt it starts.
+    pub fn begin(
+        &mut self,
+        api: Api,
+        request: Option<&Request>,
+        retry_count: Option<u32>,
+        now_ms: i64,
+    ) -> AttemptRef {
+        self.stats.requests += 1;
+        let fps = request
+            .map(Request::prefix_fingerprints)
+            .unwrap_or_default();
+        let model = request.and_then(|r| r.model.as_deref());
+        let full = fps.last().copied();
+        // The same history again, after a failed or cut attempt (or the SDK says it retries).
+        if let Some(full) = full
+            && let Some(tid) = self.by_request.get(&full).cloned()
+            && let Some(turn) = self.turns.get(&tid)
+            && !turn.closed
+        {
+            let failed = turn
+                .attempts
+                .last()
+                .is_none_or(|a| !a.finished || a.cause.is_some());
+            if failed || retry_count.unwrap_or(0) > 0 {
+                let attempt = turn.attempts.len() as u32;
+                let reason = turn
+                    .attempts
+                    .last()
+                    .and_then(|a| a.cause.clone())
+                    .unwrap_or_else(|| "client_retry".to_owned());
+                if let Some(turn) = self.turns.get_mut(&tid) {
+                    turn.attempts.push(AttemptState::default());
+                }
+                self.stats.retries += 1;
+                self.emit(
+                    &tid,
+                    "retry",
+                    Some(attempt),
+                    now_ms,
+                    Fields::Retry { reason: &reason },
+                );
+                self.emit(
+                    &tid,
+                    "attempt_start",
+                    Some(attempt),
+                    now_ms,
+                    Fields::AttemptStart { model },
+                );
+                return AttemptRef {
+                    turn: tid,
+                    attempt,
+                    api,
+                };
+            }
+        }
+        // The previous call of the conversation: the response a Responses request continues
+        // on the server (its input is all new), or the longest earlier history this one
+        // extends (the messages after it are new).
+        let stateful = request
+            .and_then(|r| r.previous_response_id.as_ref())
+            .and_then(|id| self.responses.get(id))
+            .map(|t| (0, t.clone()));
+        let parent = stateful.or_else(|| {
+            fps.len().checked_sub(1).and_then(|n| {
+                (0..n)
+                    .rev()
+                    .find_map(|i| self.by_request.get(&fps[i]).map(|t| (i + 1, t.clone())))
+            })
+        });
+        let (conversation, step) = match parent {
+            Some((from, parent)) => {
+                self.stats.steps += 1;
+                let messages = request.and_then(|r| r.messages.get(from..)).unwrap_or(&[]);
+                self.read_history(&parent, messages, now_ms);
+                match self.turns.get(&parent) {
+                    Some(p) => (p.conversation.clone(), p.step + 1),
+                    None => (self.new_conversation(), 1),
+                }
+            }
+            None => (self.new_conversation(), 1),
+        };
+        let tid = if step == 1 {
+            conversation.clone()
+        } else {
+            format!("{conversation}#{step}")
+        };
+        self.emit(
+            &tid,
+            "turn_start",
+            None,
+            now_ms,
+            Fields::TurnStart {
+                provider: api.provider(),
+                model,
+                session: &conversation,
+                agent: "retryscope-proxy",
+            },
+        );
+        self.emit(
+            &tid,
+            "attempt_start",
+            Some(0),
+            now_ms,
+            Fields::AttemptStart { model },
+        );
+        self.remember(
+            tid.clone(),
+            Turn {
+                conversation,
+                step,
+                api,
+                attempts: vec![AttemptState::default()],
+                decoder: EnvelopeDecoder::new(),
+                request: full,
+                closed: false,
+            },
+        );
+        if let Some(full) = full {
+            self.by_request.insert(full, tid.clone());
+        }
+        AttemptRef {
+            turn: tid,
+            attempt: 0,
+            api,
+        }
+    }
+
+    fn new_conversation(&mut self) -> String {
+        let id = format!("{}-{}", self.prefix, self.next_conversation);
+        self.next_conversation += 1;
+        id
+    }
+
+    fn remember(&mut self, tid: String, turn: Turn) {
+        self.turns.insert(tid.clone(), turn);
+        self.order.push_back(tid);
+        while self.turns.len() > self.max_turns {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(t) = self.turns.remove(&old) {
+                self.stats.evicted += 1;
+                if let Some(fp) = t.request
+                    && self.by_request.get(&fp) == Some(&old)
+                {
+                    self.by_request.remove(&fp);
+                }
+                self.calls.retain(|_, c| c.turn != old);
+                self.partial.retain(|_, c| c.turn != old);
+                self.responses.retain(|_, t| *t != old);
+                if t.step == 1
+                    && !self
+                        .turns
+                        .values()
+                        .any(|o| o.conversation == t.conversation)
+                {
+                    self.executed.remove(&t.conversation);
+                }
+            }
+        }
+    }
+
+    /// The messages a request added after `parent`'s history: what the client kept of the
+    /// parent's answer (`output`) and which calls it executed (`tool_exec`); then the parent
+    /// turn ends.
+    fn read_history(&mut self, parent: &str, added: &[Message], now_ms: i64) {
+        let Some(conversation) = self.turns.get(parent).map(|t| t.conversation.clone()) else {
+            return;
+        };
+        // The assistant messages right after the parent's history are its answer as kept.
+        let mut output = String::new();
+        for m in added {
+            if m.role != Some(Role::Assistant) {
+                break;
+            }
+            output.push_str(&m.text);
+        }
+        if !output.is_empty() {
+            self.emit(
+                parent,
+                "output",
+                None,
+                now_ms,
+                Fields::Output { text: &output },
+            );
+        }
+        let in_history: Vec<&super::history::Call> = added.iter().flat_map(|m| &m.calls).collect();
+        for m in added {
+            for r in &m.results {
+                let key =
+                    r.id.clone()
+                        .unwrap_or_else(|| format!("name:{}", r.name.as_deref().unwrap_or("")));
+                let seen = self.executed.entry(conversation.clone()).or_default();
+                if r.id.is_some() && !seen.insert(key) {
+                    continue;
+                }
+                self.stats.executions += 1;
+                let mut known = r.id.as_ref().and_then(|id| self.calls.get(id)).cloned();
+                if known.is_none()
+                    && let Some(id) = &r.id
+                    && let Some(call) = self.partial.get(id).cloned()
+                {
+                    // The stream was cut before the decoder saw this call complete, yet the
+                    // client sends back its result: it assembled the call from that attempt.
+                    let args = in_history
+                        .iter()
+                        .find(|c| c.id.as_deref() == Some(id.as_str()))
+                        .map(|c| &c.args);
+                    self.emit(
+                        &call.turn,
+                        "tool_call",
+                        Some(call.attempt),
+                        now_ms,
+                        Fields::Exec {
+                            id,
+                            name: &call.name,
+                            args: Some(args.unwrap_or(&serde_json::Value::Null)),
+                        },
+                    );
+                    known = Some(call);
+                }
+                match known {
+                    Some(call) => {
+                        let id = r.id.as_deref().unwrap_or("");
+                        self.emit(
+                            &call.turn,
+                            "tool_exec",
+                            Some(call.attempt),
+                            now_ms,
+                            Fields::Exec {
+                                id,
+                                name: &call.name,
+                                args: None,
+                            },
+                        );
+                    }
+                    None => {
+                        // A call the proxy did not see streamed (or Gemini without ids): the
+                        // history's call gives name and arguments; the correlator places it on
+                        // the call with the same tool and arguments.
+                        let call = in_history.iter().find(|c| match (&r.id, &c.id) {
+                            (Some(a), Some(b)) => a == b,
+                            _ => r.name.as_deref() == Some(c.name.as_str()),
+                        });
+                        let name = call
+                            .map(|c| c.name.as_str())
+                            .or(r.name.as_deref())
+                            .unwrap_or("unknown");
+                        self.emit(
+                            parent,
+                            "tool_exec",
+                            None,
+                            now_ms,
+                            Fields::Exec {
+                                id: r.id.as_deref().unwrap_or(""),
+                                name,
+                                args: call.map(|c| &c.args),
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        if let Some(t) = self.turns.get_mut(parent)
+            && !t.closed
+        {
+            t.closed = true;
+            self.emit(parent, "turn_end", None, now_ms, Fields::None {});
+        }
+    }
+
+    /// One payload of the attempt's stream (an SSE `data`, a JSON array element).
+    pub fn chunk(&mut self, a: &AttemptRef, data: &str, now_ms: i64) {
+        let Ok(raw) = RawValue::from_string(data.trim().to_owned()) else {
+            self.stats.not_json += 1;
+            return;
+        };
+        self.emit(
+            &a.turn,
+            "provider_chunk",
+            Some(a.attempt),
+            now_ms,
+            Fields::Chunk {
+                provider: a.api.envelope(),
+                data: &raw,
+            },
+        );
+        if a.api == Api::OpenAiResponses
+            && memchr::memmem::find(data.as_bytes(), b"response.created").is_some()
+            && let Ok(v) = serde_json::from_str::<serde_json::Value>(data)
+            && let Some(id) = v
+                .pointer("/response/id")
+                .and_then(serde_json::Value::as_str)
+        {
+            self.responses.insert(id.to_owned(), a.turn.clone());
+        }
+        if let Some(marker) = call_marker(a.api)
+            && memchr::memmem::find(data.as_bytes(), marker.as_bytes()).is_some()
+            && let Ok(v) = serde_json::from_str::<serde_json::Value>(data)
+        {
+            for (id, name) in stream_call_ids(a.api, &v) {
+                self.partial.entry(id).or_insert(CallInfo {
+                    turn: a.turn.clone(),
+                    attempt: a.attempt,
+                    name,
+                });
+            }
+        }
+        let Some(turn) = self.turns.get_mut(&a.turn) else {
+            return;
+        };
+        let chunk = ProviderChunk {
+            turn: Cow::Borrowed(&a.turn),
+            attempt: Some(a.attempt),
+            ts_ms: Some(now_ms),
+            provider: Cow::Borrowed(a.api.envelope()),
+            data: &raw,
+        };
+        let mut events = std::mem::take(&mut self.scratch);
+        let _ = turn.decoder.push(&chunk, &mut events);
+        for ev in events.drain(..) {
+            match ev.kind {
+                EventKind::ToolCall { id, name, .. } => {
+                    self.calls.insert(
+                        id.into_owned(),
+                        CallInfo {
+                            turn: a.turn.clone(),
+                            attempt: ev.attempt.unwrap_or(a.attempt),
+                            name: name.into_owned(),
+                        },
+                    );
+                }
+                EventKind::Finish { .. } => {
+                    if let Some(st) = turn.attempts.get_mut(a.attempt as usize) {
+                        st.finished = true;
+                    }
+                }
+                EventKind::Error { .. } => {
+                    if let Some(st) = turn.attempts.get_mut(a.attempt as usize) {
+                        st.cause.get_or_insert_with(|| "stream_error".to_owned());
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.scratch = events;
+    }
+
+    /// The upstream answered with a status that is not a success: the attempt failed.
+    pub fn http_error(&mut self, a: &AttemptRef, status: u16, now_ms: i64) {
+        let code = format!("http_{status}");
+        self.fail(
+            a,
+            &code,
+            &format!("upstream answered HTTP {status}"),
+            now_ms,
+        );
+    }
+
+    /// A non-streaming answer that completed (its body is not made of stream chunks).
+    pub fn complete_whole(&mut self, a: &AttemptRef, reason: &str, now_ms: i64) {
+        if let Some(st) = self.attempt_mut(a) {
+            st.finished = true;
+        }
+        let line = serde_json::json!({
+            "turn": a.turn, "type": "finish", "attempt": a.attempt, "ts": now_ms, "reason": reason
+        });
+        if let Ok(bytes) = serde_json::to_vec(&line) {
+            self.sink.line(bytes);
+        }
+    }
+
+    fn attempt_mut(&mut self, a: &AttemptRef) -> Option<&mut AttemptState> {
+        self.turns
+            .get_mut(&a.turn)?
+            .attempts
+            .get_mut(a.attempt as usize)
+    }
+
+    fn fail(&mut self, a: &AttemptRef, code: &str, message: &str, now_ms: i64) {
+        let Some(st) = self.attempt_mut(a) else {
+            return;
+        };
+        if st.cause.is_some() {
+            return;
+        }
+        st.cause = Some(code.to_owned());
+        self.emit(
+            &a.turn,
+            "error",
+            Some(a.attempt),
+            now_ms,
+            Fields::Error { message, code },
+        );
+    }
+
+    /// The attempt's response ended: one without its finish event failed.
+    pub fn end(&mut self, a: &AttemptRef, how: &End, now_ms: i64) {
+        let Some(st) = self.attempt_mut(a) else {
+            return;
+        };
+        if st.ended {
+            return;
+        }
+        st.ended = true;
+        let finished = st.finished;
+        match how {
+            End::Injected { point, how } => {
+                // Reported as injected even when the stream carried an error event of its
+                // own (`--inject-how error` writes one).
+                let code = format!("injected_{how}");
+                let message =
+                    format!("retryscope proxy cut the stream on purpose ({point}, {how})");
+                if let Some(st) = self.attempt_mut(a) {
+                    st.cause = None;
+                }
+                self.fail(a, &code, &message, now_ms);
+            }
+            _ if finished => {}
+            End::Complete => {
+                self.fail(a, "eof", "the stream ended before its finish event", now_ms)
+            }
+            End::Upstream(why) => {
+                let message = format!("upstream stream failed: {why}");
+                self.fail(a, "upstream_error", &message, now_ms);
+            }
+            End::ClientGone => self.fail(
+                a,
+                "client_closed",
+                "the client closed the stream before its finish event",
+                now_ms,
+            ),
+        }
+    }
+
+    /// Whether the turn's attempt has decoded its finish.
+    pub fn finished(&self, a: &AttemptRef) -> bool {
+        self.turns
+            .get(&a.turn)
+            .and_then(|t| t.attempts.get(a.attempt as usize))
+            .is_some_and(|s| s.finished)
+    }
+
+    /// The API a turn was for.
+    pub fn api_of(&self, turn: &str) -> Option<Api> {
+        self.turns.get(turn).map(|t| t.api)
+    }
+}
+
+#[cfg(test)]
+mod tests;

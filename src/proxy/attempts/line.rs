@@ -1,0 +1,53 @@
+//! The native event lines the tracker writes: one struct, one variant of fields per type.
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+#[derive(Serialize)]
+pub(super) struct Line<'a> {
+    pub(super) turn: &'a str,
+    #[serde(rename = "type")]
+    pub(super) kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) attempt: Option<u32>,
+    pub(super) ts: i64,
+    #[serde(flatten)]
+    pub(super) fields: Fields<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+pub(super) enum Fields<'a> {
+    None {},
+    TurnStart {
+        provider: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        model: Option<&'a str>,
+        session: &'a str,
+        agent: &'a str,
+    },
+    AttemptStart {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        model: Option<&'a str>,
+    },
+    Retry {
+        reason: &'a str,
+    },
+    Chunk {
+        provider: &'a str,
+        data: &'a RawValue,
+    },
+    Error {
+        message: &'a str,
+        code: &'a str,
+    },
+    Exec {
+        id: &'a str,
+        name: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        args: Option<&'a serde_json::Value>,
+    },
+    Output {
+        text: &'a str,
+    },
+}

@@ -1,0 +1,311 @@
+//! The response body: each upstream chunk goes to the client as it arrives while the
+//! tracker sees its payloads; a stream chosen for injection is forwarded frame by frame and
+//! cut where its cutter says (then reset, ended, or ended after the provider's error event).
+//! Owns telling the tracker how each response ended: complete, upstream error, client gone,
+//! or cut.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame as BodyFrame};
+use hyper::body::Incoming;
+
+use super::attempts::{AttemptRef, End};
+use super::conn::ConnCtl;
+use super::forward::{Proxy, ProxyNote, error_chain, now_ms};
+use super::frames::{Framer, Framing};
+use super::inject::{Cutter, Decision, How, Injector};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What the tracker learns from one response.
+pub(super) struct Observer {
+    pub(super) proxy: Arc<Proxy>,
+    pub(super) route: usize,
+    pub(super) attempt: AttemptRef,
+    pub(super) framer: Framer,
+    /// Whether the body is a model stream (a 2xx), whose payloads are decoded.
+    pub(super) decode: bool,
+    pub(super) ended: bool,
+}
+
+impl Observer {
+    fn chunk(&self, data: &str) {
+        if self.decode {
+            self.proxy.tracker().chunk(&self.attempt, data, now_ms());
+        }
+    }
+
+    fn chunks(&self, frames: &[super::frames::Frame]) {
+        if self.decode && !frames.is_empty() {
+            let now = now_ms();
+            let mut t = self.proxy.tracker();
+            for f in frames {
+                t.chunk(&self.attempt, &f.data, now);
+            }
+        }
+    }
+
+    fn end(&mut self, how: End) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        let now = now_ms();
+        let mut t = self.proxy.tracker();
+        if self.decode && self.framer.framing() == Framing::Whole && how == End::Complete {
+            // A non-streaming answer: as the chunks its provider would have streamed; one
+            // this proxy cannot reshape is recorded as finished.
+            let (frame, _) = self.framer.finish();
+            let chunks = frame
+                .as_ref()
+                .map(|f| super::whole::as_chunks(self.attempt.api, &f.data))
+                .unwrap_or_default();
+            match (chunks.is_empty(), frame) {
+                (false, _) => {
+                    for c in &chunks {
+                        t.chunk(&self.attempt, c, now);
+                    }
+                }
+                (true, Some(f)) => {
+                    let reason = serde_json::from_str::<serde_json::Value>(&f.data)
+                        .ok()
+                        .and_then(|v| {
+                            v.get("stop_reason")
+                                .or_else(|| v.pointer("/choices/0/finish_reason"))
+                                .or_else(|| v.get("status"))
+                                .and_then(|r| r.as_str().map(str::to_owned))
+                        })
+                        .unwrap_or_else(|| "stop".to_owned());
+                    t.complete_whole(&self.attempt, &reason, now);
+                }
+                (true, None) => {}
+            }
+        }
+        t.end(&self.attempt, &how, now);
+    }
+}
+
+/// A response body streamed from upstream to the client as it arrives.
+pub struct ObservedBody {
+    pub(super) inner: Option<Incoming>,
+    pub(super) observer: Option<Observer>,
+    pub(super) cutter: Option<Cutter>,
+    /// Forward whole frames (a stream chosen for injection) rather than chunks as they come.
+    pub(super) framed: bool,
+    pub(super) ctl: Option<Arc<ConnCtl>>,
+    pub(super) pending: VecDeque<Bytes>,
+    /// After `pending`: end the body, or reset.
+    pub(super) then: Option<How>,
+    /// Before a reset: time for the last bytes to leave and reach the client (a RST drops
+    /// whatever is still queued, on either side).
+    pub(super) reset_wait: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+/// How long the bytes before an injected reset get to reach the client.
+const RESET_DELAY: std::time::Duration = std::time::Duration::from_millis(100);
+
+impl ObservedBody {
+    /// Cut now: `pending` holds what is still forwarded.
+    fn cut(&mut self, how: How) {
+        let Some(cutter) = self.cutter.take() else {
+            return;
+        };
+        self.inner = None; // the upstream sees us go away, as after a real cut
+        if let Some(obs) = &mut self.observer {
+            if how == How::Error {
+                let (bytes, data) = cutter.error_bytes(obs.framer.framing());
+                self.pending.push_back(Bytes::from(bytes));
+                obs.chunk(&data);
+            }
+            let (point, how_s) = (cutter.point().as_str(), how.as_str());
+            (obs.proxy.notes)(ProxyNote::Cut { point, how: how_s });
+            obs.end(End::Injected { point, how: how_s });
+        }
+        self.then = Some(if how == How::Reset {
+            How::Reset
+        } else {
+            How::Eof
+        });
+    }
+
+    /// Framed forwarding of a data chunk: frames as they complete, cut where the rule says.
+    fn framed_chunk(&mut self, data: &[u8]) {
+        let frames = match &mut self.observer {
+            Some(obs) => obs.framer.push(data),
+            None => {
+                self.pending.push_back(Bytes::copy_from_slice(data));
+                return;
+            }
+        };
+        for f in frames {
+            let decision = match &mut self.cutter {
+                Some(c) => c.decide(&f),
+                None => Decision::Forward,
+            };
+            let claimed = decision != Decision::Forward && self.claim();
+            if decision != Decision::Forward && !claimed {
+                // Another stream took the last cut: this one passes untouched.
+                self.cutter = None;
+            }
+            let how = self.cutter.as_ref().map(Cutter::how).unwrap_or_default();
+            match decision {
+                Decision::CutAfter { bytes, data } if claimed => {
+                    self.pending.push_back(Bytes::from(bytes));
+                    if let Some(o) = &self.observer {
+                        o.chunk(&data);
+                    }
+                    self.cut(how);
+                    return;
+                }
+                Decision::CutBefore if claimed => {
+                    self.cut(how);
+                    return;
+                }
+                _ => {
+                    if let Some(o) = &self.observer {
+                        o.chunk(&f.data);
+                    }
+                    self.pending.push_back(Bytes::from(f.bytes));
+                }
+            }
+        }
+    }
+
+    /// Whether the upstream body has nothing more (read to its length, or its end seen).
+    fn upstream_at_end(&self) -> bool {
+        self.inner.as_ref().is_some_and(Body::is_end_stream)
+    }
+
+    /// The upstream body ended: flush the framer (a last event without its blank line, a JSON
+    /// array's closing bracket) and tell the tracker the response is complete.
+    fn upstream_done(&mut self) {
+        self.inner = None;
+        if let Some(obs) = &mut self.observer {
+            if obs.framer.framing() != Framing::Whole {
+                let (last, tail) = obs.framer.finish();
+                if let Some(f) = last {
+                    obs.chunk(&f.data);
+                    if self.framed {
+                        self.pending.push_back(Bytes::from(f.bytes));
+                    }
+                }
+                if self.framed && !tail.is_empty() {
+                    self.pending.push_back(Bytes::from(tail));
+                }
+            }
+            obs.end(End::Complete);
+        }
+    }
+
+    /// Take one of the upstream's cuts.
+    fn claim(&self) -> bool {
+        self.observer.as_ref().is_some_and(|o| {
+            o.proxy.routes[o.route]
+                .injector
+                .as_ref()
+                .is_some_and(Injector::claim)
+        })
+    }
+}
+
+impl Body for ObservedBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<BodyFrame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        loop {
+            if let Some(b) = this.pending.pop_front() {
+                return Poll::Ready(Some(Ok(BodyFrame::data(b))));
+            }
+            match this.then.take() {
+                Some(How::Reset) => {
+                    let wait = this
+                        .reset_wait
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(RESET_DELAY)));
+                    if wait.as_mut().poll(cx).is_pending() {
+                        this.then = Some(How::Reset);
+                        return Poll::Pending;
+                    }
+                    if let Some(ctl) = &this.ctl {
+                        ctl.reset();
+                    }
+                    return Poll::Ready(Some(Err("retryscope proxy: injected reset".into())));
+                }
+                Some(_) => return Poll::Ready(None),
+                None => {}
+            }
+            let Some(inner) = this.inner.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match Pin::new(inner).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => {
+                    this.upstream_done();
+                    if this.pending.is_empty() {
+                        return Poll::Ready(None);
+                    }
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    this.inner = None;
+                    if let Some(obs) = &mut this.observer {
+                        (obs.proxy.notes)(ProxyNote::UpstreamError);
+                        obs.end(End::Upstream(error_chain(&e)));
+                    }
+                    return Poll::Ready(Some(Err(Box::new(e))));
+                }
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => {
+                        if this.framed {
+                            this.framed_chunk(&data);
+                            if this.upstream_at_end() {
+                                this.upstream_done();
+                            }
+                            continue;
+                        }
+                        if let Some(obs) = &mut this.observer {
+                            if obs.framer.framing() == Framing::Whole {
+                                obs.framer.push(&data);
+                            } else {
+                                let frames = obs.framer.push(&data);
+                                obs.chunks(&frames);
+                            }
+                        }
+                        // A body with a length ends with its last byte: the server may not
+                        // poll again (then this body is dropped, and must not look cut).
+                        if this.upstream_at_end() {
+                            this.upstream_done();
+                        }
+                        return Poll::Ready(Some(Ok(BodyFrame::data(data))));
+                    }
+                    Err(frame) => return Poll::Ready(Some(Ok(frame))),
+                },
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_none() && self.pending.is_empty() && self.then.is_none()
+    }
+}
+
+impl Drop for ObservedBody {
+    fn drop(&mut self) {
+        if self.upstream_at_end() {
+            self.upstream_done();
+        }
+        if let Some(obs) = &mut self.observer
+            && !obs.ended
+        {
+            obs.end(End::ClientGone);
+        }
+    }
+}

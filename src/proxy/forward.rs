@@ -1,0 +1,479 @@
+//! Forwarding: the listener (HTTP/1.1 and h2c), the upstream client (HTTP/1.1 and HTTP/2
+//! over TLS by ALPN, rustls with the ring provider), and the response body that streams each
+//! upstream chunk to the client as it arrives, byte for byte, while the attempt tracker sees
+//! it (and, for a stream chosen for injection, cuts it where the rule says).
+//!
+//! Owns: hop-by-hop headers (RFC 9110 §7.6.1), the request body limit, and what each request
+//! tells the tracker before its response streams (`body.rs`); routes are `route.rs`'s, the
+//! client connection's reset `conn.rs`'s.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Either, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+
+use super::ProxyError;
+use super::attempts::{End, Tracker};
+use super::body::{ObservedBody, Observer};
+use super::conn::{ConnCtl, ResettableStream};
+use super::frames::{Framer, Framing};
+use super::history::{self, Api};
+use super::inject::Injector;
+use super::record::Recorder;
+use super::route::Route;
+use super::settings::ProxySettings;
+
+/// The body the proxy answers with.
+pub type ProxyBody = Either<ObservedBody, Full<Bytes>>;
+
+/// Largest stream event the framer holds (a bigger one is forwarded but not decoded).
+const MAX_FRAME: usize = 8 << 20;
+
+/// Milliseconds since the Unix epoch (event times of the lines the proxy writes).
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Something the proxy did that is counted (and logged) by its owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProxyNote {
+    /// A stream was cut on purpose.
+    Cut {
+        /// Where.
+        point: &'static str,
+        /// How.
+        how: &'static str,
+    },
+    /// The upstream could not be reached or failed mid-body.
+    UpstreamError,
+}
+
+/// The proxy: routes, the upstream client, the tracker.
+pub struct Proxy {
+    pub(super) routes: Vec<Route>,
+    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    tracker: Mutex<Tracker>,
+    recorder: Option<Recorder>,
+    pub(super) notes: Box<dyn Fn(ProxyNote) + Send + Sync>,
+    max_request_bytes: usize,
+}
+
+impl Proxy {
+    /// A proxy for `settings`, tracking into `tracker`; `notes` hears about cuts and errors.
+    pub fn new(
+        settings: &ProxySettings,
+        tracker: Tracker,
+        notes: Box<dyn Fn(ProxyNote) + Send + Sync>,
+    ) -> Result<Self, ProxyError> {
+        if settings.upstream.is_empty() {
+            return Err(ProxyError::Config(
+                "no upstream: give --upstream URL or [[proxy.upstream]] in the config".to_owned(),
+            ));
+        }
+        let mut routes = settings
+            .upstream
+            .iter()
+            .map(|u| Route::new(u, settings.inject.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        // Longest prefix first.
+        routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
+        let recorder = match &settings.record {
+            Some(dir) => Some(
+                Recorder::open(dir)
+                    .map_err(|e| ProxyError::Record(dir.display().to_string(), e))?,
+            ),
+            None => None,
+        };
+        Ok(Proxy {
+            routes,
+            client: client(settings.ca_file.as_deref())?,
+            tracker: Mutex::new(tracker),
+            recorder,
+            notes,
+            max_request_bytes: settings.max_request_bytes,
+        })
+    }
+
+    fn route(&self, path: &str) -> Option<usize> {
+        self.routes.iter().position(|r| r.matches(path))
+    }
+
+    pub(super) fn tracker(&self) -> std::sync::MutexGuard<'_, Tracker> {
+        match self.tracker.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// The tracker's counters.
+    pub fn stats(&self) -> super::attempts::TrackerStats {
+        self.tracker().stats()
+    }
+
+    /// Streams cut so far, over every upstream.
+    pub fn cuts(&self) -> u64 {
+        self.routes
+            .iter()
+            .filter_map(|r| r.injector.as_ref())
+            .map(Injector::cuts)
+            .sum()
+    }
+}
+
+/// The upstream client: HTTP/1.1 and HTTP/2 (by ALPN) over rustls with the ring provider,
+/// the system's roots plus `ca_file` (PEM), or plain HTTP.
+fn client(
+    ca_file: Option<&std::path::Path>,
+) -> Result<Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>, ProxyError> {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    for cert in native.certs {
+        let _ = roots.add(cert);
+    }
+    if let Some(path) = ca_file {
+        let certs = CertificateDer::pem_file_iter(path)
+            .map_err(|e| ProxyError::Tls(format!("ca_file {}: {e}", path.display())))?;
+        for cert in certs {
+            let cert =
+                cert.map_err(|e| ProxyError::Tls(format!("ca_file {}: {e}", path.display())))?;
+            roots
+                .add(cert)
+                .map_err(|e| ProxyError::Tls(format!("ca_file {}: {e}", path.display())))?;
+        }
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| ProxyError::Tls(e.to_string()))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(http);
+    Ok(Client::builder(TokioExecutor::new()).build(https))
+}
+
+/// Serve until `shutdown` resolves. Each connection speaks HTTP/1.1 or HTTP/2 (prior
+/// knowledge).
+pub async fn serve(
+    listener: TcpListener,
+    proxy: Arc<Proxy>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "proxy: accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let ctl = Arc::new(ConnCtl::default());
+        let io = TokioIo::new(ResettableStream {
+            inner: stream,
+            ctl: ctl.clone(),
+        });
+        let proxy = proxy.clone();
+        tokio::spawn(async move {
+            let service =
+                hyper::service::service_fn(move |req| handle(proxy.clone(), ctl.clone(), req));
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            if let Err(e) = builder.serve_connection(io, service).await {
+                tracing::debug!(error = %e, "proxy: connection ended with an error");
+            }
+        });
+    }
+}
+
+fn plain(status: StatusCode, msg: &str) -> Response<ProxyBody> {
+    let mut r = Response::new(Either::Right(Full::new(Bytes::from(format!(
+        "retryscope proxy: {msg}\n"
+    )))));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+/// Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1), plus those the
+/// `Connection` header names.
+fn strip_hop_by_hop(h: &mut HeaderMap) {
+    let named: Vec<HeaderName> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for n in named {
+        h.remove(n);
+    }
+    for n in [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    ] {
+        h.remove(n);
+    }
+}
+
+async fn handle(
+    proxy: Arc<Proxy>,
+    ctl: Arc<ConnCtl>,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let path = req.uri().path().to_owned();
+    let path_and_query = req
+        .uri()
+        .path_and_query()
+        .map(|pq| pq.as_str().to_owned())
+        .unwrap_or_else(|| "/".to_owned());
+    let Some(ri) = proxy.route(&path) else {
+        return Ok(plain(
+            StatusCode::NOT_FOUND,
+            "no upstream is configured for this path",
+        ));
+    };
+    let route = &proxy.routes[ri];
+    let target = match route.target(&path_and_query) {
+        Ok(t) => t,
+        Err(_) => {
+            return Ok(plain(
+                StatusCode::BAD_REQUEST,
+                "cannot build the upstream URL",
+            ));
+        }
+    };
+    let h2 = req.version() == http::Version::HTTP_2;
+    let (mut parts, body) = req.into_parts();
+    let body = match Limited::new(body, proxy.max_request_bytes).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return Ok(
+                if e.downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some()
+                {
+                    plain(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "request body over the proxy's limit",
+                    )
+                } else {
+                    plain(StatusCode::BAD_REQUEST, "cannot read the request body")
+                },
+            );
+        }
+    };
+    let api = (parts.method == http::Method::POST)
+        .then(|| Api::from_path(&path))
+        .flatten();
+    let attempt = api.map(|api| {
+        let parsed = match request_encoding(&parts.headers) {
+            None => history::parse(api, &path, &body),
+            Some("gzip") => gunzip(&body, proxy.max_request_bytes)
+                .and_then(|plain| history::parse(api, &path, &plain)),
+            // Another coding (zstd...): forwarded, not read.
+            Some(_) => None,
+        };
+        let retry_count = parts
+            .headers
+            .get("x-stainless-retry-count")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u32>().ok());
+        proxy
+            .tracker()
+            .begin(api, parsed.as_ref(), retry_count, now_ms())
+    });
+    if let (Some(rec), Some(a)) = (&proxy.recorder, &attempt) {
+        rec.request(a, &parts.method, &path_and_query, &parts.headers, &body);
+    }
+    strip_hop_by_hop(&mut parts.headers);
+    if attempt.is_some() {
+        // The stream must be readable by the tracker: no compression on the model call.
+        parts.headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+    }
+    parts.headers.remove(header::HOST);
+    let mut up = Request::new(Full::new(body));
+    *up.method_mut() = parts.method;
+    *up.uri_mut() = target;
+    *up.headers_mut() = parts.headers;
+    let resp = match proxy.client.request(up).await {
+        Ok(r) => r,
+        Err(e) => {
+            (proxy.notes)(ProxyNote::UpstreamError);
+            let why = error_chain(&e);
+            tracing::warn!(error = %why, path = %crate::sanitize::display(&path), "proxy: upstream request failed");
+            if let Some(a) = &attempt {
+                proxy.tracker().end(a, &End::Upstream(why), now_ms());
+            }
+            return Ok(plain(
+                StatusCode::BAD_GATEWAY,
+                "the upstream could not be reached",
+            ));
+        }
+    };
+    let (mut rparts, rbody) = resp.into_parts();
+    strip_hop_by_hop(&mut rparts.headers);
+    let content_type = rparts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let framing = if content_type.starts_with("text/event-stream") {
+        Framing::Sse
+    } else if api == Some(Api::Gemini) && path.ends_with(":streamGenerateContent") {
+        Framing::JsonArray
+    } else {
+        Framing::Whole
+    };
+    let success = rparts.status.is_success();
+    if let (Some(a), false) = (&attempt, success) {
+        proxy
+            .tracker()
+            .http_error(a, rparts.status.as_u16(), now_ms());
+    }
+    let cutter = match (&attempt, success, framing) {
+        (Some(a), true, Framing::Sse | Framing::JsonArray) => {
+            route.injector.as_ref().and_then(|inj| inj.choose(a.api))
+        }
+        _ => None,
+    };
+    let observer = attempt.map(|a| Observer {
+        framer: Framer::new(framing, MAX_FRAME),
+        decode: success,
+        proxy: proxy.clone(),
+        route: ri,
+        attempt: a,
+        ended: false,
+    });
+    let body = ObservedBody {
+        inner: Some(rbody),
+        framed: cutter.is_some(),
+        cutter,
+        observer,
+        ctl: (!h2).then_some(ctl),
+        pending: VecDeque::new(),
+        then: None,
+        reset_wait: None,
+    };
+    Ok(Response::from_parts(rparts, Either::Left(body)))
+}
+
+/// The request body's `content-encoding`, when it has one (`identity` is none).
+fn request_encoding(h: &HeaderMap) -> Option<&str> {
+    h.get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|e| !e.is_empty() && !e.eq_ignore_ascii_case("identity"))
+}
+
+/// A gzip body, decompressed up to `limit` bytes, for reading (what is forwarded is the
+/// original).
+fn gunzip(body: &[u8], limit: usize) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(body)
+        .take(limit as u64)
+        .read_to_end(&mut out)
+        .ok()?;
+    Some(out)
+}
+
+pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gzip_request_bodies_are_read_and_other_codings_skipped() {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        enc.write_all(b"{\"model\":\"m\"}").expect("write");
+        let gz = enc.finish().expect("finish");
+        assert_eq!(
+            gunzip(&gz, 1 << 20).as_deref(),
+            Some(b"{\"model\":\"m\"}".as_slice())
+        );
+        assert_eq!(gunzip(b"not gzip", 1 << 20), None);
+        let mut h = HeaderMap::new();
+        assert_eq!(request_encoding(&h), None);
+        h.insert(
+            header::CONTENT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+        assert_eq!(request_encoding(&h), None);
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("zstd"));
+        assert_eq!(request_encoding(&h), Some("zstd"));
+    }
+
+    #[test]
+    fn hop_by_hop_headers_and_those_connection_names_are_removed() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-trace-hop"),
+        );
+        h.insert("x-trace-hop", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert("x-api-key", HeaderValue::from_static("k"));
+        strip_hop_by_hop(&mut h);
+        let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["x-api-key"]);
+    }
+}

@@ -1,0 +1,182 @@
+//! `--record DIR`: a session on disk, in a form `retryscope check` reads.
+//!
+//! Owns: the recording's layout. `DIR/proxy-<start>.jsonl` holds every native line the proxy
+//! hands the pipeline (turns, attempts, each raw stream chunk in a `provider_chunk` envelope,
+//! cuts, executions read from the next request), so `retryscope check DIR` re-correlates the
+//! session exactly; `DIR/requests/<turn>.<attempt>.http` holds each attempt's request as sent
+//! (method, path, headers, body), with secrets replaced by `[redacted]`: the `authorization`,
+//! `proxy-authorization`, `x-api-key`, `x-goog-api-key`, `api-key` and `cookie` headers and
+//! `key=` query parameters. `check` skips the `.http` files (their first line is not JSON).
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use http::HeaderMap;
+
+use super::attempts::{AttemptRef, LineSink};
+
+/// Headers whose values are secrets.
+pub const SECRET_HEADERS: [&str; 6] = [
+    "authorization",
+    "proxy-authorization",
+    "x-api-key",
+    "x-goog-api-key",
+    "api-key",
+    "cookie",
+];
+
+/// `path?query` with the values of `key` parameters redacted.
+pub fn redact_query(path_and_query: &str) -> String {
+    let Some((path, query)) = path_and_query.split_once('?') else {
+        return path_and_query.to_owned();
+    };
+    let parts: Vec<String> = query
+        .split('&')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _)) if k.eq_ignore_ascii_case("key") || k.eq_ignore_ascii_case("api_key") => {
+                format!("{k}=[redacted]")
+            }
+            _ => kv.to_owned(),
+        })
+        .collect();
+    format!("{path}?{}", parts.join("&"))
+}
+
+/// Where requests are written.
+pub struct Recorder {
+    requests: PathBuf,
+}
+
+impl Recorder {
+    /// Create `dir/requests/`.
+    pub fn open(dir: &Path) -> std::io::Result<Self> {
+        let requests = dir.join("requests");
+        std::fs::create_dir_all(&requests)?;
+        Ok(Recorder { requests })
+    }
+
+    /// The session's event file in `dir` for a proxy started at `start_ms`.
+    pub fn events_path(dir: &Path, start_ms: i64) -> PathBuf {
+        dir.join(format!("proxy-{start_ms}.jsonl"))
+    }
+
+    /// Save an attempt's request, secrets redacted. Failures are logged, never fatal.
+    pub fn request(
+        &self,
+        a: &AttemptRef,
+        method: &http::Method,
+        path_and_query: &str,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) {
+        let name: String = format!("{}.{}.http", a.turn, a.attempt)
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '#') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let mut text = format!("{method} {} HTTP/1.1\r\n", redact_query(path_and_query));
+        for (k, v) in headers {
+            let value = if SECRET_HEADERS.contains(&k.as_str()) {
+                "[redacted]".to_owned()
+            } else {
+                String::from_utf8_lossy(v.as_bytes()).into_owned()
+            };
+            text.push_str(&format!("{k}: {value}\r\n"));
+        }
+        text.push_str("\r\n");
+        let mut bytes = text.into_bytes();
+        bytes.extend_from_slice(body);
+        if let Err(e) = std::fs::write(self.requests.join(name), bytes) {
+            tracing::warn!(error = %e, "proxy: cannot record a request");
+        }
+    }
+}
+
+/// A line sink that also appends every line to a file (the recording), then passes it on.
+pub struct Tee {
+    file: Mutex<BufWriter<File>>,
+    next: Box<dyn LineSink>,
+    failed: bool,
+}
+
+impl Tee {
+    /// Append to `path` (created) and pass lines to `next`.
+    pub fn new(path: &Path, next: Box<dyn LineSink>) -> std::io::Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        Ok(Tee {
+            file: Mutex::new(BufWriter::new(file)),
+            next,
+            failed: false,
+        })
+    }
+}
+
+impl LineSink for Tee {
+    fn line(&mut self, line: Vec<u8>) {
+        if let Ok(mut f) = self.file.lock() {
+            let r = f
+                .write_all(&line)
+                .and_then(|()| f.write_all(b"\n"))
+                .and_then(|()| f.flush());
+            if let Err(e) = r {
+                if !self.failed {
+                    tracing::warn!(error = %e, "proxy: cannot write the recording");
+                }
+                self.failed = true;
+            }
+        }
+        self.next.line(line);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_query_parameters_are_redacted() {
+        assert_eq!(
+            redact_query("/v1beta/models/m:streamGenerateContent?alt=sse&key=AIzaSECRET"),
+            "/v1beta/models/m:streamGenerateContent?alt=sse&key=[redacted]"
+        );
+        assert_eq!(redact_query("/v1/messages"), "/v1/messages");
+    }
+
+    #[test]
+    fn recorded_requests_have_no_secrets() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rec = Recorder::open(dir.path()).expect("open");
+        let mut h = HeaderMap::new();
+        h.insert("x-api-key", "sk-ant-SECRET".parse().expect("v"));
+        h.insert("authorization", "Bearer sk-SECRET".parse().expect("v"));
+        h.insert("x-goog-api-key", "AIzaSECRET".parse().expect("v"));
+        h.insert("content-type", "application/json".parse().expect("v"));
+        let a = AttemptRef {
+            turn: "px-1#2".to_owned(),
+            attempt: 1,
+            api: super::super::history::Api::Anthropic,
+        };
+        rec.request(
+            &a,
+            &http::Method::POST,
+            "/v1/messages?key=SECRET",
+            &h,
+            b"{\"model\":\"m\"}",
+        );
+        let text =
+            std::fs::read_to_string(dir.path().join("requests/px-1#2.1.http")).expect("read");
+        assert!(!text.contains("SECRET"), "{text}");
+        assert!(text.contains("content-type: application/json"));
+        assert!(text.ends_with("{\"model\":\"m\"}"));
+    }
+}
