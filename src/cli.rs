@@ -32,7 +32,7 @@ enum Command {
     /// Correlate recorded logs offline and report turns, findings and cost.
     Check(check_cmd::CheckArgs),
     /// Tail agent logs (or stdin, or a demo fleet) and serve Prometheus metrics live.
-    Run(run_cmd::RunArgs),
+    Run(Box<run_cmd::RunArgs>),
     /// Tail agent logs and publish their lines to NATS JetStream, partitioned by turn id.
     Ship(ship_cmd::ShipArgs),
     /// Sit between an agent and its model provider: see every attempt on the wire, and cut
@@ -67,7 +67,7 @@ pub fn main() -> ExitCode {
             init_logging("warn");
             check_cmd::run(args)
         }
-        Command::Run(args) => run_cmd::run(args),
+        Command::Run(args) => run_cmd::run(*args),
         Command::Validate(args) => run_cmd::validate(args),
         Command::Proxy(args) => proxy_cmd::run(args),
         Command::Ship(args) => {

@@ -39,6 +39,53 @@ pub struct OtlpSettings {
     pub client_key: Option<std::path::PathBuf>,
 }
 
+/// The OTLP receiver (off unless `listen` or `grpc_listen` is set, here or by flag).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OtlpReceiverSettings {
+    /// OTLP/HTTP address (`HOST:PORT`; `:PORT` or `PORT` alone mean 127.0.0.1).
+    pub listen: Option<String>,
+    /// OTLP/gRPC address (same forms).
+    pub grpc_listen: Option<String>,
+    /// File holding the bearer token clients must send.
+    pub token_file: Option<PathBuf>,
+    /// TLS certificate chain (PEM) for both listeners.
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    pub tls_key: Option<PathBuf>,
+    /// Largest request body in bytes, compressed or decompressed.
+    pub max_request_bytes: usize,
+    /// Bytes of accepted records waiting for the engine before requests are refused as
+    /// retryable (429 / UNAVAILABLE).
+    pub queue_bytes: u64,
+}
+
+impl Default for OtlpReceiverSettings {
+    fn default() -> Self {
+        OtlpReceiverSettings {
+            listen: None,
+            grpc_listen: None,
+            token_file: None,
+            tls_cert: None,
+            tls_key: None,
+            max_request_bytes: 16 << 20,
+            queue_bytes: 128 << 20,
+        }
+    }
+}
+
+/// A listen address with the host filled in: `4318` and `:4318` mean `127.0.0.1:4318`.
+pub fn listen_addr(addr: &str) -> String {
+    let a = addr.trim();
+    if a.bytes().all(|b| b.is_ascii_digit()) && !a.is_empty() {
+        return format!("127.0.0.1:{a}");
+    }
+    if let Some(port) = a.strip_prefix(':') {
+        return format!("127.0.0.1:{port}");
+    }
+    a.to_owned()
+}
+
 /// The built-in demo fleet.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -110,6 +157,8 @@ pub struct RunConfig {
     pub labels: MetricsConfig,
     /// Trace export.
     pub otlp: OtlpSettings,
+    /// The OTLP receiver.
+    pub otlp_receiver: OtlpReceiverSettings,
     /// The demo fleet (`--demo`).
     pub demo: DemoSettings,
     /// `retryscope proxy`: listener, upstreams, injection, recording.
@@ -142,6 +191,7 @@ impl Default for RunConfig {
             format: Format::Auto,
             labels: MetricsConfig::default(),
             otlp: OtlpSettings::default(),
+            otlp_receiver: OtlpReceiverSettings::default(),
             demo: DemoSettings::default(),
             proxy: crate::proxy::ProxySettings::default(),
             reset_checkpoint: false,
@@ -229,6 +279,29 @@ impl RunConfig {
         }
         if self.workers == Some(0) {
             return Err(ConfigError::Invalid("workers must be positive".to_owned()));
+        }
+        let r = &self.otlp_receiver;
+        for (name, addr) in [
+            ("otlp_receiver.listen", &r.listen),
+            ("otlp_receiver.grpc_listen", &r.grpc_listen),
+        ] {
+            if let Some(a) = addr
+                && !is_host_port(&listen_addr(a))
+            {
+                return Err(ConfigError::Invalid(format!(
+                    "{name} `{a}` is not HOST:PORT, :PORT or PORT (e.g. 127.0.0.1:4318)"
+                )));
+            }
+        }
+        if r.tls_cert.is_some() != r.tls_key.is_some() {
+            return Err(ConfigError::Invalid(
+                "otlp_receiver: give both tls_cert and tls_key, or neither".to_owned(),
+            ));
+        }
+        if r.max_request_bytes == 0 || r.queue_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "otlp_receiver.max_request_bytes and queue_bytes must be positive".to_owned(),
+            ));
         }
         if !(0.0..=1.0).contains(&self.demo.retry_rate) {
             return Err(ConfigError::Invalid(

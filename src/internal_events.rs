@@ -161,6 +161,32 @@ impl InternalEvent for CheckpointFailed<'_> {
     }
 }
 
+/// An OTLP export request was refused (busy, too large, malformed, unauthorized, ...):
+/// counted by signal, protocol and outcome, logged (rate-limited) with the reason.
+pub struct OtlpRequestRejected<'a> {
+    /// `logs`, `traces`, `metrics`.
+    pub signal: &'static str,
+    /// `http_json`, `http_protobuf`, `grpc`.
+    pub protocol: &'static str,
+    /// Why, as a label value.
+    pub outcome: &'static str,
+    /// Why, in words (sent to the client too).
+    pub message: &'a str,
+}
+
+impl InternalEvent for OtlpRequestRejected<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics.otlp_request(self.signal, self.protocol, self.outcome, 0);
+        tracing::warn!(
+            signal = self.signal,
+            protocol = self.protocol,
+            outcome = self.outcome,
+            reason = %display(self.message),
+            "refused an OTLP request"
+        );
+    }
+}
+
 /// A finding could not be written to the findings output.
 pub struct FindingWriteFailed<'a> {
     /// Why.

@@ -3,11 +3,13 @@
 //! One blocking thread owns the pipeline (decoders and correlator), the file tailer and the
 //! findings sink, so a checkpoint taken between two polls is consistent: file offsets,
 //! open-turn state, metric values and the findings file offset all describe the same instant.
-//! stdin and the demo fleet feed lines through a bounded channel; the HTTP server and the trace
-//! exporter live on the tokio runtime and never block this loop.
+//! stdin and the demo fleet feed lines through a bounded channel, the OTLP receiver through
+//! its bounded queue (`run/otlp_feed.rs`); the HTTP server and the trace exporter live on the
+//! tokio runtime and never block this loop.
 
 mod checkpoint;
 mod feeds;
+mod otlp_feed;
 mod sharded;
 
 use std::path::PathBuf;
@@ -41,6 +43,8 @@ pub struct Sources {
     pub stdin: bool,
     /// Run the built-in demo fleet.
     pub demo: bool,
+    /// Read what the OTLP receiver accepts into this queue.
+    pub otlp: Option<Arc<crate::source::otlp::Queue>>,
     /// Lines from another feed (`retryscope proxy`): set with [`Engine::with_feed`].
     pub external: bool,
 }
@@ -73,8 +77,16 @@ pub enum RunError {
         /// Why.
         source: std::io::Error,
     },
+    /// The OTLP receiver's spool cannot be opened or read.
+    #[error("cannot open the OTLP spool in {dir}: {source}")]
+    Spool {
+        /// Where.
+        dir: String,
+        /// Why.
+        source: std::io::Error,
+    },
     /// Nothing to read.
-    #[error("no source: give files or globs, `-` for stdin, or --demo")]
+    #[error("no source: give files or globs, `-` for stdin, --otlp-listen, or --demo")]
     NoSource,
 }
 
@@ -125,6 +137,7 @@ struct Live {
     ingest: ShardedIngest,
     tailer: Option<FileTailer>,
     feed: Option<Receiver<FeedItem>>,
+    otlp: Option<otlp_feed::OtlpFeed>,
     findings: FindingsSink,
     checkpoint_path: Option<PathBuf>,
     out: Vec<Output>,
@@ -179,6 +192,7 @@ impl Engine {
         if !self.sources.files
             && !self.sources.stdin
             && !self.sources.demo
+            && self.sources.otlp.is_none()
             && !self.sources.external
         {
             return Err(RunError::NoSource);
@@ -197,7 +211,12 @@ impl Engine {
             let now = wall_ms();
             let files_busy = self.poll_files(&mut live, now);
             let (feeds_busy, stdin_ended) = self.poll_feeds(&mut live, now);
-            if stdin_ended && !self.sources.files && !self.sources.demo {
+            let otlp_busy = self.poll_otlp(&mut live, now);
+            if stdin_ended
+                && !self.sources.files
+                && !self.sources.demo
+                && self.sources.otlp.is_none()
+            {
                 // stdin was the only source: its end is the end of input.
                 live.ingest
                     .close_all(&mut live.out, &mut |n| Ingested(n).emit(&self.metrics));
@@ -217,7 +236,7 @@ impl Engine {
                 last_checkpoint = Instant::now();
                 self.write_checkpoint(&mut live);
             }
-            if !files_busy && !feeds_busy {
+            if !files_busy && !feeds_busy && !otlp_busy {
                 std::thread::sleep(poll_every);
             }
         }
@@ -256,6 +275,7 @@ impl Engine {
         let fresh = restored.is_none();
         let format = self.cfg.format;
         let workers = self.cfg.workers.unwrap_or_else(default_workers);
+        let otlp_from = restored.as_ref().and_then(|cp| cp.otlp_spool);
         let (restored, file_checkpoints, findings_offset) = match restored {
             Some(cp) => {
                 tracing::info!(
@@ -317,10 +337,18 @@ impl Engine {
                 )
             })
         });
+        let otlp = match &self.sources.otlp {
+            Some(queue) => Some(
+                otlp_feed::OtlpFeed::start(queue.clone(), self.cfg.data_dir.as_deref(), otlp_from)
+                    .map_err(|(dir, source)| RunError::Spool { dir, source })?,
+            ),
+            None => None,
+        };
         let mut live = Live {
             ingest,
             tailer,
             feed,
+            otlp,
             findings,
             checkpoint_path,
             out: Vec::new(),
@@ -479,6 +507,24 @@ impl Engine {
         (taken == MAX_ITEMS_PER_POLL, stdin_ended)
     }
 
+    /// Take what the OTLP receiver accepted; `true` when more is waiting.
+    fn poll_otlp(&self, live: &mut Live, now: i64) -> bool {
+        let Live {
+            ingest,
+            otlp: Some(feed),
+            out,
+            summary,
+            ..
+        } = live
+        else {
+            return false;
+        };
+        let metrics = &*self.metrics;
+        let (lines, busy) = feed.poll(ingest, now, out, metrics);
+        summary.lines += lines;
+        busy
+    }
+
     /// Once a second: decide the format of streams that went quiet while sniffing, correlate
     /// the joined outputs of gemini-cli sessions that went quiet, and let idle turns time out.
     fn tick(&self, live: &mut Live, now: i64) {
@@ -487,6 +533,15 @@ impl Engine {
             .settle_idle(Some(now), &mut live.out, &mut |n| Ingested(n).emit(metrics));
         live.ingest.release_joined(JOIN_QUIET_TICKS, &mut live.out);
         live.ingest.tick(now, &mut live.out);
+        if let Some(feed) = &mut live.otlp {
+            feed.end_quiet_streams(
+                &mut live.ingest,
+                now,
+                self.cfg.idle_timeout_secs,
+                &mut live.out,
+                &self.metrics,
+            );
+        }
     }
 
     /// Hand what the correlator produced to the sinks.
@@ -533,6 +588,12 @@ impl Engine {
             open_turns = live.ingest.open_turns()
         )
         .entered();
+        if let Some(feed) = &mut live.otlp {
+            // Refuse new requests (clients retry them against the next run), then take what
+            // was acknowledged.
+            feed.close();
+            while self.poll_otlp(&mut live, wall_ms()) {}
+        }
         if live.checkpoint_path.is_some() {
             // Held gemini-cli session events are not in the checkpoint: correlate them now.
             live.ingest.release_joined(0, &mut live.out);
@@ -586,9 +647,13 @@ impl Engine {
             clock_ms: state.clock_ms,
             metrics: self.metrics.snapshot(),
             findings_offset,
+            otlp_spool: live.otlp.as_mut().and_then(|o| o.position()),
         };
         match cp.write(&path) {
             Ok(()) => {
+                if let Some(o) = &live.otlp {
+                    o.checkpointed();
+                }
                 live.summary.checkpoints += 1;
                 CheckpointWritten.emit(&self.metrics);
                 true

@@ -6,6 +6,8 @@
 //!
 //! - [`file`](mod@file): a polling tailer of log files (globs, rotation, truncation, restarts).
 //! - [`checkpoint_io`]: crash-safe reading and writing of a checkpoint file's bytes.
+//! - [`otlp`]: the OTLP receiver (HTTP and gRPC), its bounded queue and write-ahead spool.
 
 pub mod checkpoint_io;
 pub mod file;
+pub mod otlp;

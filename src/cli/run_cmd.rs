@@ -105,6 +105,23 @@ pub struct RunArgs {
     /// With --nats: partition checkpoint interval in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub(super) checkpoint_ms: u64,
+    /// Receive OTLP/HTTP (protobuf and JSON: /v1/logs, /v1/traces; /v1/metrics is
+    /// acknowledged and ignored) on this address (`HOST:PORT`; `:PORT` or `PORT` alone listen
+    /// on 127.0.0.1).
+    #[arg(long, value_name = "ADDR")]
+    otlp_listen: Option<String>,
+    /// Receive OTLP/gRPC (logs, traces and metrics services) on this address.
+    #[arg(long, value_name = "ADDR")]
+    otlp_grpc_listen: Option<String>,
+    /// The OTLP receiver requires `authorization: Bearer <token>` with the token in this file.
+    #[arg(long, value_name = "FILE")]
+    otlp_listen_token_file: Option<PathBuf>,
+    /// TLS certificate chain (PEM) for the OTLP listeners (with --otlp-tls-key).
+    #[arg(long, value_name = "FILE")]
+    otlp_tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM) for the OTLP listeners.
+    #[arg(long, value_name = "FILE")]
+    otlp_tls_key: Option<PathBuf>,
     /// When the checkpoint in --data-dir is unusable (corrupt, empty, truncated), move it and
     /// the findings file aside and start over; without this flag `run` refuses to start.
     #[arg(long)]
@@ -193,13 +210,37 @@ fn merge(args: &RunArgs) -> anyhow::Result<(RunConfig, Sources)> {
     }
     args.otlp_tls.apply_to(&mut cfg.otlp);
     cfg.otlp.capture_content |= args.capture_content;
+    let r = &mut cfg.otlp_receiver;
+    for (to, from) in [
+        (&mut r.listen, &args.otlp_listen),
+        (&mut r.grpc_listen, &args.otlp_grpc_listen),
+    ] {
+        if from.is_some() {
+            to.clone_from(from);
+        }
+    }
+    for (to, from) in [
+        (&mut r.token_file, &args.otlp_listen_token_file),
+        (&mut r.tls_cert, &args.otlp_tls_cert),
+        (&mut r.tls_key, &args.otlp_tls_key),
+    ] {
+        if from.is_some() {
+            to.clone_from(from);
+        }
+    }
     cfg.reset_checkpoint = args.reset_checkpoint;
     cfg.validate()?;
     preflight(&cfg)?;
+    let receiving = cfg.otlp_receiver.listen.is_some() || cfg.otlp_receiver.grpc_listen.is_some();
     let sources = Sources {
         files: !cfg.include.is_empty(),
         stdin,
         demo: args.demo,
+        otlp: receiving.then(|| {
+            Arc::new(retryscope::source::otlp::Queue::new(
+                cfg.otlp_receiver.queue_bytes,
+            ))
+        }),
         ..Sources::default()
     };
     Ok((cfg, sources))
@@ -385,14 +426,30 @@ async fn serve(
         }
         signal_flag.store(true, Ordering::SeqCst);
     });
+    let receiver = match &sources.otlp {
+        Some(queue) => Some(
+            retryscope::source::otlp::listen::Listeners::bind(
+                &cfg.otlp_receiver,
+                queue.clone(),
+                metrics.clone(),
+            )
+            .await?,
+        ),
+        None => None,
+    };
     let engine = Engine::new(cfg, sources, metrics.clone(), traces);
     let engine_shutdown = shutdown.clone();
+    // The receiver accepts once the engine is ready (the spool is open and replayed).
+    let receiver = receiver.map(|r| r.start_when(ready.clone()));
     let (summary, traces) =
         tokio::task::spawn_blocking(move || engine.run(engine_shutdown, ready, exit_on_eof))
             .await
             .context("the engine thread panicked")??;
     if let Some(t) = traces {
         t.shutdown(Duration::from_secs(10)).await;
+    }
+    if let Some(r) = receiver {
+        r.stop().await;
     }
     let _ = stop_server_tx.send(());
     let _ = server.await;

@@ -38,6 +38,9 @@ pub struct Checkpoint {
     pub metrics: MetricsSnapshot,
     /// Byte offset of the findings file.
     pub findings_offset: Option<u64>,
+    /// How far the OTLP receiver's spool has been read (absent without a receiver).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otlp_spool: Option<crate::source::otlp::SpoolPos>,
 }
 
 /// A checkpoint that exists but cannot be trusted.

@@ -231,7 +231,15 @@ impl ShardedIngest {
     pub fn stream(&mut self, source: Source, name: &str) -> StreamId {
         match &mut self.mode {
             Mode::Local(i) => i.stream(source, name),
-            Mode::Workers(w) => w.stream(source, name),
+            Mode::Workers(w) => w.stream(source, name, None),
+        }
+    }
+
+    /// See [`Ingest::stream_as`].
+    pub fn stream_as(&mut self, source: Source, name: &str, format: Format) -> StreamId {
+        match &mut self.mode {
+            Mode::Local(i) => i.stream_as(source, name, format),
+            Mode::Workers(w) => w.stream(source, name, Some(format)),
         }
     }
 
@@ -412,6 +420,8 @@ enum Op {
         id: u32,
         source: Source,
         name: String,
+        /// Read as this format whatever the ingest path's own (`Ingest::stream_as`).
+        format: Option<Format>,
     },
     Line {
         id: u32,
@@ -510,7 +520,7 @@ struct Workers {
 }
 
 impl Workers {
-    fn stream(&mut self, source: Source, name: &str) -> StreamId {
+    fn stream(&mut self, source: Source, name: &str, format: Option<Format>) -> StreamId {
         if let Some(id) = self.by_name[source as usize].get(name) {
             return StreamId::from_index(*id);
         }
@@ -530,6 +540,7 @@ impl Workers {
             id,
             source,
             name: name.to_owned(),
+            format,
         });
         StreamId::from_index(id)
     }
@@ -814,8 +825,16 @@ fn apply(
     note: &mut dyn FnMut(Note<'_>),
 ) {
     match op {
-        Op::Open { id, source, name } => {
-            let s = ingest.stream(*source, name);
+        Op::Open {
+            id,
+            source,
+            name,
+            format,
+        } => {
+            let s = match format {
+                Some(f) => ingest.stream_as(*source, name, *f),
+                None => ingest.stream(*source, name),
+            };
             local.insert(*id, s);
         }
         Op::Line {

@@ -211,6 +211,16 @@ impl Inner {
         ] {
             t.touch(f as usize, &[]);
         }
+        // The OTLP receiver: accepted requests per signal and protocol (refusals appear when
+        // they happen), records per signal, the queue.
+        for signal in ["logs", "traces", "metrics"] {
+            for protocol in ["http_json", "http_protobuf", "grpc"] {
+                t.touch(F::OtlpReceived as usize, &[signal, protocol, "accepted"]);
+            }
+            t.touch(F::OtlpRecords as usize, &[signal]);
+        }
+        t.touch(F::OtlpQueueRecords as usize, &[]);
+        t.touch(F::OtlpQueueBytes as usize, &[]);
         for p in crate::proxy::Point::ALL {
             for h in crate::proxy::How::ALL {
                 t.touch(F::ProxyCuts as usize, &[p.as_str(), h.as_str()]);
@@ -496,6 +506,27 @@ impl Metrics {
         inner.add(F::OtlpExported, &[], d[0] as f64);
         inner.add(F::OtlpDropped, &[], d[1] as f64);
         inner.add(F::OtlpFailures, &[], d[2] as f64);
+    }
+
+    /// Count one OTLP request received (`signal`, `protocol` and `outcome` come from closed
+    /// sets in `source::otlp`) and the records it carried when accepted.
+    pub fn otlp_request(&self, signal: &str, protocol: &str, outcome: &str, records: u64) {
+        let mut inner = lock(&self.inner);
+        inner.add(F::OtlpReceived, &[signal, protocol, outcome], 1.0);
+        if records > 0 {
+            inner.add(F::OtlpRecords, &[signal], records as f64);
+        }
+    }
+
+    /// The OTLP receiver's queue depth.
+    pub fn set_otlp_queue(&self, records: u64, bytes: u64) {
+        let mut inner = lock(&self.inner);
+        inner
+            .table
+            .set(F::OtlpQueueRecords as usize, &[], records as f64);
+        inner
+            .table
+            .set(F::OtlpQueueBytes as usize, &[], bytes as f64);
     }
 
     /// The current value of a counter or gauge series (`labels` in the family's label

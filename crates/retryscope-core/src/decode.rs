@@ -20,6 +20,7 @@ pub(crate) mod json_objects;
 pub mod native;
 pub(crate) mod openai_chat;
 pub(crate) mod openai_responses;
+pub mod otlp;
 pub mod provider;
 pub(crate) mod sse;
 

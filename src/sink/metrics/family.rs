@@ -109,6 +109,14 @@ families! {
         "Spans dropped before export.";
     OtlpFailures => "retryscope_otlp_export_failures_total", Counter, [],
         "Failed OTLP export calls.";
+    OtlpReceived => "retryscope_otlp_receiver_requests_total", Counter, ["signal", "protocol", "outcome"],
+        "OTLP export requests received (run --otlp-listen, --otlp-grpc-listen), by signal (logs, traces, metrics), protocol (http_json, http_protobuf, grpc) and outcome: accepted, or why not (busy, too_large, malformed, unauthorized, unsupported, spool_error); only accepted requests were acknowledged.";
+    OtlpRecords => "retryscope_otlp_receiver_records_total", Counter, ["signal"],
+        "Records in accepted OTLP requests: log records, spans, and metric data points (acknowledged and ignored).";
+    OtlpQueueRecords => "retryscope_otlp_receiver_queue_records", Gauge, [],
+        "OTLP records accepted and waiting for the engine.";
+    OtlpQueueBytes => "retryscope_otlp_receiver_queue_bytes", Gauge, [],
+        "Bytes of OTLP records accepted and waiting for the engine (bounded; beyond it requests are refused as retryable).";
     ProxyCuts => "retryscope_proxy_injected_cuts_total", Counter, ["point", "how"],
         "Streams `retryscope proxy` cut on purpose (--inject), by cut point and how.";
     ProxyUpstreamErrors => "retryscope_proxy_upstream_errors_total", Counter, [],

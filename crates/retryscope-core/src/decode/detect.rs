@@ -116,6 +116,12 @@ fn by_payload(v: &Value) -> Option<Format> {
     if obj.contains_key("turn") && ty.is_some() {
         return Some(Format::Native);
     }
+    if matches!(
+        obj.get("otlp").and_then(Value::as_str),
+        Some(crate::decode::otlp::LOG | crate::decode::otlp::SPAN)
+    ) {
+        return Some(Format::Otlp);
+    }
     if let Some(f) = agent_cli(obj, ty) {
         return Some(f);
     }

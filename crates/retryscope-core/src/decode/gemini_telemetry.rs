@@ -366,7 +366,8 @@ impl Decoder {
         ));
     }
 
-    fn record(&mut self, record: &Value, out: &mut Vec<Event<'static>>) {
+    /// One parsed record (span, log record or metrics batch).
+    pub(super) fn record(&mut self, record: &Value, out: &mut Vec<Event<'static>>) {
         let attrs = match record.get("attributes") {
             Some(a) if a.get("event.name").is_some() => a,
             _ if record.get("event.name").is_some() => record,

@@ -44,11 +44,14 @@ pub enum Format {
     CodexExec,
     /// gemini-cli's `-o stream-json` output (joined with its telemetry outfile in `check`).
     GeminiCliStreamJson,
+    /// OpenTelemetry log records and spans, one JSON object per line as the OTLP receiver
+    /// writes them (`decode::otlp`): gemini-cli, Claude Code, Codex and GenAI conventions.
+    Otlp,
 }
 
 impl Format {
     /// Every format, `Auto` first.
-    pub const ALL: [Format; 12] = [
+    pub const ALL: [Format; 13] = [
         Format::Auto,
         Format::Native,
         Format::OpenAiChat,
@@ -61,6 +64,7 @@ impl Format {
         Format::ClaudeCode,
         Format::CodexExec,
         Format::GeminiCliStreamJson,
+        Format::Otlp,
     ];
 
     /// The name used on the command line.
@@ -78,6 +82,7 @@ impl Format {
             Format::ClaudeCode => "claude-code",
             Format::CodexExec => "codex-exec",
             Format::GeminiCliStreamJson => "gemini-cli-stream-json",
+            Format::Otlp => "otlp",
         }
     }
 }
@@ -91,7 +96,7 @@ impl fmt::Display for Format {
 /// A format name that is not one of [`Format::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown format `{0}` (expected one of: auto, native, openai-chat, openai-responses, anthropic, gemini, gemini-cli-responses, acp, gemini-cli-telemetry, claude-code, codex-exec, gemini-cli-stream-json)"
+    "unknown format `{0}` (expected one of: auto, native, openai-chat, openai-responses, anthropic, gemini, gemini-cli-responses, acp, gemini-cli-telemetry, claude-code, codex-exec, gemini-cli-stream-json, otlp)"
 )]
 pub struct UnknownFormat(pub String);
 
@@ -158,6 +163,7 @@ pub fn stream_decoder(format: Format, stream_name: &str) -> Option<Box<dyn Strea
         Format::ClaudeCode => Box::new(super::claude_code::Decoder::default()),
         Format::CodexExec => Box::new(super::codex_exec::Decoder::default()),
         Format::GeminiCliStreamJson => Box::new(super::gemini_stream_json::Decoder::default()),
+        Format::Otlp => Box::new(super::otlp::Decoder::default()),
     })
 }
 
