@@ -143,6 +143,51 @@ impl CorrelatorSnapshot {
     pub fn open_turns(&self) -> usize {
         self.turns.len()
     }
+
+    /// One snapshot of the correlators that shared the turns of the same input (the live
+    /// engine's shards), taken at the same point of it: their turns (in opening order), the
+    /// closed ids they remember, their counters added up.
+    pub fn merge(parts: Vec<CorrelatorSnapshot>) -> CorrelatorSnapshot {
+        let mut merged = CorrelatorSnapshot {
+            turns: Vec::new(),
+            closed: Vec::new(),
+            stats: CorrelatorStats::default(),
+            seq: 0,
+        };
+        for part in parts {
+            merged.turns.extend(part.turns);
+            merged.closed.extend(part.closed);
+            merged.stats.add(&part.stats);
+            merged.seq = merged.seq.max(part.seq);
+        }
+        merged.turns.sort_by_key(|t| t.opened_seq());
+        merged
+    }
+
+    /// This snapshot cut into `count` (at least one), turn `id` going to part `owner(id)`:
+    /// the inverse of [`CorrelatorSnapshot::merge`], for resuming with shards. The counters
+    /// go to part 0, so that they still add up.
+    pub fn split(self, count: usize, owner: impl Fn(&str) -> usize) -> Vec<CorrelatorSnapshot> {
+        let count = count.max(1);
+        let mut parts: Vec<CorrelatorSnapshot> = (0..count)
+            .map(|_| CorrelatorSnapshot {
+                turns: Vec::new(),
+                closed: Vec::new(),
+                stats: CorrelatorStats::default(),
+                seq: self.seq,
+            })
+            .collect();
+        parts[0].stats = self.stats;
+        for t in self.turns {
+            let i = owner(t.id()).min(count - 1);
+            parts[i].turns.push(t);
+        }
+        for id in self.closed {
+            let i = owner(&id).min(count - 1);
+            parts[i].closed.push(id);
+        }
+        parts
+    }
 }
 
 /// Events in, turns out. See the module docs.
