@@ -84,9 +84,13 @@ fn wait_for_lines(path: &Path, n: usize) {
 fn wait_for_checkpoint(data: &Path) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
+        // Parsed, not matched as text: `findings_offset` may be the last field (`0}`), and a
+        // text match on `0,` let a checkpoint taken before any finding through.
         if let Ok(t) = std::fs::read_to_string(data.join("checkpoint.json"))
-            && t.contains("\"findings_offset\":")
-            && !t.contains("\"findings_offset\":0,")
+            && let Ok(v) = serde_json::from_str::<serde_json::Value>(&t)
+            && v.get("findings_offset")
+                .and_then(serde_json::Value::as_u64)
+                .is_some_and(|o| o > 0)
         {
             return;
         }

@@ -84,10 +84,10 @@ pub(super) fn fill<'a>(line: &'a [u8], f: &mut Fields<'a>) -> Option<()> {
                 "cached_input_tokens" => f.cached_input_tokens = p.opt_uint()?,
                 "cache_write_tokens" => f.cache_write_tokens = p.opt_uint()?,
                 "reasoning_tokens" => f.reasoning_tokens = p.opt_uint()?,
-                _ => {
-                    p.skip_value(0)?;
-                    f.unknown += 1;
-                }
+                // Any other key goes to the serde visitor, which knows every field of the
+                // format and counts the unknown ones: a field added there can never be
+                // silently dropped here (the proxy's `wire_only` once was).
+                _ => return None,
             }
             p.ws();
             match p.next()? {

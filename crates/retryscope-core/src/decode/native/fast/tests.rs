@@ -130,15 +130,27 @@ fn fast_and_serde_paths_agree_on_every_one_byte_corruption() {
 }
 
 #[test]
+fn keys_the_fast_path_does_not_know_are_left_to_serde() {
+    // Regression: `turn_start`'s `wire_only` was added to the serde visitor only; the fast
+    // path counted it as unknown and dropped it, so proxy turns were judged as display logs.
+    for line in [
+        r#"{"turn":"t","type":"turn_start","wire_only":true}"#,
+        r#"{"turn":"t","type":"text","text":"a","x":1}"#,
+    ] {
+        assert!(fields(line.as_bytes()).is_none(), "{line}");
+    }
+}
+
+#[test]
 fn deep_nesting_is_left_to_serde() {
     let deep = format!(
-        r#"{{"turn":"t","type":"text","text":"a","x":{}{}}}"#,
+        r#"{{"turn":"t","type":"tool_call","id":"c","name":"n","args":{}{}}}"#,
         "[".repeat(200),
         "]".repeat(200)
     );
     assert!(fields(deep.as_bytes()).is_none());
     let ok = format!(
-        r#"{{"turn":"t","type":"text","text":"a","x":{}{}}}"#,
+        r#"{{"turn":"t","type":"tool_call","id":"c","name":"n","args":{}{}}}"#,
         "[".repeat(20),
         "]".repeat(20)
     );
