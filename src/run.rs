@@ -266,13 +266,14 @@ impl Engine {
                 source,
             })?;
         }
-        let restored = match &checkpoint_path {
+        let mut restored = match &checkpoint_path {
             Some(path) => self.load_checkpoint(path)?,
             None => None,
         };
         let fresh = restored.is_none();
         let format = self.cfg.format;
         let otlp_from = restored.as_ref().and_then(|cp| cp.otlp_spool);
+        let held = restored.as_mut().and_then(|cp| cp.joined.take());
         let (mut ingest, file_checkpoints, findings_offset) = match restored {
             Some(cp) => {
                 tracing::info!(
@@ -297,7 +298,7 @@ impl Engine {
             ),
         };
         // gemini-cli's telemetry outfile and stream-json of one session become one turn.
-        ingest.join_sessions();
+        ingest.join_sessions_from(held.unwrap_or_default());
         let findings =
             FindingsSink::open(&self.cfg.findings_out, findings_offset).map_err(|source| {
                 RunError::Findings {
@@ -587,7 +588,8 @@ impl Engine {
             while self.poll_otlp(&mut live, wall_ms()) {}
         }
         if live.checkpoint_path.is_some() {
-            // Held gemini-cli session events are not in the checkpoint: correlate them now.
+            // Held gemini-cli session events would survive in the checkpoint, but a clean stop
+            // leaves none for later: correlate them now.
             live.ingest.release_joined(0, &mut live.out);
             self.deliver(&mut live);
             live.summary.open_turns_checkpointed = live.ingest.correlator().open_turns();
@@ -640,6 +642,7 @@ impl Engine {
             metrics: self.metrics.snapshot(),
             findings_offset,
             otlp_spool: live.otlp.as_mut().and_then(|o| o.position()),
+            joined: live.ingest.joined_snapshot(),
         };
         match cp.write(path) {
             Ok(()) => {
