@@ -103,6 +103,7 @@ impl Codex {
                     session: Some(Cow::Owned(session.to_owned())),
                     agent: Some(Cow::Borrowed("codex")),
                     traceparent: None,
+                    wire_only: false,
                 },
             ));
             self.cur = Some(Call {
