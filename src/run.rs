@@ -290,6 +290,7 @@ impl Engine {
                     correlator: cp.correlator,
                     counters: cp.counters,
                     clock_ms: cp.clock_ms,
+                    joined: cp.joined.unwrap_or_default(),
                 };
                 (Some(restored), cp.files, cp.findings_offset)
             }
@@ -595,7 +596,8 @@ impl Engine {
             while self.poll_otlp(&mut live, wall_ms()) {}
         }
         if live.checkpoint_path.is_some() {
-            // Held gemini-cli session events are not in the checkpoint: correlate them now.
+            // Held gemini-cli session events would survive in the checkpoint, but a clean stop
+            // leaves none for later: correlate them now.
             live.ingest.release_joined(0, &mut live.out);
             self.deliver(&mut live);
             live.summary.open_turns_checkpointed = live.ingest.open_turns();
@@ -648,6 +650,7 @@ impl Engine {
             metrics: self.metrics.snapshot(),
             findings_offset,
             otlp_spool: live.otlp.as_mut().and_then(|o| o.position()),
+            joined: state.joined,
         };
         match cp.write(&path) {
             Ok(()) => {

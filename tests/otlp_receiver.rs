@@ -697,6 +697,70 @@ fn kill_9_between_acknowledgement_and_checkpoint_loses_nothing() {
     assert_eq!(findings(&findings_path).len(), 2, "nothing replayed twice");
 }
 
+/// Regression: gemini-cli records held for the session join were not in the checkpoint, whose
+/// spool position was already past them, so a kill -9 before the session went quiet lost
+/// acknowledged records.
+#[test]
+fn kill_9_while_acknowledged_gemini_cli_records_are_held_for_the_join_loses_none() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let data = dir.path().join("data");
+    let findings_path = dir.path().join("findings.jsonl");
+    let mut args = run_args(dir.path());
+    args.extend(["--data-dir".into(), data.display().to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let c = Collector::start(&args);
+    for (signal, body) in capture("otlp-after-tool-reset") {
+        let (status, head, _) = post(
+            c.http,
+            &format!("/v1/{signal}"),
+            &[("Content-Type", "application/json")],
+            &body,
+            true,
+        );
+        assert_eq!(status, 200, "{head}");
+    }
+    let m = c.wait_until(
+        |m| m.get("retryscope_events_read_total{source=\"otlp\"}") == Some(&32.0),
+        "records read",
+    );
+    let written = m
+        .get("retryscope_checkpoint_writes_total")
+        .copied()
+        .unwrap_or(0.0);
+    let m = c.wait_until(
+        |m| {
+            m.get("retryscope_checkpoint_writes_total")
+                .copied()
+                .unwrap_or(0.0)
+                > written
+        },
+        "a checkpoint after the records were read",
+    );
+    assert_eq!(
+        sum(&m, "retryscope_findings_total{"),
+        0.0,
+        "the records are still held when the checkpoint is taken"
+    );
+    c.kill9();
+    let c = Collector::start(&args);
+    c.wait_until(
+        |m| sum(m, "retryscope_findings_total{") >= 2.0,
+        "held records correlated after the restart",
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let m = c.scrape().expect("scrape");
+    assert_eq!(sum(&m, "retryscope_findings_total{"), 2.0, "nothing twice");
+    assert_eq!(
+        m.get("retryscope_events_read_total{source=\"otlp\"}"),
+        Some(&32.0)
+    );
+    assert!(c.terminate().success());
+    let f = findings(&findings_path);
+    assert_eq!(f.len(), 2, "each finding exactly once: {f:?}");
+    assert!(f.iter().any(|l| l.contains("\"abandoned_tool_executed\"")));
+    assert!(f.iter().any(|l| l.contains("\"unfinished_tool_executed\"")));
+}
+
 #[test]
 fn listening_beyond_loopback_without_a_token_warns_at_start() {
     let (metrics, http) = (free_port(), free_port());

@@ -534,3 +534,88 @@ fn provider_streams_are_detected_per_file_while_tailing() {
     assert_eq!(sum(&m, "retryscope_bad_lines_total{"), 0.0);
     assert!(c.terminate().success());
 }
+
+/// Regression: gemini-cli events held for the session join were not in the checkpoint, whose
+/// file offset was already past them, so a kill -9 before the session went quiet lost them
+/// (and their findings) for good.
+#[test]
+fn kill_9_while_gemini_cli_events_are_held_for_the_join_loses_none() {
+    let recording = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/agents/gemini-cli/after-tool-reset/telemetry.log");
+    let lines = std::fs::read_to_string(&recording).unwrap().lines().count() as f64;
+    let run_args = |dir: &Path, data: bool| -> Vec<String> {
+        let log = dir.join("telemetry.log");
+        if !log.exists() {
+            std::fs::copy(&recording, &log).unwrap();
+        }
+        let mut args = vec![
+            log.to_str().unwrap().to_string(),
+            "--findings-out".into(),
+            dir.join("findings.jsonl").to_str().unwrap().into(),
+            "--idle-timeout-secs".into(),
+            "3600".into(),
+        ];
+        if data {
+            args.extend([
+                "--data-dir".into(),
+                dir.join("data").to_str().unwrap().into(),
+            ]);
+        }
+        args
+    };
+    let read_all = |m: &BTreeMap<String, f64>| {
+        get(m, "retryscope_events_read_total{source=\"file\"}") >= lines
+    };
+
+    // Reference: read it all, then stop (which correlates whatever is held).
+    let ref_dir = tempfile::tempdir().unwrap();
+    let args = run_args(ref_dir.path(), false);
+    let c = Collector::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    c.wait_until(read_all, "reference read");
+    assert!(c.terminate().success());
+    let ref_text = std::fs::read_to_string(ref_dir.path().join("findings.jsonl")).unwrap();
+    assert_eq!(
+        ref_text.lines().count(),
+        2,
+        "the recording has two findings"
+    );
+
+    // Read it all, take a checkpoint while the session's events are still held (it has not
+    // been quiet for long yet: no finding), kill -9, restart.
+    let dir = tempfile::tempdir().unwrap();
+    let args = run_args(dir.path(), true);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let c = Collector::start(&args);
+    let m = c.wait_until(read_all, "file read");
+    let written = get(&m, "retryscope_checkpoint_writes_total");
+    let m = c.wait_until(
+        |m| get(m, "retryscope_checkpoint_writes_total") > written,
+        "a checkpoint after the file was read",
+    );
+    assert_eq!(
+        sum(&m, "retryscope_findings_total{"),
+        0.0,
+        "the events are still held when the checkpoint is taken"
+    );
+    c.kill9();
+    let c = Collector::start(&args);
+    // The restored events are released once the session is quiet again.
+    c.wait_until(
+        |m| sum(m, "retryscope_findings_total{") >= 2.0,
+        "held events correlated after the restart",
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let m = c.scrape().unwrap();
+    assert_eq!(sum(&m, "retryscope_findings_total{"), 2.0, "nothing twice");
+    assert_eq!(
+        get(&m, "retryscope_events_read_total{source=\"file\"}"),
+        lines
+    );
+    assert!(c.terminate().success());
+    let text = std::fs::read_to_string(dir.path().join("findings.jsonl")).unwrap();
+    let mut a: Vec<&str> = text.lines().collect();
+    let mut b: Vec<&str> = ref_text.lines().collect();
+    a.sort();
+    b.sort();
+    assert_eq!(a, b, "the same findings, each exactly once");
+}

@@ -7,6 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::correlate::CorrelatorSnapshot;
+use crate::decode::gemini_join::JoinerSnapshot;
 use crate::pipeline::InputCounters;
 use crate::sink::metrics::MetricsSnapshot;
 use crate::source::checkpoint_io::{self, ReadCheckpointError};
@@ -16,8 +17,9 @@ use crate::source::file::FileCheckpoint;
 pub const CHECKPOINT_FILE: &str = "checkpoint.json";
 
 /// The format version this build writes. Version 1 (whose metrics snapshot carried unused
-/// input baselines) is still read.
-pub const VERSION: u32 = 2;
+/// input baselines) and version 2 (no held gemini-cli events: read as none held) are still
+/// read.
+pub const VERSION: u32 = 3;
 /// The oldest version this build reads.
 pub const OLDEST_VERSION: u32 = 1;
 
@@ -41,6 +43,10 @@ pub struct Checkpoint {
     /// How far the OTLP receiver's spool has been read (absent without a receiver).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub otlp_spool: Option<crate::source::otlp::SpoolPos>,
+    /// gemini-cli events held to be joined with their session's other output: already read
+    /// past (file offsets, OTLP spool), so they must be carried over (since version 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub joined: Option<JoinerSnapshot>,
 }
 
 /// A checkpoint that exists but cannot be trusted.
@@ -160,3 +166,7 @@ impl Checkpoint {
         checkpoint_io::write_atomic(path, &bytes)
     }
 }
+
+#[cfg(test)]
+#[path = "checkpoint_tests.rs"]
+mod tests;

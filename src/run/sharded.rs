@@ -32,6 +32,7 @@ use std::thread::JoinHandle;
 use crate::correlate::{Correlator, CorrelatorConfig, CorrelatorSnapshot, CorrelatorStats, Output};
 use crate::cost::PriceTable;
 use crate::decode::Format;
+use crate::decode::gemini_join::JoinerSnapshot;
 use crate::fasthash::FastMap;
 use crate::ingest::{Ingest, Note, Source, StreamId};
 use crate::internal_events::{Ingested, InternalEvent};
@@ -65,6 +66,9 @@ pub struct Restored {
     pub counters: InputCounters,
     /// The logical clock.
     pub clock_ms: i64,
+    /// gemini-cli events held for the session join (every worker holds them all: their
+    /// streams' lines reach every worker).
+    pub joined: JoinerSnapshot,
 }
 
 /// What a checkpoint holds of the ingest path, taken at one point of the input.
@@ -76,6 +80,8 @@ pub struct IngestState {
     pub counters: InputCounters,
     /// The logical clock (the latest of the workers').
     pub clock_ms: i64,
+    /// gemini-cli events held for the session join (worker 0's: every worker holds the same).
+    pub joined: Option<JoinerSnapshot>,
 }
 
 /// [`Ingest`] on one thread or sharded by turn over several; see the module docs.
@@ -105,8 +111,10 @@ fn new_ingest(
     format: Format,
     restored: Option<Restored>,
 ) -> Ingest {
+    let mut held = JoinerSnapshot::default();
     let mut ingest = match restored {
         Some(r) => {
+            held = r.joined;
             let mut ingest = Ingest::new(
                 Correlator::restore(cfg.clone(), prices.clone(), r.correlator),
                 format,
@@ -119,7 +127,7 @@ fn new_ingest(
         None => Ingest::new(Correlator::new(cfg.clone(), prices.clone()), format),
     };
     // gemini-cli's telemetry outfile and stream-json of one session become one turn.
-    ingest.join_sessions();
+    ingest.join_sessions_from(held);
     ingest
 }
 
@@ -151,6 +159,7 @@ impl ShardedIngest {
         let parts: Vec<Option<Restored>> = match restored {
             Some(r) => {
                 let clock_ms = r.clock_ms;
+                let joined = r.joined;
                 let mut counters = Some(r.counters);
                 r.correlator
                     .split(count, |id| {
@@ -162,6 +171,7 @@ impl ShardedIngest {
                             correlator,
                             counters: counters.take().unwrap_or_default(),
                             clock_ms,
+                            joined: joined.clone(),
                         })
                     })
                     .collect()
@@ -406,6 +416,7 @@ impl ShardedIngest {
                     correlator: p.correlator().snapshot(),
                     counters: p.counters().clone(),
                     clock_ms: p.clock_ms(),
+                    joined: i.joined_snapshot(),
                 }
             }
             Mode::Workers(w) => w.checkpoint(out),
@@ -680,6 +691,7 @@ impl Workers {
         let mut snapshots = Vec::new();
         let mut counters = InputCounters::default();
         let mut clock_ms = 0;
+        let mut joined = None;
         for (tx, rx) in self.txs.iter().zip(&self.rxs) {
             if tx.send(Msg::Barrier).is_err() {
                 continue;
@@ -691,6 +703,7 @@ impl Workers {
                         snapshots.push(state.correlator);
                         counters.add(&state.counters);
                         clock_ms = clock_ms.max(state.clock_ms);
+                        joined = joined.or(state.joined);
                         break;
                     }
                 }
@@ -700,6 +713,7 @@ impl Workers {
             correlator: CorrelatorSnapshot::merge(snapshots),
             counters,
             clock_ms,
+            joined,
         }
     }
 }
@@ -807,6 +821,11 @@ fn worker(
                     correlator: p.correlator().snapshot(),
                     counters: p.counters().clone(),
                     clock_ms: p.clock_ms(),
+                    joined: if index == 0 {
+                        ingest.joined_snapshot()
+                    } else {
+                        None
+                    },
                 };
                 if replies.send(Reply::State(Box::new(state))).is_err() {
                     return;

@@ -10,8 +10,9 @@ use std::borrow::Cow;
 /// Milliseconds since the Unix epoch. Event time, never the collector's clock.
 pub type TimestampMs = i64;
 
-/// One normalized event of one turn.
-#[derive(Debug, Clone, PartialEq)]
+/// One normalized event of one turn. Serializable (always deserialized owned) so events held
+/// between decode and correlation can be checkpointed.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Event<'a> {
     /// The turn this event belongs to (the client's turn id).
     pub turn: Cow<'a, str>,
@@ -53,7 +54,8 @@ pub struct Usage {
 }
 
 /// The payload of an [`Event`].
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum EventKind<'a> {
     /// A turn begins; carries turn-level metadata.
     TurnStart {

@@ -16,7 +16,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use crate::correlate::{Correlator, Output};
-use crate::decode::gemini_join::{self, JoinFeed, SessionJoiner};
+use crate::decode::gemini_join::{self, JoinFeed, JoinerSnapshot, SessionJoiner};
 use crate::decode::{self, BadLineReason, DecodeError, Format, StreamDecoder};
 use crate::fasthash::FastMap;
 use crate::pipeline::{InputCounters, LineOutcome, Pipeline, Shard};
@@ -171,6 +171,19 @@ impl Ingest {
     /// live ones (`run`) session by session once quiet ([`Ingest::release_joined`]).
     pub fn join_sessions(&mut self) {
         self.joiner = Some(Arc::default());
+    }
+
+    /// Join sessions ([`Ingest::join_sessions`]) starting from a checkpointed
+    /// [`JoinerSnapshot`]: the events it held are held again.
+    pub fn join_sessions_from(&mut self, held: JoinerSnapshot) {
+        self.joiner = Some(Arc::new(Mutex::new(SessionJoiner::restore(held))));
+    }
+
+    /// What the session joiner holds, for a checkpoint (`None` when sessions are not joined
+    /// or nothing is held).
+    pub fn joined_snapshot(&self) -> Option<JoinerSnapshot> {
+        let joiner = self.joiner.as_ref()?.lock().ok()?;
+        (!joiner.is_empty()).then(|| joiner.snapshot())
     }
 
     /// For live sources, called once per tick: correlate the joined events of every held

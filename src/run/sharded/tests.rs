@@ -235,6 +235,7 @@ fn checkpoint_with_shards_resumes_with_another_worker_count_losing_and_doubling_
         correlator,
         counters,
         clock_ms: state.clock_ms,
+        joined: Default::default(),
     };
     let mut ingest = start(3, Some(restored), &metrics);
     assert_eq!(ingest.open_turns(), 0, "stats come with the first batch");

@@ -12,7 +12,8 @@
 //! in the attempt that was streaming when they arrived (the abandoned attempt's too, which the
 //! telemetry never logs); the stream-json's inferred finishes are dropped too, the telemetry
 //! knows how each attempt ended. [`JoinFeed`] is the decoder wrapper that diverts an input's events
-//! into the joiner.
+//! into the joiner. [`JoinerSnapshot`] is what a live collector checkpoints of it: the held
+//! events were read past, so a restart must find them there.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -23,7 +24,8 @@ use super::{DecodeError, SkipCounts};
 use crate::event::{Event, EventKind};
 
 /// Which output an event came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Source {
     /// The telemetry outfile.
     Telemetry,
@@ -53,6 +55,16 @@ pub struct SessionJoiner {
     events: Vec<(Source, Event<'static>)>,
     /// Per held session: [`SessionJoiner::release_quiet`] calls since its last event.
     quiet: HashMap<String, u32>,
+}
+
+/// A [`SessionJoiner`]'s state: its held events and each held session's quiet count
+/// (bounded like the joiner itself).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct JoinerSnapshot {
+    /// Held events in arrival order, with the output each came from.
+    pub events: Vec<(Source, Event<'static>)>,
+    /// Per held session: release calls since its last event.
+    pub quiet: Vec<(String, u32)>,
 }
 
 /// Events one session may hold before it is released anyway (bounded memory for a session
@@ -101,6 +113,25 @@ impl SessionJoiner {
             .partition(|(_, e)| ready.contains(session_of(&e.turn)));
         self.events = stay;
         merge(go)
+    }
+
+    /// The held state, for a checkpoint.
+    pub fn snapshot(&self) -> JoinerSnapshot {
+        let mut quiet: Vec<(String, u32)> =
+            self.quiet.iter().map(|(s, q)| (s.clone(), *q)).collect();
+        quiet.sort();
+        JoinerSnapshot {
+            events: self.events.clone(),
+            quiet,
+        }
+    }
+
+    /// A joiner holding what `snapshot` held.
+    pub fn restore(snapshot: JoinerSnapshot) -> Self {
+        SessionJoiner {
+            events: snapshot.events,
+            quiet: snapshot.quiet.into_iter().collect(),
+        }
     }
 
     /// Whether anything is held.
@@ -279,5 +310,78 @@ mod tests {
             ]
         );
         assert!(j.is_empty());
+    }
+
+    /// Held events were read past: a checkpoint carries them, and the restored joiner
+    /// releases the same joined events at the same tick.
+    #[test]
+    fn held_events_round_trip_through_the_checkpoint_form() {
+        let mut j = SessionJoiner::default();
+        let mut telemetry = vec![
+            e(
+                "s",
+                10,
+                EventKind::ToolExec {
+                    id: Cow::Borrowed("call-1"),
+                    name: Cow::Borrowed("run_shell_command"),
+                    args: Some(Cow::Borrowed("{\"command\":\"touch m\"}")),
+                    effect_key: None,
+                    step: Some(1),
+                    effect: Some(crate::event::EffectClass::Write),
+                    status: Some(Cow::Borrowed("success")),
+                },
+            ),
+            e("s", 30, text("logged")),
+            e(
+                "quiet",
+                1,
+                EventKind::Usage {
+                    usage: crate::event::Usage {
+                        input_tokens: 900,
+                        output_tokens: 34,
+                        ..Default::default()
+                    },
+                    model: None,
+                },
+            ),
+        ];
+        let mut shown = vec![
+            e("s", 20, text("shown")),
+            e("s#2", 40, EventKind::RenderReset),
+        ];
+        j.push(Source::Telemetry, &mut telemetry[2..].to_vec());
+        assert!(j.release_quiet(5).is_empty());
+        telemetry.truncate(2);
+        j.push(Source::Telemetry, &mut telemetry);
+        j.push(Source::StreamJson, &mut shown);
+
+        let json = serde_json::to_string(&j.snapshot()).unwrap();
+        let back: JoinerSnapshot = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, j.snapshot());
+        let mut restored = SessionJoiner::restore(back);
+        for ticks in 0..8 {
+            assert_eq!(
+                restored.release_quiet(5),
+                j.release_quiet(5),
+                "tick {ticks}"
+            );
+        }
+        assert!(restored.is_empty() && j.is_empty());
+    }
+
+    #[test]
+    fn a_restored_joiner_releases_what_the_original_would() {
+        let mut j = SessionJoiner::default();
+        j.push(Source::Telemetry, &mut vec![e("s", 30, text("logged"))]);
+        j.push(Source::StreamJson, &mut vec![e("s", 20, text("shown"))]);
+        let mut restored = SessionJoiner::restore(j.snapshot());
+        let got = restored.finish();
+        assert_eq!(got, j.finish());
+        assert_eq!(
+            got.len(),
+            1,
+            "the stream-json's text replaces the telemetry's"
+        );
+        assert_eq!(got[0].kind, text("shown"));
     }
 }
