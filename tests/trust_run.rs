@@ -80,7 +80,8 @@ fn wait_for_lines(path: &Path, n: usize) {
     }
 }
 
-/// Wait until the checkpoint exists and records the findings file's offset.
+/// Wait until the checkpoint exists and records the findings file's offset (null when there
+/// is no findings file).
 fn wait_for_checkpoint(data: &Path) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -89,8 +90,7 @@ fn wait_for_checkpoint(data: &Path) {
         if let Ok(t) = std::fs::read_to_string(data.join("checkpoint.json"))
             && let Ok(v) = serde_json::from_str::<serde_json::Value>(&t)
             && v.get("findings_offset")
-                .and_then(serde_json::Value::as_u64)
-                .is_some_and(|o| o > 0)
+                .is_some_and(|o| o.is_null() || o.as_u64().is_some_and(|n| n > 0))
         {
             return;
         }
