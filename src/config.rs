@@ -145,6 +145,9 @@ pub struct RunConfig {
     pub rotate_wait_secs: u64,
     /// Findings as JSON lines: `-` for stdout, a file path, or empty to disable.
     pub findings_out: String,
+    /// Threads that decode and correlate, each owning the turns whose id hashes to it
+    /// (default: the cores available, at most 8; 1: all on the engine thread).
+    pub workers: Option<usize>,
     /// A LiteLLM-format price table replacing the built-in one.
     pub prices: Option<PathBuf>,
     /// Input format of tailed files: `auto` (detected per file from its first line), `native`,
@@ -183,6 +186,7 @@ impl Default for RunConfig {
             checkpoint_interval_secs: 1,
             rotate_wait_secs: 5,
             findings_out: "-".to_owned(),
+            workers: None,
             prices: None,
             format: Format::Auto,
             labels: MetricsConfig::default(),
@@ -272,6 +276,9 @@ impl RunConfig {
             if v == 0 {
                 return Err(ConfigError::Invalid(format!("{name} must be positive")));
             }
+        }
+        if self.workers == Some(0) {
+            return Err(ConfigError::Invalid("workers must be positive".to_owned()));
         }
         let r = &self.otlp_receiver;
         for (name, addr) in [

@@ -10,7 +10,7 @@
 // The core crate's modules, under the paths the rest of this crate has always used.
 pub use retryscope_core::{
     bounds, correlate, cost, decode, effect, event, fasthash, finding, ingest, input, pipeline,
-    report, rfc3339, rules, sanitize,
+    report, rfc3339, rules, sanitize, turn_route,
 };
 
 pub mod check;
@@ -25,4 +25,3 @@ pub mod server;
 pub mod sink;
 pub mod source;
 pub mod telemetry;
-pub mod turn_route;

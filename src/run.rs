@@ -10,6 +10,7 @@
 mod checkpoint;
 mod feeds;
 mod otlp_feed;
+mod sharded;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,9 +19,9 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::config::RunConfig;
-use crate::correlate::{Correlator, CorrelatorConfig, Output};
+use crate::correlate::{CorrelatorConfig, Output};
 use crate::cost::PriceTable;
-use crate::ingest::{Ingest, Note, Source, StreamId};
+use crate::ingest::{Note, Source, StreamId};
 use crate::internal_events::{
     CheckpointFailed, CheckpointWritten, FindingWriteFailed, Ingested, InternalEvent, LineRead,
     TailerReport,
@@ -31,6 +32,7 @@ use crate::source::file::{FileTailer, FileTailerConfig};
 
 pub use checkpoint::{CHECKPOINT_FILE, Checkpoint};
 pub use feeds::{Feed, FeedItem, start as start_feeds};
+pub use sharded::{IngestState, MAX_WORKERS, Restored, ShardedIngest, default_workers};
 
 /// Where lines come from.
 #[derive(Debug, Clone, Default)]
@@ -132,7 +134,7 @@ fn wall_ms() -> i64 {
 /// Everything a checkpoint covers, owned by the engine thread between two polls: the ingest
 /// path (decoders, correlator, counters), the tailer's offsets and the findings output.
 struct Live {
-    ingest: Ingest,
+    ingest: ShardedIngest,
     tailer: Option<FileTailer>,
     feed: Option<Receiver<FeedItem>>,
     otlp: Option<otlp_feed::OtlpFeed>,
@@ -272,8 +274,9 @@ impl Engine {
         };
         let fresh = restored.is_none();
         let format = self.cfg.format;
+        let workers = self.cfg.workers.unwrap_or_else(default_workers);
         let otlp_from = restored.as_ref().and_then(|cp| cp.otlp_spool);
-        let (mut ingest, file_checkpoints, findings_offset) = match restored {
+        let (restored, file_checkpoints, findings_offset) = match restored {
             Some(cp) => {
                 tracing::info!(
                     open_turns = cp.open_turns(),
@@ -283,21 +286,23 @@ impl Engine {
                 self.metrics
                     .restore(&cp.metrics)
                     .map_err(|e| RunError::MetricsRestore(e.to_string()))?;
-                let mut ingest =
-                    Ingest::new(Correlator::restore(ccfg, prices, cp.correlator), format);
-                ingest
-                    .pipeline_mut()
-                    .restore_counters(cp.counters, cp.clock_ms);
-                (ingest, cp.files, cp.findings_offset)
+                let restored = Restored {
+                    correlator: cp.correlator,
+                    counters: cp.counters,
+                    clock_ms: cp.clock_ms,
+                };
+                (Some(restored), cp.files, cp.findings_offset)
             }
-            None => (
-                Ingest::new(Correlator::new(ccfg, prices), format),
-                Vec::new(),
-                None,
-            ),
+            None => (None, Vec::new(), None),
         };
-        // gemini-cli's telemetry outfile and stream-json of one session become one turn.
-        ingest.join_sessions();
+        let ingest = ShardedIngest::start(
+            workers,
+            ccfg,
+            prices,
+            format,
+            restored,
+            self.metrics.clone(),
+        );
         let findings =
             FindingsSink::open(&self.cfg.findings_out, findings_offset).map_err(|source| {
                 RunError::Findings {
@@ -413,12 +418,12 @@ impl Engine {
         // One stream per path; the last path's handle is kept, since lines of one file come
         // in runs.
         let mut last: Option<(PathBuf, StreamId)> = None;
+        // Lines read are counted once per poll (a lock of the metrics per line cost ~5% of
+        // the engine thread).
+        let mut read = 0u64;
         let stats = tailer.poll(
             &mut |line| {
-                LineRead {
-                    source: Source::File,
-                }
-                .emit(metrics);
+                read += 1;
                 let stream = match &last {
                     Some((path, id)) if path == line.path => *id,
                     _ => {
@@ -436,6 +441,9 @@ impl Engine {
                 too_long: &mut too_long,
             },
         );
+        if read > 0 {
+            metrics.add_events_read(Source::File, read);
+        }
         for (path, len) in too_long {
             let stream = ingest.stream(Source::File, &path.display().to_string());
             ingest.too_long(stream, None, len, &mut |n| Ingested(n).emit(metrics));
@@ -538,6 +546,7 @@ impl Engine {
 
     /// Hand what the correlator produced to the sinks.
     fn deliver(&self, live: &mut Live) {
+        live.ingest.flush(&mut live.out);
         for o in live.out.drain(..) {
             self.metrics.observe(&o);
             match &o {
@@ -558,9 +567,8 @@ impl Engine {
 
     /// Gauges and counters that mirror the correlator's and the exporter's own state.
     fn publish_stats(&self, live: &Live) {
-        let correlator = live.ingest.correlator();
         self.metrics
-            .set_correlator_stats(&correlator.stats(), correlator.open_turns());
+            .set_correlator_stats(&live.ingest.stats(), live.ingest.open_turns());
         if let Some(ts) = &self.traces {
             let s = ts.stats();
             self.metrics.set_otlp(
@@ -577,7 +585,7 @@ impl Engine {
         let _shutdown_span = tracing::info_span!(
             "engine.shutdown",
             lines = live.summary.lines,
-            open_turns = live.ingest.correlator().open_turns()
+            open_turns = live.ingest.open_turns()
         )
         .entered();
         if let Some(feed) = &mut live.otlp {
@@ -590,7 +598,7 @@ impl Engine {
             // Held gemini-cli session events are not in the checkpoint: correlate them now.
             live.ingest.release_joined(0, &mut live.out);
             self.deliver(&mut live);
-            live.summary.open_turns_checkpointed = live.ingest.correlator().open_turns();
+            live.summary.open_turns_checkpointed = live.ingest.open_turns();
             live.summary.final_checkpoint_failed = !self.write_checkpoint(&mut live);
         } else {
             let metrics = &*self.metrics;
@@ -607,14 +615,15 @@ impl Engine {
 
     /// Write the checkpoint; `false` when it could not be written.
     fn write_checkpoint(&self, live: &mut Live) -> bool {
-        let Some(path) = &live.checkpoint_path else {
+        let Some(path) = live.checkpoint_path.clone() else {
             return true;
         };
-        let _span = tracing::info_span!(
-            "checkpoint.write",
-            open_turns = live.ingest.correlator().open_turns()
-        )
-        .entered();
+        let _span = tracing::info_span!("checkpoint.write", open_turns = live.ingest.open_turns())
+            .entered();
+        // Every line read so far is correlated (a barrier when sharded) and what came of it is
+        // delivered before the findings offset and the metric values are taken.
+        let state = live.ingest.checkpoint(&mut live.out);
+        self.deliver(live);
         let findings_offset = match live.findings.checkpoint_offset() {
             Ok(o) => o,
             Err(error) => {
@@ -626,7 +635,6 @@ impl Engine {
                 return false;
             }
         };
-        let pipeline = live.ingest.pipeline();
         let cp = Checkpoint {
             version: checkpoint::VERSION,
             files: live
@@ -634,14 +642,14 @@ impl Engine {
                 .as_ref()
                 .map(|t| t.checkpoints())
                 .unwrap_or_default(),
-            correlator: pipeline.correlator().snapshot(),
-            counters: pipeline.counters().clone(),
-            clock_ms: pipeline.clock_ms(),
+            correlator: state.correlator,
+            counters: state.counters,
+            clock_ms: state.clock_ms,
             metrics: self.metrics.snapshot(),
             findings_offset,
             otlp_spool: live.otlp.as_mut().and_then(|o| o.position()),
         };
-        match cp.write(path) {
+        match cp.write(&path) {
             Ok(()) => {
                 if let Some(o) = &live.otlp {
                     o.checkpointed();

@@ -204,3 +204,41 @@ async fn h2c_listener_passes_streams_and_resets_only_the_cut_stream() {
     assert_eq!(body.as_ref(), s.body().as_slice());
     assert_eq!(lines.of_type("retry").len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_cancelled_before_the_upstream_answers_ends_its_attempt() {
+    // An attempt left open is a response in flight for the correlator (it holds a wire-only
+    // turn past the idle timeout): a client that gives up while the upstream has not yet
+    // answered (here an h2c RST_STREAM) must end it, as `client_closed`.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let up = silent.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((tcp, _)) = silent.accept().await {
+            held.push(tcp);
+        }
+    });
+    let (addr, lines) = proxy_to(format!("http://{up}"), None, None).await;
+    let mut send = h2c(addr).await;
+    let path = "/v1/chat/completions";
+    let req = http::Request::post(format!("http://{addr}{path}"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(request_for(path, "hi"))))
+        .expect("request");
+    let pending = send.send_request(req);
+    let gave_up = tokio::time::timeout(std::time::Duration::from_millis(300), pending).await;
+    assert!(gave_up.is_err(), "the silent upstream never answers");
+    let mut errors = Vec::new();
+    for _ in 0..100 {
+        errors = lines.of_type("error");
+        if !errors.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(lines.of_type("attempt_start").len(), 1);
+    assert_eq!(errors.len(), 1, "{:?}", lines.values());
+    assert_eq!(errors[0]["code"], "client_closed");
+}

@@ -8,11 +8,15 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use common::{correlate, decode, findings, summary};
+use retryscope::correlate::{Correlator, CorrelatorConfig, Output};
+use retryscope::cost::PriceTable;
 use retryscope::decode::Format;
 use retryscope::decode::gemini_join::{SessionJoiner, Source};
 use retryscope::finding::FindingKind;
+use retryscope::ingest::{Ingest, Note, Source as IngestSource};
 use retryscope::report::{Outcome, TurnReport};
 use serde_json::Value;
 
@@ -133,7 +137,9 @@ fn check_reports(dir: &Path, rs: &[TurnReport], ids: bool, sees_output: bool) {
             .expect("truth is JSON");
     let scenario = dir.file_name().and_then(|n| n.to_str()).unwrap_or("?");
     let client = truth["client"].as_str().unwrap_or("?");
-    let silent = SILENT_FIRST_ATTEMPT.contains(&(client, scenario));
+    // the recorded scenario, not the folder name (`otlp-start-error` is `start-error`)
+    let cut = truth["scenario"].as_str().unwrap_or(scenario);
+    let silent = SILENT_FIRST_ATTEMPT.contains(&(client, cut));
     let exp = expected(&truth, silent, sees_output);
     let first = rs
         .iter()
@@ -289,9 +295,69 @@ fn gemini_cli_otlp_export_matches_ground_truth() {
 }
 
 #[test]
+fn gemini_cli_otlp_joined_with_stream_json_matches_ground_truth() {
+    // Regression: gemini-cli's telemetry received over OTLP took no part in the session join
+    // with its stream-json (the outfile did), so one `run` receiving the OTLP and tailing
+    // `stream.jsonl` found no spliced text. Both streams through one ingest path that joins
+    // sessions, as `run` sets it up: the same reports as the outfile joined with stream-json.
+    for dir in ["otlp-clean", "otlp-after-tool-reset"].map(|s| root().join("gemini-cli").join(s)) {
+        let correlator = Correlator::new(
+            CorrelatorConfig {
+                idle_timeout_ms: None,
+                ..CorrelatorConfig::default()
+            },
+            Arc::new(PriceTable::builtin()),
+        );
+        let mut ingest = Ingest::new(correlator, Format::Auto);
+        ingest.join_sessions();
+        let mut out = Vec::new();
+        let mut note = |_: Note<'_>| {};
+        let otlp = ingest.stream_as(IngestSource::Otlp, "gemini-cli", Format::Otlp);
+        for line in otlp_lines(&dir)
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+        {
+            ingest.line(otlp, None, line, None, &mut out, &mut note);
+        }
+        let shown = ingest.stream(IngestSource::File, "stream.jsonl");
+        let bytes = std::fs::read(dir.join("stream.jsonl")).expect("stream.jsonl");
+        for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            ingest.line(shown, None, line, None, &mut out, &mut note);
+        }
+        assert_eq!(ingest.format_of(shown), Some(Format::GeminiCliStreamJson));
+        ingest.close_all(&mut out, &mut note);
+        assert_eq!(ingest.counters().bad_total(), 0, "{}", dir.display());
+        let rs: Vec<TurnReport> = out
+            .into_iter()
+            .filter_map(|o| match o {
+                Output::TurnClosed(r) => Some(*r),
+                _ => None,
+            })
+            .collect();
+        check_reports(&dir, &rs, true, true);
+    }
+}
+
+#[test]
 fn codex_otlp_export_matches_ground_truth() {
     // `codex.tool_result` carries the provider's `call_id`, which `exec --json` lacks.
     check_otlp("codex", true);
+}
+
+#[test]
+fn codex_otlp_reconnect_with_attempt_zero_is_a_retry() {
+    // Regression: Codex 0.169.0 sends `attempt: 0` on every `codex.api_request`, its
+    // reconnect after the start-error cut included; the retry is the broken stream followed
+    // by a new request with no `codex.tool_result` in between (was read as a new model call:
+    // 0 retries, 1 failed and 2 completed attempts).
+    let dir = root().join("codex/otlp-start-error");
+    let d = decode("otlp", &otlp_lines(&dir), Format::Auto);
+    assert_eq!((d.format, d.errors), (Format::Otlp, 0));
+    let rs = correlate(&d.events);
+    check_reports(&dir, &rs, true, false);
+    let first = rs.iter().find(|r| !r.turn.contains('#')).expect("first");
+    assert_eq!(first.attempts.len(), 2, "{}", summary(first));
+    assert_eq!(rs.len(), 2, "two model calls, not three");
 }
 
 #[test]

@@ -53,8 +53,21 @@ def start_mock(provider, scenario, tmp, extra_env=None):
     raise SystemExit(f"mock did not start: {open(os.path.join(tmp, 'mock-stderr.txt')).read()}")
 
 
-def setup_client(client, home, port, tmp, otlp=None):
-    """Writes the client's config under the temporary HOME; returns (argv, env, outputs)."""
+# How each client is told to export OTLP (`--otlp-protocol` of otlp_e2e.py): "http" is
+# OTLP/JSON over HTTP (what every client sends with the settings FORMATS.md lists), "protobuf"
+# OTLP/protobuf over HTTP (Claude Code, Codex), "grpc" OTLP/gRPC (all three).
+OTLP_PROTOCOLS = {"gemini-cli": ("http", "grpc"),
+                  "claude-code": ("http", "protobuf", "grpc"),
+                  "claude-code-partial": ("http", "protobuf", "grpc"),
+                  "codex": ("http", "protobuf", "grpc")}
+
+
+def setup_client(client, home, port, tmp, otlp=None, otlp_protocol="http"):
+    """Writes the client's config under the temporary HOME; returns (argv, env, outputs).
+    With `otlp` (a base URL such as http://127.0.0.1:4318) the client exports its telemetry
+    there over `otlp_protocol` instead of writing a telemetry file."""
+    if otlp and otlp_protocol not in OTLP_PROTOCOLS[client]:
+        raise SystemExit(f"{client} cannot export OTLP over {otlp_protocol}")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("ANTHROPIC_", "OPENAI_", "GEMINI_", "GOOGLE_", "CLAUDE_", "CODEX_",
                                 "OTEL_"))}
@@ -67,7 +80,7 @@ def setup_client(client, home, port, tmp, otlp=None):
                 "logPrompts": True}
         if otlp:
             tele = {"enabled": True, "target": "local", "otlpEndpoint": otlp,
-                    "otlpProtocol": "http", "logPrompts": True}
+                    "otlpProtocol": otlp_protocol, "logPrompts": True}
         settings = {"security": {"auth": {"selectedType": "gemini-api-key"},
                                  "folderTrust": {"enabled": False}},
                     "telemetry": tele}
@@ -79,9 +92,10 @@ def setup_client(client, home, port, tmp, otlp=None):
         env.update(ANTHROPIC_BASE_URL=base, ANTHROPIC_API_KEY="sk-ant-mock",
                    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1")
         if otlp:
+            proto = {"http": "http/json", "protobuf": "http/protobuf", "grpc": "grpc"}[otlp_protocol]
             env.update(CLAUDE_CODE_ENABLE_TELEMETRY="1", OTEL_LOGS_EXPORTER="otlp",
                        OTEL_METRICS_EXPORTER="otlp", OTEL_TRACES_EXPORTER="otlp",
-                       OTEL_EXPORTER_OTLP_PROTOCOL="http/json", OTEL_EXPORTER_OTLP_ENDPOINT=otlp,
+                       OTEL_EXPORTER_OTLP_PROTOCOL=proto, OTEL_EXPORTER_OTLP_ENDPOINT=otlp,
                        OTEL_LOG_USER_PROMPTS="1", OTEL_LOG_TOOL_DETAILS="1",
                        OTEL_METRIC_EXPORT_INTERVAL="1000", OTEL_LOGS_EXPORT_INTERVAL="500",
                        CLAUDE_CODE_ENHANCED_TELEMETRY_BETA="1")
@@ -104,10 +118,15 @@ def setup_client(client, home, port, tmp, otlp=None):
             'wire_api = "responses"',
             "supports_websockets = false",
         ]
-        if otlp:
+        if otlp and otlp_protocol == "grpc":
             cfg += ["", "[otel]", "log_user_prompt = true",
-                    f'exporter = {{ otlp-http = {{ endpoint = "{otlp}/v1/logs", protocol = "json" }} }}',
-                    f'trace_exporter = {{ otlp-http = {{ endpoint = "{otlp}/v1/traces", protocol = "json" }} }}']
+                    f'exporter = {{ otlp-grpc = {{ endpoint = "{otlp}" }} }}',
+                    f'trace_exporter = {{ otlp-grpc = {{ endpoint = "{otlp}" }} }}']
+        elif otlp:
+            body = "json" if otlp_protocol == "http" else "binary"
+            cfg += ["", "[otel]", "log_user_prompt = true",
+                    f'exporter = {{ otlp-http = {{ endpoint = "{otlp}/v1/logs", protocol = "{body}" }} }}',
+                    f'trace_exporter = {{ otlp-http = {{ endpoint = "{otlp}/v1/traces", protocol = "{body}" }} }}']
         with open(os.path.join(home, ".codex", "config.toml"), "w") as f:
             f.write("\n".join(cfg) + "\n")
         env["MOCK_API_KEY"] = "mock-key"
@@ -234,7 +253,10 @@ def compact_large_json(folder, limit=1_000_000):
                     f"{os.path.getsize(path)} bytes); the JSON value is unchanged\n")
 
 
-def record(client, scenario, bin_dir, out, timeout, otlp_receiver=None):
+def record(client, scenario, bin_dir, out, timeout, otlp_receiver=None, otlp_endpoint=None,
+           otlp_protocol="http"):
+    """One run. `otlp_receiver(tmp)` starts a capturing receiver (--record-otlp);
+    `otlp_endpoint` points the client's export at a receiver already running (otlp_e2e.py)."""
     tmp = tempfile.mkdtemp(prefix=f"rs-e2e-{client}-{scenario}-")
     home, work = os.path.join(tmp, "home"), os.path.join(tmp, "work")
     os.makedirs(home)
@@ -242,10 +264,10 @@ def record(client, scenario, bin_dir, out, timeout, otlp_receiver=None):
     mock, port, log, markers = start_mock(PROVIDER[client], scenario, tmp)
     recv = None
     try:
-        otlp = None
+        otlp = otlp_endpoint
         if otlp_receiver:
             recv, otlp = otlp_receiver(tmp)
-        argv, env, stdout_name = setup_client(client, home, port, tmp, otlp)
+        argv, env, stdout_name = setup_client(client, home, port, tmp, otlp, otlp_protocol)
         os.makedirs(out, exist_ok=True)
         info = run_client(argv, env, bin_dir, work, timeout, os.path.join(out, stdout_name),
                           os.path.join(out, "stderr.txt"))

@@ -9,6 +9,10 @@
 #   e2e/agents/run.sh --fixtures      no clients: check the committed recordings only
 #   e2e/agents/run.sh --record-otlp   record each client's OTLP/JSON telemetry export for the
 #                                     clean and after-tool-reset runs into otlp-<scenario>/
+#   e2e/agents/run.sh --otlp          the clients export OTLP straight to `retryscope run
+#                                     --otlp-listen` / `--otlp-grpc-listen`; /metrics and
+#                                     findings compared with the telemetry-file run and the
+#                                     truth (e2e/agents/otlp_e2e.py; clean, after-tool-reset)
 #   CLIENTS="codex" SCENARIOS="clean after-tool-reset" e2e/agents/run.sh   a subset
 #
 # Environment: RETRYSCOPE_E2E_CACHE (npm install prefix, default ~/.cache/retryscope-e2e),
@@ -27,11 +31,14 @@ case "${1:-}" in
   --record) MODE=record ;;
   --fixtures) MODE=fixtures ;;
   --record-otlp) MODE=otlp ;;
+  --otlp) MODE=otlp-live ;;
   "") ;;
-  *) echo "usage: $0 [--record|--fixtures|--record-otlp]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--record|--fixtures|--record-otlp|--otlp]" >&2; exit 2 ;;
 esac
 ALL_CLIENTS="gemini-cli claude-code claude-code-partial codex"
 ALL_SCENARIOS="clean start-status start-error after-tool-reset after-tool-eof after-tool-error mid-word-reset mid-word-eof mid-word-error before-finish-reset before-finish-eof before-finish-error"
+GIVEN_CLIENTS=${CLIENTS:-}
+GIVEN_SCENARIOS=${SCENARIOS:-}
 CLIENTS=${CLIENTS:-$ALL_CLIENTS}
 SCENARIOS=${SCENARIOS:-$ALL_SCENARIOS}
 
@@ -62,7 +69,11 @@ if [ "$MODE" = otlp ]; then
   install_clients || exit 1
   for c in $CLIENTS; do
     [ "$c" = claude-code-partial ] && continue # same telemetry as claude-code
-    for s in clean after-tool-reset; do
+    scen="clean after-tool-reset"
+    # the retry after an in-stream error before any content: Codex's restarts the `attempt`
+    # counter of codex.api_request at 0, Claude Code's is not exported at all
+    case "$c" in codex|claude-code) scen="$scen start-error" ;; esac
+    for s in $scen; do
       rm -rf "$ROOT/tests/fixtures/agents/$c/otlp-$s"
       python3 "$HERE/record.py" --client "$c" --scenario "$s" --otlp \
         --bin-dir "$CACHE/node_modules/.bin" --out "$ROOT/tests/fixtures/agents/$c/otlp-$s" \
@@ -70,6 +81,48 @@ if [ "$MODE" = otlp ]; then
     done
   done
   exit 0
+fi
+if [ "$MODE" = otlp-live ]; then
+  install_clients || { echo "0 passed, 1 failed"; exit 1; }
+  if [ -z "${RETRYSCOPE_BIN:-}" ]; then
+    cargo build --quiet --bin retryscope || { echo "0 passed, 1 failed"; exit 1; }
+  fi
+  OUT=$(mktemp -d "${TMPDIR:-/tmp}/retryscope-e2e-otlp.XXXXXX")
+  echo "recording into $OUT"
+  # gemini-cli: a telemetry-file run, then OTLP/HTTP (JSON) and OTLP/gRPC runs, per scenario;
+  # Claude Code and Codex: OTLP/HTTP (JSON and protobuf) and OTLP/gRPC. Two jobs side by side.
+  clients=$(printf '%s\n' ${GIVEN_CLIENTS:-gemini-cli claude-code codex} | grep -v '^claude-code-partial$' | tr '\n' ' ')
+  scen=$(printf '%s\n' ${GIVEN_SCENARIOS:-clean after-tool-reset} | paste -sd, -)
+  protos=${OTLP_PROTOCOLS:-http,protobuf,grpc}  # each client gets those it supports
+  pids=()
+  logs=()
+  for group in "gemini-cli" "claude-code codex"; do
+    want=$(for c in $group; do case " $clients " in *" $c "*) echo "$c";; esac; done | paste -sd, -)
+    [ -n "$want" ] || continue
+    s=$scen
+    # Claude Code and Codex runs take seconds: also the retry before any content
+    [ "$group" != gemini-cli ] && [ -z "$GIVEN_SCENARIOS" ] && s="$scen,start-error"
+    log="$OUT/otlp-e2e-${group%% *}.log"
+    python3 "$HERE/otlp_e2e.py" --bin "$BIN" --bin-dir "$CACHE/node_modules/.bin" --out "$OUT" \
+      --clients "$want" --scenarios "$s" --protocols "$protos" --timeout "$TIMEOUT" >"$log" 2>&1 &
+    pids+=($!)
+    logs+=("$log")
+  done
+  rc=0
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  passed=0
+  failed=0
+  for l in "${logs[@]}"; do
+    grep -v -E '^[0-9]+ passed, [0-9]+ failed$' "$l"
+    last=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$l" | tail -n 1)
+    if [ -z "$last" ]; then failed=$((failed + 1)); echo "FAIL $l: no result line"; continue; fi
+    passed=$((passed + ${last%% passed*}))
+    f=${last#*, }
+    failed=$((failed + ${f%% failed}))
+  done
+  echo "$passed passed, $failed failed"
+  [ "$failed" -eq 0 ] && [ "$rc" -eq 0 ]
+  exit $?
 fi
 if [ "$MODE" = fixtures ]; then
   OUT=$ROOT/tests/fixtures/agents

@@ -45,6 +45,10 @@ pub struct RunArgs {
     /// Open turns kept in memory before the least recently active is evicted [default: 100000].
     #[arg(long, value_name = "N")]
     max_open_turns: Option<usize>,
+    /// Threads that decode and correlate, sharded by turn [default: the cores available, at
+    /// most 8].
+    #[arg(long, value_name = "N")]
+    workers: Option<usize>,
     /// More attempts than this in a turn (the first try included) is a `retry_cap_exceeded`
     /// finding [default: 4]. `--retry-cap` is an older name for it.
     #[arg(long, alias = "retry-cap", value_name = "N")]
@@ -174,6 +178,9 @@ fn merge(args: &RunArgs) -> anyhow::Result<(RunConfig, Sources)> {
     }
     if let Some(v) = args.max_open_turns {
         cfg.max_open_turns = v;
+    }
+    if let Some(v) = args.workers {
+        cfg.workers = Some(v);
     }
     if let Some(v) = args.max_attempts {
         cfg.max_attempts = v;

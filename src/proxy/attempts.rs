@@ -5,8 +5,8 @@
 //! event lines for the one ingest path: `turn_start`, `attempt_start`, `retry`, each raw
 //! stream chunk as a `provider_chunk` envelope (the core's provider decoders do the decoding),
 //! `error` when an attempt ends without its finish (cut, reset, HTTP error, client gone),
-//! and, from the next request's history, `tool_exec` and `output` for the turn before it,
-//! then its `turn_end`.
+//! and, from the next request's history (`next_request`), `tool_exec` and `output` for the
+//! turn before it, then its `turn_end`.
 //!
 //! Turns follow the agent decoders' convention: one per model call, `<conversation>` then
 //! `<conversation>#2`, ... A request whose history equals an earlier request's, after that
@@ -24,10 +24,11 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use serde_json::value::RawValue;
 
-use super::history::{Api, Message, Request, Role};
+use super::history::{Api, Request};
 
 mod calls;
 mod line;
+mod next_request;
 
 use crate::decode::EnvelopeDecoder;
 use crate::decode::native::ProviderChunk;
@@ -290,6 +291,7 @@ impl Tracker {
                 model,
                 session: &conversation,
                 agent: "retryscope-proxy",
+                wire_only: true,
             },
         );
         self.emit(
@@ -353,115 +355,6 @@ impl Tracker {
                     self.executed.remove(&t.conversation);
                 }
             }
-        }
-    }
-
-    /// The messages a request added after `parent`'s history: what the client kept of the
-    /// parent's answer (`output`) and which calls it executed (`tool_exec`); then the parent
-    /// turn ends.
-    fn read_history(&mut self, parent: &str, added: &[Message], now_ms: i64) {
-        let Some(conversation) = self.turns.get(parent).map(|t| t.conversation.clone()) else {
-            return;
-        };
-        // The assistant messages right after the parent's history are its answer as kept.
-        let mut output = String::new();
-        for m in added {
-            if m.role != Some(Role::Assistant) {
-                break;
-            }
-            output.push_str(&m.text);
-        }
-        if !output.is_empty() {
-            self.emit(
-                parent,
-                "output",
-                None,
-                now_ms,
-                Fields::Output { text: &output },
-            );
-        }
-        let in_history: Vec<&super::history::Call> = added.iter().flat_map(|m| &m.calls).collect();
-        for m in added {
-            for r in &m.results {
-                let key =
-                    r.id.clone()
-                        .unwrap_or_else(|| format!("name:{}", r.name.as_deref().unwrap_or("")));
-                let seen = self.executed.entry(conversation.clone()).or_default();
-                if r.id.is_some() && !seen.insert(key) {
-                    continue;
-                }
-                self.stats.executions += 1;
-                let mut known = r.id.as_ref().and_then(|id| self.calls.get(id)).cloned();
-                if known.is_none()
-                    && let Some(id) = &r.id
-                    && let Some(call) = self.partial.get(id).cloned()
-                {
-                    // The stream was cut before the decoder saw this call complete, yet the
-                    // client sends back its result: it assembled the call from that attempt.
-                    let args = in_history
-                        .iter()
-                        .find(|c| c.id.as_deref() == Some(id.as_str()))
-                        .map(|c| &c.args);
-                    self.emit(
-                        &call.turn,
-                        "tool_call",
-                        Some(call.attempt),
-                        now_ms,
-                        Fields::Exec {
-                            id,
-                            name: &call.name,
-                            args: Some(args.unwrap_or(&serde_json::Value::Null)),
-                        },
-                    );
-                    known = Some(call);
-                }
-                match known {
-                    Some(call) => {
-                        let id = r.id.as_deref().unwrap_or("");
-                        self.emit(
-                            &call.turn,
-                            "tool_exec",
-                            Some(call.attempt),
-                            now_ms,
-                            Fields::Exec {
-                                id,
-                                name: &call.name,
-                                args: None,
-                            },
-                        );
-                    }
-                    None => {
-                        // A call the proxy did not see streamed (or Gemini without ids): the
-                        // history's call gives name and arguments; the correlator places it on
-                        // the call with the same tool and arguments.
-                        let call = in_history.iter().find(|c| match (&r.id, &c.id) {
-                            (Some(a), Some(b)) => a == b,
-                            _ => r.name.as_deref() == Some(c.name.as_str()),
-                        });
-                        let name = call
-                            .map(|c| c.name.as_str())
-                            .or(r.name.as_deref())
-                            .unwrap_or("unknown");
-                        self.emit(
-                            parent,
-                            "tool_exec",
-                            None,
-                            now_ms,
-                            Fields::Exec {
-                                id: r.id.as_deref().unwrap_or(""),
-                                name,
-                                args: call.map(|c| &c.args),
-                            },
-                        );
-                    }
-                }
-            }
-        }
-        if let Some(t) = self.turns.get_mut(parent)
-            && !t.closed
-        {
-            t.closed = true;
-            self.emit(parent, "turn_end", None, now_ms, Fields::None {});
         }
     }
 

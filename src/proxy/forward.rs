@@ -319,7 +319,12 @@ async fn handle(
             .tracker()
             .begin(api, parsed.as_ref(), retry_count, now_ms())
     });
-    if let (Some(rec), Some(a)) = (&proxy.recorder, &attempt) {
+    let mut begun = Begun {
+        proxy: proxy.clone(),
+        attempt,
+    };
+    let attempt = &begun.attempt;
+    if let (Some(rec), Some(a)) = (&proxy.recorder, attempt) {
         rec.request(a, &parts.method, &path_and_query, &parts.headers, &body);
     }
     strip_hop_by_hop(&mut parts.headers);
@@ -341,8 +346,8 @@ async fn handle(
             (proxy.notes)(ProxyNote::UpstreamError);
             let why = error_chain(&e);
             tracing::warn!(error = %why, path = %crate::sanitize::display(&path), "proxy: upstream request failed");
-            if let Some(a) = &attempt {
-                proxy.tracker().end(a, &End::Upstream(why), now_ms());
+            if let Some(a) = begun.take() {
+                proxy.tracker().end(&a, &End::Upstream(why), now_ms());
             }
             return Ok(plain(
                 StatusCode::BAD_GATEWAY,
@@ -366,18 +371,18 @@ async fn handle(
         Framing::Whole
     };
     let success = rparts.status.is_success();
-    if let (Some(a), false) = (&attempt, success) {
+    if let (Some(a), false) = (&begun.attempt, success) {
         proxy
             .tracker()
             .http_error(a, rparts.status.as_u16(), now_ms());
     }
-    let cutter = match (&attempt, success, framing) {
+    let cutter = match (&begun.attempt, success, framing) {
         (Some(a), true, Framing::Sse | Framing::JsonArray) => {
             route.injector.as_ref().and_then(|inj| inj.choose(a.api))
         }
         _ => None,
     };
-    let observer = attempt.map(|a| Observer {
+    let observer = begun.take().map(|a| Observer {
         framer: Framer::new(framing, MAX_FRAME),
         decode: success,
         proxy: proxy.clone(),
@@ -399,6 +404,29 @@ async fn handle(
 }
 
 /// The request body's `content-encoding`, when it has one (`identity` is none).
+/// An attempt begun whose response body does not exist yet. When the request is dropped
+/// before (the client went away while the upstream was still to answer), the attempt ends as
+/// `client_closed`: an attempt left open would hold its turn as a response in flight.
+struct Begun {
+    proxy: Arc<Proxy>,
+    attempt: Option<super::attempts::AttemptRef>,
+}
+
+impl Begun {
+    /// The attempt, now ended or owned by its response body.
+    fn take(&mut self) -> Option<super::attempts::AttemptRef> {
+        self.attempt.take()
+    }
+}
+
+impl Drop for Begun {
+    fn drop(&mut self) {
+        if let Some(a) = self.attempt.take() {
+            self.proxy.tracker().end(&a, &End::ClientGone, now_ms());
+        }
+    }
+}
+
 fn request_encoding(h: &HeaderMap) -> Option<&str> {
     h.get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())

@@ -9,8 +9,9 @@ use std::sync::Arc;
 
 use crate::correlate::Output;
 use crate::decode::Format;
-use crate::ingest::{Ingest, Note, Source};
+use crate::ingest::{Note, Source};
 use crate::internal_events::{Ingested, InternalEvent, LineRead};
+use crate::run::ShardedIngest;
 use crate::sink::metrics::Metrics;
 use crate::source::otlp::{Batch, Queue, SPOOL_DIR, Spool, SpoolPos};
 
@@ -74,7 +75,7 @@ impl OtlpFeed {
     /// Hand waiting records to `ingest`; returns (records, more waiting).
     pub fn poll(
         &mut self,
-        ingest: &mut Ingest,
+        ingest: &mut ShardedIngest,
         now: i64,
         out: &mut Vec<Output>,
         metrics: &Metrics,
@@ -127,7 +128,7 @@ impl OtlpFeed {
     /// idle timeout or open-turn bound).
     pub fn end_quiet_streams(
         &mut self,
-        ingest: &mut Ingest,
+        ingest: &mut ShardedIngest,
         now: i64,
         idle_secs: u64,
         out: &mut Vec<Output>,

@@ -28,6 +28,12 @@ use crate::report::{CloseReason, TurnReport};
 use intern::Interner;
 use turn::TurnState;
 
+/// How many idle timeouts a wire-only turn with a response in flight may stay silent.
+pub const IN_FLIGHT_IDLE_FACTOR: i64 = 10;
+/// The least silence (ms) after which a wire-only turn with a response in flight is closed
+/// anyway: a model may think for minutes before its first token.
+pub const IN_FLIGHT_MIN_IDLE_MS: i64 = 600_000;
+
 /// Correlator settings.
 #[derive(Debug, Clone)]
 pub struct CorrelatorConfig {
@@ -136,6 +142,51 @@ impl CorrelatorSnapshot {
     /// Open turns held.
     pub fn open_turns(&self) -> usize {
         self.turns.len()
+    }
+
+    /// One snapshot of the correlators that shared the turns of the same input (the live
+    /// engine's shards), taken at the same point of it: their turns (in opening order), the
+    /// closed ids they remember, their counters added up.
+    pub fn merge(parts: Vec<CorrelatorSnapshot>) -> CorrelatorSnapshot {
+        let mut merged = CorrelatorSnapshot {
+            turns: Vec::new(),
+            closed: Vec::new(),
+            stats: CorrelatorStats::default(),
+            seq: 0,
+        };
+        for part in parts {
+            merged.turns.extend(part.turns);
+            merged.closed.extend(part.closed);
+            merged.stats.add(&part.stats);
+            merged.seq = merged.seq.max(part.seq);
+        }
+        merged.turns.sort_by_key(|t| t.opened_seq());
+        merged
+    }
+
+    /// This snapshot cut into `count` (at least one), turn `id` going to part `owner(id)`:
+    /// the inverse of [`CorrelatorSnapshot::merge`], for resuming with shards. The counters
+    /// go to part 0, so that they still add up.
+    pub fn split(self, count: usize, owner: impl Fn(&str) -> usize) -> Vec<CorrelatorSnapshot> {
+        let count = count.max(1);
+        let mut parts: Vec<CorrelatorSnapshot> = (0..count)
+            .map(|_| CorrelatorSnapshot {
+                turns: Vec::new(),
+                closed: Vec::new(),
+                stats: CorrelatorStats::default(),
+                seq: self.seq,
+            })
+            .collect();
+        parts[0].stats = self.stats;
+        for t in self.turns {
+            let i = owner(t.id()).min(count - 1);
+            parts[i].turns.push(t);
+        }
+        for id in self.closed {
+            let i = owner(&id).min(count - 1);
+            parts[i].closed.push(id);
+        }
+        parts
     }
 }
 
@@ -247,15 +298,24 @@ impl Correlator {
         }
     }
 
-    /// Close turns idle since before `now_ms - idle_timeout`.
+    /// Close turns idle since before `now_ms - idle_timeout`. A wire-only turn with a
+    /// response still in flight (`turn_start` `wire_only`, its latest attempt not ended) is
+    /// not idle: it waits [`IN_FLIGHT_IDLE_FACTOR`] times as long (at least
+    /// [`IN_FLIGHT_MIN_IDLE_MS`]), a safety net for a stream whose end was lost.
     pub fn tick(&mut self, now_ms: i64, out: &mut Vec<Output>) {
         let Some(idle) = self.cfg.idle_timeout_ms else {
             return;
         };
+        let in_flight_idle = idle
+            .saturating_mul(IN_FLIGHT_IDLE_FACTOR)
+            .max(IN_FLIGHT_MIN_IDLE_MS);
         let mut expired: Vec<(u64, String)> = self
             .turns
             .values()
-            .filter(|t| now_ms.saturating_sub(t.last_arrival_ms()) >= idle)
+            .filter(|t| {
+                let limit = if t.in_flight() { in_flight_idle } else { idle };
+                now_ms.saturating_sub(t.last_arrival_ms()) >= limit
+            })
             .map(|t| (t.opened_seq(), t.id().to_owned()))
             .collect();
         expired.sort();

@@ -67,6 +67,10 @@ pub enum EventKind<'a> {
         agent: Option<Cow<'a, str>>,
         /// W3C traceparent of the agent's own span for this turn.
         traceparent: Option<Cow<'a, str>>,
+        /// The log sees the provider traffic only, never what the client displayed (a
+        /// proxy): a render reset cannot show in it, so text of two attempts with no reset
+        /// between proves no splice; only the turn's `output` can.
+        wire_only: bool,
     },
     /// An attempt begins explicitly (the first event of an attempt also opens it).
     AttemptStart {
@@ -206,12 +210,14 @@ impl Event<'_> {
                 session,
                 agent,
                 traceparent,
+                wire_only,
             } => EventKind::TurnStart {
                 model: own_opt(model),
                 provider: own_opt(provider),
                 session: own_opt(session),
                 agent: own_opt(agent),
                 traceparent: own_opt(traceparent),
+                wire_only,
             },
             EventKind::AttemptStart { model, request_id } => EventKind::AttemptStart {
                 model: own_opt(model),

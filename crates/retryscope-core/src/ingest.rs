@@ -19,7 +19,7 @@ use crate::correlate::{Correlator, Output};
 use crate::decode::gemini_join::{self, JoinFeed, SessionJoiner};
 use crate::decode::{self, BadLineReason, DecodeError, Format, StreamDecoder};
 use crate::fasthash::FastMap;
-use crate::pipeline::{InputCounters, LineOutcome, Pipeline};
+use crate::pipeline::{InputCounters, LineOutcome, Pipeline, Shard};
 
 /// Where a stream comes from: a bounded set, used as a metric label by the sinks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -65,6 +65,19 @@ impl Source {
 /// A stream's handle, valid until [`Ingest::end`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct StreamId(u32);
+
+impl StreamId {
+    /// The handle as a number, for a wrapper that hands out handles of its own (the live
+    /// engine's shards) and maps them to each inner ingest path's.
+    pub fn index(self) -> u32 {
+        self.0
+    }
+
+    /// A handle from [`StreamId::index`]; only meaningful to whoever handed it out.
+    pub fn from_index(index: u32) -> Self {
+        StreamId(index)
+    }
+}
 
 /// What the ingest path tells its caller, as it happens.
 #[derive(Debug)]
@@ -176,6 +189,12 @@ impl Ingest {
     }
 
     fn decoding_for(&self, format: Format, name: &str) -> Decoding {
+        // An OTLP stream carries gemini-cli's telemetry records: joined like its outfile.
+        if format == Format::Otlp
+            && let Some(joiner) = &self.joiner
+        {
+            return Decoding::Provider(Box::new(decode::otlp::Decoder::joined(joiner.clone())));
+        }
         match (decoding_for(format, name), &self.joiner) {
             (Decoding::Provider(d), Some(joiner)) => match gemini_join::Source::of(format) {
                 Some(source) => {
@@ -190,6 +209,15 @@ impl Ingest {
     /// The pipeline (correlator, counters, logical clock).
     pub fn pipeline(&self) -> &Pipeline {
         &self.pipeline
+    }
+
+    /// Correlate only the turns of `shard`, as one of several ingest paths that are all handed
+    /// every line of the same streams (the live engine's shards): a native line is decoded only
+    /// by the shard of its top-level `turn` ([`crate::turn_route::shard_of_line`]); provider
+    /// streams are decoded by all (see [`Shard`]). Every line's [`Note`] is given by exactly one
+    /// shard: its owner, or shard 0 for lines every shard decodes; a format decision, by shard 0.
+    pub fn set_shard(&mut self, shard: Shard) {
+        self.pipeline.set_shard(shard);
     }
 
     /// The pipeline, to restore a checkpoint or number turns.
@@ -304,6 +332,9 @@ impl Ingest {
             return;
         };
         stream.lines = number.unwrap_or(stream.lines + 1);
+        if self.pipeline.shard().is_some_and(|s| !s.primary()) {
+            return;
+        }
         self.pipeline.too_long();
         note(Note::Line {
             source: stream.source,
@@ -421,11 +452,13 @@ impl Ingest {
         let Decoding::Sniffing(held) = std::mem::replace(&mut stream.decoding, decoding) else {
             return;
         };
-        note(Note::Format {
-            source: stream.source,
-            name: &stream.name,
-            format,
-        });
+        if self.pipeline.shard().is_none_or(Shard::primary) {
+            note(Note::Format {
+                source: stream.source,
+                name: &stream.name,
+                format,
+            });
+        }
         for (number, bytes) in held.lines {
             decode_line(
                 &mut self.pipeline,
@@ -464,11 +497,22 @@ fn decode_line(
     out: &mut Vec<Output>,
     note: &mut dyn FnMut(Note<'_>),
 ) {
+    let shard = pipeline.shard();
     let outcome = match &mut stream.decoding {
         Decoding::Native if bytes.iter().all(u8::is_ascii_whitespace) => return,
+        Decoding::Native
+            if shard
+                .is_some_and(|s| crate::turn_route::shard_of_line(bytes, s.count) != s.index) =>
+        {
+            return;
+        }
         Decoding::Native => pipeline.native_line(bytes, arrival_ms, out),
         Decoding::Provider(decoder) => {
-            pipeline.stream_line(decoder.as_mut(), bytes, arrival_ms, out)
+            let outcome = pipeline.stream_line(decoder.as_mut(), bytes, arrival_ms, out);
+            if shard.is_some_and(|s| !s.primary()) {
+                return;
+            }
+            outcome
         }
         Decoding::Sniffing(_) => return,
     };

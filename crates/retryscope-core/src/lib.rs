@@ -23,3 +23,4 @@ pub mod report;
 pub mod rfc3339;
 pub mod rules;
 pub mod sanitize;
+pub mod turn_route;

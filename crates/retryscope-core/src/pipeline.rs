@@ -51,6 +51,33 @@ impl InputCounters {
     }
 }
 
+/// One of several pipelines that share the turns of the same lines (the live engine's shards):
+/// each correlates the turns whose id hashes to it ([`crate::turn_route::shard_of_id`]).
+///
+/// Native lines are routed before decoding (by the `Ingest` that owns the pipeline). A
+/// provider stream's lines reach every shard (its decoder's state needs them all): each
+/// decodes them and correlates only its own turns' events, and shard 0 alone counts the line,
+/// its bad lines and its skips, so counters summed over shards equal one pipeline's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// This shard, from 0.
+    pub index: u32,
+    /// How many shards share the lines.
+    pub count: u32,
+}
+
+impl Shard {
+    /// Whether this shard counts lines seen by every shard (shard 0 does).
+    pub fn primary(self) -> bool {
+        self.index == 0
+    }
+
+    /// Whether this shard correlates the turn `id`.
+    pub fn owns(self, id: &str) -> bool {
+        crate::turn_route::shard_of_id(id, self.count) == self.index
+    }
+}
+
 /// What became of a line that decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LineOutcome {
@@ -69,6 +96,8 @@ pub struct Pipeline {
     scratch: Vec<Event<'static>>,
     /// Every event correlated, kept when asked ([`Pipeline::record_events`]).
     recorded: Option<Vec<Event<'static>>>,
+    /// This pipeline's share of the turns, when it has one.
+    shard: Option<Shard>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -91,7 +120,23 @@ impl Pipeline {
             envelope: EnvelopeDecoder::new(),
             scratch: Vec::new(),
             recorded: None,
+            shard: None,
         }
+    }
+
+    /// Correlate only the turns of `shard` (see [`Shard`]).
+    pub fn set_shard(&mut self, shard: Shard) {
+        self.shard = Some(shard);
+    }
+
+    /// The share of the turns this pipeline correlates, if set.
+    pub fn shard(&self) -> Option<Shard> {
+        self.shard
+    }
+
+    /// Whether this pipeline counts the lines every shard sees (always, unsharded).
+    fn primary(&self) -> bool {
+        self.shard.is_none_or(Shard::primary)
     }
 
     /// Keep a copy of every event correlated from now on (for tests and tools that inspect
@@ -159,7 +204,7 @@ impl Pipeline {
                     // unfinished call stays unfinished) before the turn closes, and free them.
                     let mut events = std::mem::take(&mut self.scratch);
                     self.envelope.end_turn(&ev.turn, &mut events);
-                    if let Err(e) = self.observe_all(&mut events, arrival_ms, out) {
+                    if let Err(e) = self.observe_all(&mut events, arrival_ms, out, false) {
                         self.counters.bad(e.reason);
                     }
                     self.scratch = events;
@@ -171,7 +216,7 @@ impl Pipeline {
             Ok(NativeLine::ProviderChunk(chunk)) => {
                 let mut events = std::mem::take(&mut self.scratch);
                 let result = self.envelope.push(&chunk, &mut events);
-                let outcome = self.observe_all(&mut events, arrival_ms, out);
+                let outcome = self.observe_all(&mut events, arrival_ms, out, false);
                 self.scratch = events;
                 match result.and(outcome) {
                     Ok(o) => Ok(o),
@@ -196,15 +241,20 @@ impl Pipeline {
         arrival_ms: Option<i64>,
         out: &mut Vec<Output>,
     ) -> Result<LineOutcome, DecodeError> {
-        self.counters.lines += 1;
+        let primary = self.primary();
+        if primary {
+            self.counters.lines += 1;
+        }
         let mut events = std::mem::take(&mut self.scratch);
         let result = decoder.push_line(bytes, &mut events);
-        let outcome = self.observe_all(&mut events, arrival_ms, out);
+        let outcome = self.observe_all(&mut events, arrival_ms, out, true);
         self.scratch = events;
         match result.and(outcome) {
             Ok(o) => Ok(o),
             Err(e) => {
-                self.counters.bad(e.reason);
+                if primary {
+                    self.counters.bad(e.reason);
+                }
                 Err(e)
             }
         }
@@ -217,19 +267,27 @@ impl Pipeline {
         arrival_ms: Option<i64>,
         out: &mut Vec<Output>,
     ) {
+        let primary = self.primary();
         let mut events = std::mem::take(&mut self.scratch);
         decoder.finish(&mut events);
-        if let Err(e) = self.observe_all(&mut events, arrival_ms, out) {
+        if let Err(e) = self.observe_all(&mut events, arrival_ms, out, true)
+            && primary
+        {
             self.counters.bad(e.reason);
         }
         self.scratch = events;
-        self.counters.skips.add(decoder.skips());
+        if primary {
+            self.counters.skips.add(decoder.skips());
+        }
     }
 
     /// Correlate events decoded elsewhere (e.g. joined from several inputs).
     /// Events with numbers out of range are skipped and counted as bad values.
+    /// Sharded, each pipeline correlates its own turns' events, and shard 0 counts.
     pub fn observe_events(&mut self, events: &mut Vec<Event<'static>>, out: &mut Vec<Output>) {
-        if let Err(e) = self.observe_all(events, None, out) {
+        if let Err(e) = self.observe_all(events, None, out, true)
+            && self.primary()
+        {
             self.counters.bad(e.reason);
         }
     }
@@ -239,7 +297,11 @@ impl Pipeline {
         events: &mut Vec<Event<'static>>,
         arrival_ms: Option<i64>,
         out: &mut Vec<Output>,
+        // Whether the events may belong to other shards' turns (decoded from lines every
+        // shard sees).
+        shared: bool,
     ) -> Result<LineOutcome, DecodeError> {
+        let shard = if shared { self.shard } else { None };
         let outcome = if events.is_empty() {
             LineOutcome::Skipped
         } else {
@@ -249,6 +311,7 @@ impl Pipeline {
         let mut bad = None;
         for ev in events.drain(..) {
             match crate::bounds::check(&ev) {
+                Ok(()) if shard.is_some_and(|s| !s.owns(&ev.turn)) => {}
                 Ok(()) => self.observe(&ev, arrival_ms, out),
                 Err(e) => {
                     bad.get_or_insert(e);
@@ -289,7 +352,7 @@ impl Pipeline {
     pub fn close_all(&mut self, out: &mut Vec<Output>) {
         let mut events = std::mem::take(&mut self.scratch);
         self.envelope.finish(&mut events);
-        if let Err(e) = self.observe_all(&mut events, None, out) {
+        if let Err(e) = self.observe_all(&mut events, None, out, false) {
             self.counters.bad(e.reason);
         }
         self.scratch = events;

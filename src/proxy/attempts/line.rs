@@ -25,6 +25,8 @@ pub(super) enum Fields<'a> {
         model: Option<&'a str>,
         session: &'a str,
         agent: &'a str,
+        /// Always true: the proxy sees the wire, never the client's display.
+        wire_only: bool,
     },
     AttemptStart {
         #[serde(skip_serializing_if = "Option::is_none")]

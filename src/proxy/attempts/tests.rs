@@ -257,6 +257,114 @@ fn reset_and_late_execution_is_clean() {
 }
 
 #[test]
+fn retried_turn_without_a_next_request_has_no_spliced_text() {
+    // Proxy defect 2 (e2e `mid-word-error-first3`): three streams cut mid-word in a row, then
+    // the client gives up and sends nothing more. No history carries an abandoned attempt's
+    // text, and no wire shows a render reset: no spliced_text, only the incomplete turn.
+    let (mut t, lines) = tracker();
+    let mut ts = 1_000;
+    let r0 = anthropic(
+        serde_json::json!({"model":"claude-sonnet-4-5","stream":true,"messages":[{"role":"user","content":USER}]}),
+    );
+    let mut turn = None;
+    for n in 0..3 {
+        let a = t.begin(Api::Anthropic, r0.as_ref(), None, ts);
+        assert_eq!(a.attempt, n, "the same request after a cut is a retry");
+        turn.get_or_insert_with(|| a.turn.clone());
+        let text = if n == 0 { A0 } else { A1 };
+        stream(
+            &mut t,
+            &a,
+            &anthropic_attempt(text, "c1", A0_TAIL, false)[..3],
+            End::Injected {
+                point: "mid-word",
+                how: "error",
+            },
+            &mut ts,
+        );
+    }
+    let f = findings(&lines);
+    assert_eq!(kinds(&f), ["incomplete_turn"], "{f:?}");
+    let starts: Vec<serde_json::Value> = lines
+        .0
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter_map(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
+        .filter(|v| v["type"] == "turn_start")
+        .collect();
+    assert_eq!(starts.len(), 1);
+    assert_eq!(starts[0]["wire_only"], true, "{:?}", starts[0]);
+}
+
+#[test]
+fn an_open_stream_silent_past_the_idle_timeout_keeps_its_turn() {
+    // `--idle-timeout-secs 1`: the upstream streams a tool call, then is silent for 1.5 s
+    // before finishing (the e2e mock's pause). The turn stayed open only by chance of timing;
+    // it was idle-closed and the call's execution, read from the next request, was lost.
+    let (mut t, lines) = tracker();
+    let first = serde_json::json!({"model":"claude-sonnet-4-5","stream":true,"messages":[{"role":"user","content":USER}]});
+    let r0 = anthropic(first.clone());
+    let a0 = t.begin(Api::Anthropic, r0.as_ref(), None, 1_000);
+    let payloads = anthropic_attempt(A1, "c7", A1_TAIL, true);
+    let mut ts = 1_000;
+    for p in &payloads[..7] {
+        ts += 10;
+        t.chunk(&a0, p, ts);
+    }
+    ts += 1_500;
+    stream(&mut t, &a0, &payloads[7..], End::Complete, &mut ts);
+    let mut messages = first["messages"].as_array().cloned().unwrap_or_default();
+    messages.push(serde_json::json!({"role":"assistant","content":[
+        {"type":"text","text":format!("{A1}{A1_TAIL}")},
+        {"type":"tool_use","id":"c7","name":"issue_refund","input":{"order_id":"ORD-7781"}}]}));
+    messages.push(serde_json::json!({"role":"user","content":[{"type":"tool_result","tool_use_id":"c7","content":"refund issued"}]}));
+    let next = anthropic(
+        serde_json::json!({"model":"claude-sonnet-4-5","stream":true,"messages":messages}),
+    );
+    let a1 = t.begin(Api::Anthropic, next.as_ref(), None, ts + 100);
+    answer(&mut t, &a1, ts + 200);
+
+    // The engine: each line arrives at its `ts`, and the correlator ticks up to it.
+    let cfg = CorrelatorConfig {
+        idle_timeout_ms: Some(1_000),
+        ..CorrelatorConfig::default()
+    };
+    let correlator = Correlator::new(cfg, Arc::new(PriceTable::builtin()));
+    let mut ingest = Ingest::new(correlator, Format::Native);
+    let id = ingest.stream(Source::Proxy, "<proxy>");
+    let mut out = Vec::new();
+    for line in lines.0.lock().expect("lock").iter() {
+        let at = serde_json::from_slice::<serde_json::Value>(line)
+            .ok()
+            .and_then(|v| v["ts"].as_i64())
+            .expect("ts");
+        ingest.tick(at, &mut out);
+        ingest.line(id, None, line, Some(at), &mut out, &mut |_| {});
+    }
+    ingest.close_all(&mut out, &mut |_| {});
+    let first_turn = out
+        .iter()
+        .find_map(|o| match o {
+            Output::TurnClosed(r) if r.turn == a0.turn => Some(r),
+            _ => None,
+        })
+        .expect("the first call's report");
+    assert_ne!(
+        first_turn.closed_by,
+        crate::report::CloseReason::IdleTimeout,
+        "{first_turn:?}"
+    );
+    assert_eq!(first_turn.attempts.len(), 1);
+    assert_eq!(
+        first_turn.attempts[0].outcome,
+        crate::report::Outcome::Completed
+    );
+    assert_eq!(first_turn.attempts[0].executed.len(), 1, "{first_turn:?}");
+    assert!(first_turn.findings.is_empty(), "{:?}", first_turn.findings);
+}
+
+#[test]
 fn chat_call_cut_before_its_finish_then_executed_is_abandoned() {
     // The same turn over Chat Completions: tool call deltas as in
     // openai-python__parallel-tool-calls.sse; the client ran the cut attempt's call only.

@@ -243,7 +243,7 @@ impl Watched {
     ) {
         let mut pos = self.read_pos;
         while !rest.is_empty() {
-            let Some(i) = rest.iter().position(|&b| b == b'\n') else {
+            let Some(i) = memchr::memchr(b'\n', rest) else {
                 if let Some(skipped) = &mut self.skipping {
                     *skipped += rest.len() as u64;
                 } else if self.pending.len() + rest.len() > max_line_bytes + 1 {

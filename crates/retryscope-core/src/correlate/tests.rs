@@ -335,6 +335,131 @@ RESET
 }
 
 #[test]
+fn wire_only_turn_has_no_no_reset_splice_but_output_still_proves_one() {
+    // Proxy defect 2: a proxy sees the wire, never the display, so text of two attempts with
+    // no render reset between proves nothing there; only the output (the history the client
+    // sent back) does.
+    let base = r#"
+{"turn":"t","type":"turn_start","provider":"openai","wire_only":true}
+{"turn":"t","type":"text","attempt":0,"text":"Refunding the dam"}
+{"turn":"t","type":"retry","attempt":1}
+{"turn":"t","type":"text","attempt":1,"text":"The book arrived damaged."}
+{"turn":"t","type":"finish","attempt":1,"reason":"stop"}
+OUTPUT
+"#;
+    let (_, reports) = run(&base.replace("OUTPUT", ""));
+    assert!(reports[0].findings.is_empty(), "{:?}", reports[0].findings);
+    let (_, reports) = run(&base.replace(
+        "OUTPUT",
+        r#"{"turn":"t","type":"output","text":"Refunding the damThe book arrived damaged."}"#,
+    ));
+    let f = &reports[0].findings;
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0].kind, FindingKind::SplicedText);
+    assert_eq!(f[0].evidence, "output");
+    // `wire_only: false` (and absent) keeps the reset proof.
+    let (_, reports) = run(&base
+        .replace("OUTPUT", "")
+        .replace(r#""wire_only":true"#, r#""wire_only":false"#));
+    assert_eq!(reports[0].findings[0].evidence, "no_reset");
+}
+
+#[test]
+fn wire_only_turn_with_a_response_in_flight_is_not_idle_closed() {
+    // Proxy: with `--idle-timeout-secs 1` a turn was closed during the upstream's 1 s silence
+    // after a tool call, while the stream was still open, and the attempt's execution (read
+    // from the next request) was then dropped. An open attempt of a wire-only turn is a
+    // response in flight.
+    let cfg = CorrelatorConfig {
+        idle_timeout_ms: Some(1_000),
+        ..CorrelatorConfig::default()
+    };
+    let mut c = Correlator::new(cfg.clone(), Arc::new(PriceTable::builtin()));
+    let mut out = Vec::new();
+    let feed = |c: &mut Correlator, line: &str, now: i64, out: &mut Vec<Output>| match decode_line(
+        line.as_bytes(),
+        &mut SkipCounts::default(),
+    ) {
+        Ok(NativeLine::Event(ev)) => c.observe(&ev, now, out),
+        other => panic!("{line} did not decode: {other:?}"),
+    };
+    let closed = |out: &[Output]| out.iter().any(|o| matches!(o, Output::TurnClosed(_)));
+    feed(
+        &mut c,
+        r#"{"turn":"t","type":"turn_start","provider":"anthropic","wire_only":true}"#,
+        0,
+        &mut out,
+    );
+    feed(
+        &mut c,
+        r#"{"turn":"t","type":"attempt_start","attempt":0}"#,
+        0,
+        &mut out,
+    );
+    feed(
+        &mut c,
+        r#"{"turn":"t","type":"tool_call","attempt":0,"id":"c1","name":"issue_refund","args":{}}"#,
+        100,
+        &mut out,
+    );
+    c.tick(1_500, &mut out);
+    c.tick(60_000, &mut out);
+    assert!(!closed(&out), "stream in flight: not idle");
+    feed(
+        &mut c,
+        r#"{"turn":"t","type":"finish","attempt":0,"reason":"tool_use"}"#,
+        60_100,
+        &mut out,
+    );
+    feed(
+        &mut c,
+        r#"{"turn":"t","type":"tool_exec","attempt":0,"id":"c1","name":"issue_refund"}"#,
+        60_200,
+        &mut out,
+    );
+    c.tick(60_500, &mut out);
+    assert!(!closed(&out));
+    c.tick(61_300, &mut out);
+    assert!(
+        closed(&out),
+        "ended attempt: the idle timeout applies again"
+    );
+    let report = out
+        .iter()
+        .find_map(|o| match o {
+            Output::TurnClosed(r) => Some(r),
+            _ => None,
+        })
+        .expect("report");
+    assert_eq!(report.attempts[0].outcome, Outcome::Completed);
+    assert!(report.findings.is_empty(), "{:?}", report.findings);
+
+    // Without `wire_only` (an agent's log), an open attempt is idle as any other; and a lost
+    // stream of a wire-only turn still closes at the safety net.
+    for (start, at) in [
+        (r#"{"turn":"u","type":"turn_start"}"#, 1_000),
+        (
+            r#"{"turn":"u","type":"turn_start","wire_only":true}"#,
+            IN_FLIGHT_MIN_IDLE_MS,
+        ),
+    ] {
+        let mut c = Correlator::new(cfg.clone(), Arc::new(PriceTable::builtin()));
+        let mut out = Vec::new();
+        feed(&mut c, start, 0, &mut out);
+        feed(
+            &mut c,
+            r#"{"turn":"u","type":"text","attempt":0,"text":"Checking"}"#,
+            0,
+            &mut out,
+        );
+        c.tick(at - 1, &mut out);
+        assert!(!closed(&out));
+        c.tick(at, &mut out);
+        assert!(closed(&out), "{start}");
+    }
+}
+
+#[test]
 fn output_rule_overrides_reset_rule() {
     // No reset, but the client's committed output is the final text only: clean.
     let (_, reports) = run(r#"

@@ -49,6 +49,10 @@ pub struct TurnState {
     output: Option<OutputState>,
     /// An attempt whose text followed an earlier attempt's text with no render reset between.
     no_reset_attempt: Option<(u32, u32)>,
+    /// The log sees provider traffic, not the display (`turn_start` `wire_only`): no render
+    /// reset can show in it, so only the output proves a splice.
+    #[serde(default)]
+    wire_only: bool,
     cap_flagged: bool,
     findings: Vec<Finding>,
 }
@@ -72,6 +76,7 @@ impl TurnState {
             effects: Vec::new(),
             output: None,
             no_reset_attempt: None,
+            wire_only: false,
             cap_flagged: false,
             findings: Vec::new(),
         }
@@ -87,6 +92,12 @@ impl TurnState {
 
     pub fn last_arrival_ms(&self) -> i64 {
         self.last_arrival_ms
+    }
+
+    /// A wire-only turn whose latest attempt has not ended: its response is still in flight
+    /// (a proxy ends every attempt it begins), so silence does not mean the turn is over.
+    pub fn in_flight(&self) -> bool {
+        self.wire_only && self.attempts.last().is_some_and(|a| a.is_open())
     }
 
     fn labels(&self) -> TurnLabels {
@@ -138,7 +149,9 @@ impl TurnState {
                 session,
                 agent,
                 traceparent,
+                wire_only,
             } => {
+                self.wire_only |= *wire_only;
                 set_sym(&mut self.model, model, env.interner);
                 set_sym(&mut self.provider, provider, env.interner);
                 set_if(&mut self.session, session);
@@ -542,11 +555,13 @@ impl TurnState {
             .iter()
             .rposition(|a| a.outcome == Outcome::Completed)
             .or_else(|| self.attempts.len().checked_sub(1));
-        // Spliced text: judged by the output when the client logged one, else by resets.
+        // Spliced text: judged by the output when the client logged one, else by resets
+        // (which a wire-only log cannot show, so there the output is the only proof).
         let spliced = match (&self.output, final_idx) {
             (Some(output), Some(fi)) => spliced_attempt(output, &self.attempts, &self.attempts[fi])
                 .map(|a| (a, rules::spliced_text::Proof::Output)),
             (Some(_), None) => None,
+            (None, _) if self.wire_only => None,
             (None, _) => self
                 .no_reset_attempt
                 .map(|(_, earlier)| (earlier, rules::spliced_text::Proof::NoReset)),

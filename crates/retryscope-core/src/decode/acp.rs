@@ -321,6 +321,7 @@ impl StreamDecoder for Decoder {
                         session: Some(owned(&sid)),
                         agent: None,
                         traceparent: None,
+                        wire_only: false,
                     },
                 );
                 let s = self.sessions.entry(sid.clone()).or_default();

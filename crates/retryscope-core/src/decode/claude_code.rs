@@ -384,6 +384,7 @@ impl Decoder {
                 session: Some(owned(&self.session)),
                 agent: Some(Cow::Borrowed("claude-code")),
                 traceparent: None,
+                wire_only: false,
             },
         );
     }

@@ -137,6 +137,7 @@ impl Decoder {
                 session: Some(owned(&self.thread)),
                 agent: Some(Cow::Borrowed("codex")),
                 traceparent: None,
+                wire_only: false,
             },
         );
     }

@@ -123,6 +123,7 @@ impl Decoder {
                 session: Some(owned(&self.session)),
                 agent: Some(Cow::Borrowed("gemini-cli")),
                 traceparent: None,
+                wire_only: false,
             },
         );
     }

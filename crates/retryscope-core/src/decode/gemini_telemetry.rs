@@ -231,6 +231,7 @@ impl Decoder {
                 session: (!session.is_empty()).then(|| owned(session)),
                 agent: Some(Cow::Borrowed("gemini-cli")),
                 traceparent: None,
+                wire_only: false,
             },
         ));
         lane.cur = Some(Call {

@@ -40,11 +40,23 @@ pub struct ProviderChunk<'a> {
     pub data: &'a RawValue,
 }
 
+mod fast;
+
 /// Decode one line (without its newline) of the native format.
 pub fn decode_line<'a>(
     line: &'a [u8],
     skips: &mut SkipCounts,
 ) -> Result<NativeLine<'a>, DecodeError> {
+    // The common shape takes the hand-written pass; anything else (and every error) serde's.
+    let mut fields = Fields::default();
+    match fast::fill(line, &mut fields) {
+        Some(()) => fields.into_line(skips),
+        None => decode_serde(line, skips),
+    }
+}
+
+/// [`decode_line`] through serde only: the reference the fast path is tested against.
+fn decode_serde<'a>(line: &'a [u8], skips: &mut SkipCounts) -> Result<NativeLine<'a>, DecodeError> {
     // serde_json validates UTF-8 as it reads strings; whole-line validation happens only to
     // classify a failure, off the hot path.
     let mut de = serde_json::Deserializer::from_slice(line);
@@ -66,6 +78,10 @@ pub fn decode_str<'a>(
     text: &'a str,
     skips: &mut SkipCounts,
 ) -> Result<NativeLine<'a>, DecodeError> {
+    let mut fields = Fields::default();
+    if fast::fill(text.as_bytes(), &mut fields).is_some() {
+        return fields.into_line(skips);
+    }
     let mut de = serde_json::Deserializer::from_str(text);
     let fields: Fields<'a> = Fields::deserialize(&mut de).map_err(json_error)?;
     de.end().map_err(json_error)?;
@@ -135,6 +151,14 @@ struct Ts(TimestampMs);
 /// A raw JSON `ts` token (a quoted string or a number) read exactly as a native line's `ts`
 /// is: the one timestamp parser, also used by `check`'s shard router.
 pub fn ts_token(raw: &[u8]) -> Option<TimestampMs> {
+    // Plain integer milliseconds (nearly every line), read without serde: up to 18 digits, no
+    // leading zero, exactly what serde reads as the same number; anything else goes to serde.
+    if (1..=18).contains(&raw.len())
+        && raw.iter().all(u8::is_ascii_digit)
+        && (raw.len() == 1 || raw[0] != b'0')
+    {
+        return Some(raw.iter().fold(0i64, |n, &d| n * 10 + i64::from(d - b'0')));
+    }
     serde_json::from_slice::<Ts>(raw).ok().map(|t| t.0)
 }
 
@@ -184,12 +208,14 @@ struct Fields<'a> {
     session: Option<Cow<'a, str>>,
     agent: Option<Cow<'a, str>>,
     traceparent: Option<Cow<'a, str>>,
+    wire_only: Option<bool>,
     request_id: Option<Cow<'a, str>>,
     reason: Option<Cow<'a, str>>,
     text: Option<Cow<'a, str>>,
     id: Option<Cow<'a, str>>,
     name: Option<Cow<'a, str>>,
-    args: Option<&'a RawValue>,
+    /// The raw JSON text of `args`.
+    args: Option<&'a str>,
     effect_key: Option<Cow<'a, str>>,
     step: Option<i64>,
     effect: Option<EffectClass>,
@@ -240,12 +266,13 @@ impl<'de> Visitor<'de> for FieldsVisitor {
                 "session" => f.session = map.next_value::<Option<Id<'de>>>()?.map(|s| s.0),
                 "agent" => f.agent = opt_str(&mut map)?,
                 "traceparent" => f.traceparent = opt_str(&mut map)?,
+                "wire_only" => f.wire_only = map.next_value()?,
                 "request_id" => f.request_id = opt_str(&mut map)?,
                 "reason" => f.reason = opt_str(&mut map)?,
                 "text" => f.text = opt_str(&mut map)?,
                 "id" => f.id = map.next_value::<Option<Id<'de>>>()?.map(|s| s.0),
                 "name" => f.name = opt_str(&mut map)?,
-                "args" => f.args = Some(map.next_value()?),
+                "args" => f.args = Some(map.next_value::<&RawValue>()?.get()),
                 "effect_key" => f.effect_key = opt_str(&mut map)?,
                 "step" => f.step = map.next_value()?,
                 "effect" => f.effect = map.next_value()?,
@@ -312,6 +339,7 @@ impl<'a> Fields<'a> {
                 session: self.session,
                 agent: self.agent,
                 traceparent: self.traceparent,
+                wire_only: self.wire_only.unwrap_or(false),
             },
             "attempt_start" => EventKind::AttemptStart {
                 model: self.model,
@@ -329,12 +357,12 @@ impl<'a> Fields<'a> {
             "tool_call" => EventKind::ToolCall {
                 id: self.id.ok_or_else(|| missing("id", ty_ref))?,
                 name: self.name.ok_or_else(|| missing("name", ty_ref))?,
-                args: self.args.map(|r| Cow::Borrowed(r.get())),
+                args: self.args.map(Cow::Borrowed),
             },
             "tool_exec" => EventKind::ToolExec {
                 id: self.id.ok_or_else(|| missing("id", ty_ref))?,
                 name: self.name.ok_or_else(|| missing("name", ty_ref))?,
-                args: self.args.map(|r| Cow::Borrowed(r.get())),
+                args: self.args.map(Cow::Borrowed),
                 effect_key: self.effect_key,
                 step: self.step,
                 effect: self.effect,
@@ -521,6 +549,31 @@ mod tests {
                 text: "a\"bé".into()
             }
         );
+    }
+
+    #[test]
+    fn ts_token_reads_integers_like_serde() {
+        for raw in [
+            &b"0"[..],
+            b"7",
+            b"1794477600000",
+            b"999999999999999999",
+            b"9999999999999999999",
+            b"0123",
+            b"-5",
+            b"1.5",
+            b"1e3",
+            b"\"2026-11-12T10:00:00Z\"",
+            b"",
+            b"12a",
+        ] {
+            assert_eq!(
+                ts_token(raw),
+                serde_json::from_slice::<Ts>(raw).ok().map(|t| t.0),
+                "{}",
+                String::from_utf8_lossy(raw)
+            );
+        }
     }
 
     #[test]

@@ -23,14 +23,19 @@
 //! same whichever way they came); Codex's `codex.*` events go to `codex`, Claude Code's
 //! `claude_code.*` events to `claude`; GenAI semantic-convention records of any other service
 //! (inference and `execute_tool` spans, `gen_ai.client.inference.operation.details` events) to
-//! `genai`; records no decoder knows are counted as unknown types.
+//! `genai`; records no decoder knows are counted as unknown types. With a session joiner
+//! ([`Decoder::joined`]), gemini-cli's events go to it as telemetry, to be joined with the
+//! session's stream-json exactly as the outfile's are ([`super::gemini_join`]).
 
 mod claude;
 mod codex;
 mod genai;
 
+use std::sync::{Arc, Mutex};
+
 use serde_json::Value;
 
+use super::gemini_join::{SessionJoiner, Source};
 use super::gemini_telemetry;
 use super::provider::{StreamDecoder, parse, utf8};
 use super::{DecodeError, SkipCounts};
@@ -49,6 +54,40 @@ pub struct Decoder {
     claude: claude::Claude,
     genai: genai::GenAi,
     skips: SkipCounts,
+    /// Where gemini-cli's events go instead of the caller, when joined.
+    joiner: Option<Arc<Mutex<SessionJoiner>>>,
+    scratch: Vec<Event<'static>>,
+}
+
+impl Decoder {
+    /// A decoder whose gemini-cli events are held in `joiner` as telemetry (to be joined with
+    /// that session's stream-json); every other agent's events go to the caller as usual.
+    pub fn joined(joiner: Arc<Mutex<SessionJoiner>>) -> Self {
+        Decoder {
+            joiner: Some(joiner),
+            ..Decoder::default()
+        }
+    }
+
+    /// gemini-cli's events: to the joiner if there is one, else to `out`.
+    fn gemini_out<'o>(
+        joiner: &Option<Arc<Mutex<SessionJoiner>>>,
+        scratch: &'o mut Vec<Event<'static>>,
+        out: &'o mut Vec<Event<'static>>,
+    ) -> &'o mut Vec<Event<'static>> {
+        if joiner.is_some() { scratch } else { out }
+    }
+
+    /// Hand what the gemini-cli decoder wrote to the joiner.
+    fn hand_over(&mut self) {
+        if let Some(joiner) = &self.joiner
+            && !self.scratch.is_empty()
+            && let Ok(mut j) = joiner.lock()
+        {
+            j.push(Source::Telemetry, &mut self.scratch);
+        }
+        self.scratch.clear();
+    }
 }
 
 fn ns_ms(v: Option<&Value>) -> Option<TimestampMs> {
@@ -148,7 +187,9 @@ impl Decoder {
                         Value::from(vec![ns / 1_000_000_000, ns % 1_000_000_000]),
                     );
                 }
-                self.gemini.record(&record, out);
+                let sink = Self::gemini_out(&self.joiner, &mut self.scratch, out);
+                self.gemini.record(&record, sink);
+                self.hand_over();
             }
             Agent::Codex => {
                 let attrs = record.get("attributes").unwrap_or(&Value::Null);
@@ -250,7 +291,9 @@ impl StreamDecoder for Decoder {
     }
 
     fn finish(&mut self, out: &mut Vec<Event<'static>>) {
-        self.gemini.finish(out);
+        let sink = Self::gemini_out(&self.joiner, &mut self.scratch, out);
+        self.gemini.finish(sink);
+        self.hand_over();
     }
 
     fn skips(&self) -> SkipCounts {

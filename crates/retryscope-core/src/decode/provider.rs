@@ -253,6 +253,7 @@ impl Ctx {
                 session: None,
                 agent: None,
                 traceparent: None,
+                wire_only: false,
             },
         );
     }

@@ -115,6 +115,7 @@ impl Claude {
                         session: Some(Cow::Owned(session.to_owned())),
                         agent: Some(Cow::Borrowed("claude-code")),
                         traceparent: None,
+                        wire_only: false,
                     },
                 ));
                 (turn, 0)

@@ -1,8 +1,12 @@
 //! Codex's OTLP log events (`[otel]` exporter; `codex.*` `event.name`s, one stream per
 //! `conversation.id`), as Codex 0.169.0 sends them (tests/fixtures/agents/FORMATS.md).
 //!
-//! Owns: `codex.api_request` (one per HTTP request: `attempt` 0 starts a model call, a higher
-//! `attempt` retries the current one; an HTTP status of 400 or more fails the attempt),
+//! Owns: `codex.api_request` (one per HTTP request; an HTTP status of 400 or more fails the
+//! attempt). A request retries the current model call when it follows a failed or broken
+//! attempt that saw no `codex.tool_result` (Codex 0.169.0 sends `attempt: 0` on its
+//! reconnects too; after a tool ran, the next request carries its output: a new call), or
+//! when it has a higher `attempt` than the unfinished current one. Otherwise it starts a new
+//! model call.
 //! `codex.sse_event` (one per SSE event received: an `error.message` fails the attempt, once;
 //! `response.completed` without one finishes it, and the one carrying `input_token_count`
 //! gives its usage), `codex.tool_decision` (the call, by `call_id`) and `codex.tool_result`
@@ -27,6 +31,8 @@ struct Call {
     codex_attempt: u64,
     failed: bool,
     finished: bool,
+    /// A `codex.tool_result` arrived since the current attempt's request.
+    tool_ran: bool,
     calls: HashSet<String>,
 }
 
@@ -66,14 +72,14 @@ impl Codex {
     ) {
         let codex_attempt = attr_u64(a, "attempt").unwrap_or(0);
         let model = attr_str(a, "model").map(|m| Cow::Owned(m.to_owned()));
-        let retry = self
-            .cur
-            .as_ref()
-            .is_some_and(|c| codex_attempt > c.codex_attempt && !c.finished);
+        let retry = self.cur.as_ref().is_some_and(|c| {
+            !c.finished && (codex_attempt > c.codex_attempt || (c.failed && !c.tool_ran))
+        });
         if retry && let Some(c) = self.cur.as_mut() {
             c.attempt += 1;
             c.codex_attempt = codex_attempt;
             c.failed = false;
+            c.tool_ran = false;
             out.push(Event::owned(
                 &c.turn,
                 Some(c.attempt),
@@ -97,6 +103,7 @@ impl Codex {
                     session: Some(Cow::Owned(session.to_owned())),
                     agent: Some(Cow::Borrowed("codex")),
                     traceparent: None,
+                    wire_only: false,
                 },
             ));
             self.cur = Some(Call {
@@ -211,6 +218,7 @@ impl Codex {
         if name == "codex.tool_decision" {
             return;
         }
+        c.tool_ran = true;
         let ok = !matches!(a.get("success"), Some(Value::Bool(false)))
             && attr_str(a, "success") != Some("false");
         out.push(Event::owned(

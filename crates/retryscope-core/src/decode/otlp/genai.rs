@@ -138,6 +138,7 @@ impl GenAi {
                         session: Some(Cow::Owned(session.to_owned())),
                         agent: attr_str(a, "gen_ai.agent.name").map(|n| Cow::Owned(n.to_owned())),
                         traceparent: None,
+                        wire_only: false,
                     },
                 ));
                 (turn, 0)

@@ -1,13 +1,14 @@
 //! Where a native line's turn goes: a light scan for the top-level `turn` (and `ts`) of a JSON
 //! object without decoding it, and the stable hash of the turn id that every router uses:
 //! `check`'s shard workers and `ship`'s NATS partitions. Escaped and plain spellings of one id
-//! hash alike (the hash is over the unescaped id).
+//! hash alike (the hash is over the unescaped id), and so does a turn id as the correlator
+//! holds it ([`shard_of_id`]), which is how a restored checkpoint's turns find their shard.
 
 use crate::fasthash;
 
 /// The stable hash of a line's top-level `turn` (`None`: no turn, or an unreadable one).
 pub fn turn_hash(line: &[u8]) -> Option<u64> {
-    hash_turn_token(top_level_turn_and_ts(line).0?)
+    hash_turn_token(top_level(line, false).0?)
 }
 
 /// The stable hash of a raw `turn` token (a JSON string with its quotes, or a number).
@@ -23,9 +24,30 @@ pub fn hash_turn_token(raw: &[u8]) -> Option<u64> {
     }
 }
 
+/// Which of `count` shards owns a native line: by the hash of its top-level `turn`; shard 0
+/// when it has none (it reports the line's error).
+pub fn shard_of_line(line: &[u8], count: u32) -> u32 {
+    match turn_hash(line) {
+        Some(hash) => (hash % u64::from(count.max(1))) as u32,
+        None => 0,
+    }
+}
+
+/// Which of `count` shards owns the turn `id` (unescaped, as the correlator holds it): the
+/// same shard [`shard_of_line`] sends its lines to.
+pub fn shard_of_id(id: &str, count: u32) -> u32 {
+    (fasthash::fnv1a(id.as_bytes()) % u64::from(count.max(1))) as u32
+}
+
 /// The raw JSON tokens of the top-level `turn` and `ts` values (a string with its quotes, or a
 /// number), scanning only as far as needed.
 pub fn top_level_turn_and_ts(line: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
+    top_level(line, true)
+}
+
+/// The scan, stopping at `turn` unless `want_ts` (most lines put `ts` after `type`, or have
+/// none, so looking for it costs a scan of the whole line).
+fn top_level(line: &[u8], want_ts: bool) -> (Option<&[u8]>, Option<&[u8]>) {
     let mut turn = None;
     let mut ts = None;
     let mut i = skip_ws(line, 0);
@@ -55,7 +77,7 @@ pub fn top_level_turn_and_ts(line: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
             b"ts" => ts = Some(&line[i..value_end]),
             _ => {}
         }
-        if turn.is_some() && ts.is_some() {
+        if turn.is_some() && (ts.is_some() || !want_ts) {
             break;
         }
         i = skip_ws(line, value_end);

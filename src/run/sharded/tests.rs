@@ -1,0 +1,267 @@
+//! Sharded ingest against one thread: the same reports, findings, counters and metric values;
+//! and a checkpoint taken with shards resumes (with another worker count) losing and doubling
+//! nothing.
+
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::demo::{Fleet, FleetConfig};
+use crate::sink::metrics::MetricsConfig;
+
+/// Streams of a small fleet: two native logs (demo fleet, interleaved turns, retries, tool
+/// calls), with bad lines, blank lines and an over-long line mixed in, and two recorded
+/// provider streams (read by every worker, correlated by the owner of each turn).
+fn streams() -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
+    for seed in [1, 2] {
+        let mut fleet = Fleet::new(FleetConfig::bench(seed));
+        let mut lines = Vec::new();
+        let mut line = String::new();
+        for i in 0..6_000 {
+            line.clear();
+            fleet.next_line(&mut line);
+            lines.push(line.trim_end().to_owned());
+            match i % 997 {
+                3 => lines.push("{not json".to_owned()),
+                5 => lines.push(String::new()),
+                7 => lines.push(r#"{"type":"text","text":"no turn"}"#.to_owned()),
+                11 => lines.push(r#"{"turn":"t","type":"telepathy"}"#.to_owned()),
+                13 => lines.push(format!(
+                    r#"{{"turn":"big","type":"text","text":"{}"}}"#,
+                    "x".repeat(5000)
+                )),
+                _ => {}
+            }
+        }
+        let mut rest = Vec::new();
+        fleet.drain(&mut rest).unwrap();
+        lines.extend(String::from_utf8(rest).unwrap().lines().map(str::to_owned));
+        out.push((format!("/logs/agent-{seed}.jsonl"), lines));
+    }
+    for (name, text) in [
+        (
+            "/logs/chat.sse",
+            include_str!("../../../tests/fixtures/providers/openai-chat/id-change-splice.sse"),
+        ),
+        (
+            "/logs/anthropic.sse",
+            include_str!("../../../tests/fixtures/providers/anthropic/duplicate-message-start.sse"),
+        ),
+    ] {
+        out.push((name.to_owned(), text.lines().map(str::to_owned).collect()));
+    }
+    out
+}
+
+/// What a run produced, in a comparable form.
+#[derive(Debug, Default, PartialEq)]
+struct Seen {
+    turns: Vec<String>,
+    findings: Vec<String>,
+    retries: usize,
+}
+
+impl Seen {
+    fn take(&mut self, out: &mut Vec<Output>, metrics: &Metrics) {
+        for o in out.drain(..) {
+            metrics.observe(&o);
+            match &o {
+                Output::TurnClosed(r) => self.turns.push(serde_json::to_string(r).unwrap()),
+                Output::Finding(f) => self.findings.push(serde_json::to_string(f).unwrap()),
+                Output::Retry { .. } => self.retries += 1,
+            }
+        }
+    }
+
+    fn sorted(mut self) -> Seen {
+        self.turns.sort();
+        self.findings.sort();
+        self
+    }
+}
+
+fn cfg() -> CorrelatorConfig {
+    CorrelatorConfig {
+        idle_timeout_ms: Some(3_600_000),
+        ..CorrelatorConfig::default()
+    }
+}
+
+fn start(workers: usize, restored: Option<Restored>, metrics: &Arc<Metrics>) -> ShardedIngest {
+    ShardedIngest::start(
+        workers,
+        cfg(),
+        Arc::new(PriceTable::builtin()),
+        Format::Auto,
+        restored,
+        metrics.clone(),
+    )
+}
+
+/// Feed lines `from..to` of every stream (round-robin, 50 lines at a time, as a tailer
+/// would), ticking and delivering like the engine loop.
+fn feed(
+    ingest: &mut ShardedIngest,
+    streams: &[(String, Vec<String>)],
+    range: std::ops::Range<usize>,
+    metrics: &Metrics,
+    seen: &mut Seen,
+) {
+    let mut out = Vec::new();
+    let note = &mut |n: Note<'_>| Ingested(n).emit(metrics);
+    let mut at = range.start;
+    while at < range.end {
+        // Arrival times and ticks follow the position in the input, so a resumed run sees
+        // the same ones.
+        let now = 1_794_477_600_000i64 + (at / 50) as i64 * 10;
+        for (name, lines) in streams {
+            let id = ingest.stream(Source::File, name);
+            for line in lines.iter().take(range.end.min(at + 50)).skip(at) {
+                if line.len() > 4096 {
+                    ingest.too_long(id, None, line.len() as u64, note);
+                } else {
+                    ingest.line(id, None, line.as_bytes(), Some(now), &mut out, note);
+                }
+            }
+        }
+        at += 50;
+        if at.is_multiple_of(1000) {
+            ingest.settle_idle(Some(now), &mut out, note);
+            ingest.release_joined(10, &mut out);
+            ingest.tick(now, &mut out);
+        }
+        ingest.flush(&mut out);
+        seen.take(&mut out, metrics);
+        metrics.set_correlator_stats(&ingest.stats(), ingest.open_turns());
+    }
+}
+
+fn finish(ingest: &mut ShardedIngest, metrics: &Metrics, seen: &mut Seen) {
+    let mut out = Vec::new();
+    ingest.close_all(&mut out, &mut |n| Ingested(n).emit(metrics));
+    ingest.flush(&mut out);
+    seen.take(&mut out, metrics);
+    metrics.set_correlator_stats(&ingest.stats(), ingest.open_turns());
+}
+
+/// Metric values by series, with float sums rounded (shards add costs in another order).
+fn values(metrics: &Metrics) -> BTreeMap<String, String> {
+    let text = String::from_utf8(metrics.render().1).unwrap();
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("retryscope_build_info"))
+        .filter_map(|l| l.rsplit_once(' '))
+        .map(|(k, v)| {
+            let v: f64 = v.parse().unwrap();
+            (k.to_owned(), format!("{v:.9e}"))
+        })
+        .collect()
+}
+
+fn longest(streams: &[(String, Vec<String>)]) -> usize {
+    streams.iter().map(|(_, l)| l.len()).max().unwrap_or(0)
+}
+
+#[test]
+fn sharded_run_gives_the_single_thread_reports_findings_counters_and_metrics() {
+    let streams = streams();
+    let n = longest(&streams);
+    let mut results = Vec::new();
+    for workers in [1, 2, 3] {
+        let metrics = Arc::new(Metrics::new(MetricsConfig::default()).unwrap());
+        let mut ingest = start(workers, None, &metrics);
+        assert_eq!(ingest.workers(), workers);
+        let mut seen = Seen::default();
+        feed(&mut ingest, &streams, 0..n, &metrics, &mut seen);
+        let state = ingest.checkpoint(&mut Vec::new());
+        finish(&mut ingest, &metrics, &mut seen);
+        results.push((
+            seen.sorted(),
+            values(&metrics),
+            state.counters,
+            ingest.stats(),
+        ));
+    }
+    let (one, one_metrics, one_counters, one_stats) = &results[0];
+    assert!(one.turns.len() > 200, "{} turns", one.turns.len());
+    assert!(!one.findings.is_empty() && one.retries > 0);
+    assert!(one_counters.bad_total() > 10 && one_counters.skips.unknown_types > 0);
+    assert!(
+        one_metrics
+            .get("retryscope_events_decoded_total{source=\"file\"}")
+            .is_some_and(|v| v != "0.000000000e0")
+    );
+    for (seen, metrics, counters, stats) in &results[1..] {
+        assert_eq!(seen.turns.len(), one.turns.len());
+        assert!(seen == one, "same reports and findings");
+        assert_eq!(counters, one_counters);
+        assert_eq!(stats, one_stats);
+        assert_eq!(metrics, one_metrics);
+    }
+}
+
+#[test]
+fn checkpoint_with_shards_resumes_with_another_worker_count_losing_and_doubling_nothing() {
+    let streams = streams();
+    let n = longest(&streams);
+    let half = n / 100 * 50;
+
+    let metrics = Arc::new(Metrics::new(MetricsConfig::default()).unwrap());
+    let mut reference = Seen::default();
+    let mut ingest = start(1, None, &metrics);
+    feed(&mut ingest, &streams, 0..n, &metrics, &mut reference);
+    finish(&mut ingest, &metrics, &mut reference);
+    let reference_values = values(&metrics);
+
+    // First run: two workers, a checkpoint mid-input (through its JSON form, as on disk).
+    let metrics = Arc::new(Metrics::new(MetricsConfig::default()).unwrap());
+    let mut seen = Seen::default();
+    let mut ingest = start(2, None, &metrics);
+    feed(&mut ingest, &streams, 0..half, &metrics, &mut seen);
+    let mut out = Vec::new();
+    let state = ingest.checkpoint(&mut out);
+    seen.take(&mut out, &metrics);
+    let open = state.correlator.open_turns();
+    assert!(open > 0, "the checkpoint holds open turns");
+    let json = serde_json::to_string(&(&state.correlator, &state.counters)).unwrap();
+    let snapshot = metrics.snapshot();
+    drop(ingest); // killed: nothing after the checkpoint survives
+
+    // Second run: three workers, resumed.
+    let (correlator, counters): (CorrelatorSnapshot, InputCounters) =
+        serde_json::from_str(&json).unwrap();
+    let metrics = Arc::new(Metrics::new(MetricsConfig::default()).unwrap());
+    metrics.restore(&snapshot).unwrap();
+    let restored = Restored {
+        correlator,
+        counters,
+        clock_ms: state.clock_ms,
+    };
+    let mut ingest = start(3, Some(restored), &metrics);
+    assert_eq!(ingest.open_turns(), 0, "stats come with the first batch");
+    ingest.flush(&mut Vec::new());
+    feed(&mut ingest, &streams, half..n, &metrics, &mut seen);
+    finish(&mut ingest, &metrics, &mut seen);
+
+    let seen = seen.sorted();
+    let reference = reference.sorted();
+    assert_eq!(
+        seen.turns.len(),
+        reference.turns.len(),
+        "no turn lost or doubled"
+    );
+    assert!(seen == reference, "same reports and findings, each once");
+    let resumed_values = values(&metrics);
+    for key in [
+        "retryscope_turns_total",
+        "retryscope_findings_total",
+        "retryscope_retries_total",
+    ] {
+        let pick = |m: &BTreeMap<String, String>| -> Vec<(String, String)> {
+            m.iter()
+                .filter(|(k, _)| k.starts_with(key))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        assert_eq!(pick(&resumed_values), pick(&reference_values), "{key}");
+    }
+}
