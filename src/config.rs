@@ -146,7 +146,7 @@ pub struct RunConfig {
     /// Findings as JSON lines: `-` for stdout, a file path, or empty to disable.
     pub findings_out: String,
     /// Threads that decode and correlate, each owning the turns whose id hashes to it
-    /// (default: the cores available, at most 8; 1: all on the engine thread).
+    /// (default 1: all on the engine thread; at most 8).
     pub workers: Option<usize>,
     /// A LiteLLM-format price table replacing the built-in one.
     pub prices: Option<PathBuf>,

@@ -296,11 +296,15 @@ impl Engine {
             }
             None => (None, Vec::new(), None),
         };
+        // gemini-cli's OTLP records wait for the stream-json join only when a stream-json can
+        // come: from the files or stdin this run reads.
+        let join_otlp = self.sources.files || self.sources.stdin;
         let ingest = ShardedIngest::start(
             workers,
             ccfg,
             prices,
             format,
+            join_otlp,
             restored,
             self.metrics.clone(),
         );

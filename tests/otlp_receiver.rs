@@ -705,8 +705,13 @@ fn kill_9_while_acknowledged_gemini_cli_records_are_held_for_the_join_loses_none
     let dir = tempfile::tempdir().expect("tmp");
     let data = dir.path().join("data");
     let findings_path = dir.path().join("findings.jsonl");
+    // A tailed file (where the session's stream-json could come from) makes the run hold
+    // gemini-cli's OTLP records for the join; it stays empty here.
+    let stream_json = dir.path().join("stream.jsonl");
+    std::fs::write(&stream_json, b"").expect("write");
     let mut args = run_args(dir.path());
     args.extend(["--data-dir".into(), data.display().to_string()]);
+    args.push(stream_json.display().to_string());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let c = Collector::start(&args);
     for (signal, body) in capture("otlp-after-tool-reset") {
@@ -787,4 +792,57 @@ fn listening_beyond_loopback_without_a_token_warns_at_start() {
         err.contains("listens beyond loopback without a token"),
         "{err}"
     );
+}
+
+/// Regression (found by examples/bench_otlp): a run that reads only OTLP held gemini-cli's
+/// records for a stream-json join that could never come, delaying every finding by the quiet
+/// period and holding that period's records in memory (1.2 GiB under overload). Without files
+/// or stdin, nothing is held: the checkpoint taken after the records were read holds none.
+#[test]
+fn otlp_only_run_holds_nothing_for_a_join_that_cannot_come() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let data = dir.path().join("data");
+    let mut args = run_args(dir.path());
+    args.extend(["--data-dir".into(), data.display().to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let c = Collector::start(&args);
+    for (signal, body) in capture("otlp-after-tool-reset") {
+        let (status, head, _) = post(
+            c.http,
+            &format!("/v1/{signal}"),
+            &[("Content-Type", "application/json")],
+            &body,
+            true,
+        );
+        assert_eq!(status, 200, "{head}");
+    }
+    let m = c.wait_until(
+        |m| m.get("retryscope_events_read_total{source=\"otlp\"}") == Some(&32.0),
+        "records read",
+    );
+    let written = m
+        .get("retryscope_checkpoint_writes_total")
+        .copied()
+        .unwrap_or(0.0);
+    c.wait_until(
+        |m| {
+            m.get("retryscope_checkpoint_writes_total")
+                .copied()
+                .unwrap_or(0.0)
+                > written
+        },
+        "a checkpoint after the records were read",
+    );
+    let checkpoint: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(data.join("checkpoint.json")).expect("checkpoint"),
+    )
+    .expect("checkpoint JSON");
+    assert!(
+        checkpoint
+            .get("joined")
+            .is_none_or(serde_json::Value::is_null),
+        "nothing held: {:?}",
+        checkpoint.get("joined")
+    );
+    assert!(c.terminate().success());
 }

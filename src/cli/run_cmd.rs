@@ -45,8 +45,8 @@ pub struct RunArgs {
     /// Open turns kept in memory before the least recently active is evicted [default: 100000].
     #[arg(long, value_name = "N")]
     max_open_turns: Option<usize>,
-    /// Threads that decode and correlate, sharded by turn [default: the cores available, at
-    /// most 8].
+    /// Threads that decode and correlate, sharded by turn (at most 8) [default: 1; more only
+    /// pays for native logs on idle cores]
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
     /// More attempts than this in a turn (the first try included) is a `retry_cap_exceeded`

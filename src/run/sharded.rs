@@ -49,12 +49,13 @@ const QUEUE: usize = 4;
 /// Workers at most, whatever the core count.
 pub const MAX_WORKERS: usize = 8;
 
-/// The default worker count: the cores this process may use, capped at [`MAX_WORKERS`].
+/// The default worker count: 1, everything on the engine thread. Sharding is opt-in
+/// (`--workers N`): measured on a 2-core machine under load, 2 workers cost 28% more CPU per
+/// native event without being faster, and every worker decodes every provider and OTLP stream
+/// (each correlates only its own turns), so an OTLP receiver fell from ~154k to ~26k records/s
+/// with 2 workers (examples/bench_otlp). It pays off for native logs on idle cores.
 pub fn default_workers() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .clamp(1, MAX_WORKERS)
+    1
 }
 
 /// The correlator state a run resumes from.
@@ -109,6 +110,7 @@ fn new_ingest(
     cfg: &CorrelatorConfig,
     prices: &Arc<PriceTable>,
     format: Format,
+    join_otlp: bool,
     restored: Option<Restored>,
 ) -> Ingest {
     let mut held = JoinerSnapshot::default();
@@ -128,24 +130,31 @@ fn new_ingest(
     };
     // gemini-cli's telemetry outfile and stream-json of one session become one turn.
     ingest.join_sessions_from(held);
+    if !join_otlp {
+        ingest.otlp_unjoined();
+    }
     ingest
 }
 
 impl ShardedIngest {
     /// An ingest path over `workers` threads (1: on the calling thread), resuming from
-    /// `restored` when given. Notes of sharded workers go to `metrics`.
+    /// `restored` when given. Notes of sharded workers go to `metrics`. `join_otlp`: hold OTLP
+    /// streams' gemini-cli records for the stream-json join ([`Ingest::otlp_unjoined`]).
     pub fn start(
         workers: usize,
         cfg: CorrelatorConfig,
         prices: Arc<PriceTable>,
         format: Format,
+        join_otlp: bool,
         restored: Option<Restored>,
         metrics: Arc<Metrics>,
     ) -> ShardedIngest {
         let count = workers.clamp(1, MAX_WORKERS);
         if count == 1 {
             return ShardedIngest {
-                mode: Mode::Local(Box::new(new_ingest(&cfg, &prices, format, restored))),
+                mode: Mode::Local(Box::new(new_ingest(
+                    &cfg, &prices, format, join_otlp, restored,
+                ))),
                 counts: LineCounts::default(),
                 metrics,
             };
@@ -186,7 +195,7 @@ impl ShardedIngest {
         let mut rxs = Vec::new();
         let mut handles = Vec::new();
         for (index, part) in parts.into_iter().enumerate() {
-            let mut ingest = new_ingest(&cfg, &prices, format, part);
+            let mut ingest = new_ingest(&cfg, &prices, format, join_otlp, part);
             ingest.set_shard(Shard {
                 index: index as u32,
                 count: count as u32,
@@ -203,7 +212,7 @@ impl ShardedIngest {
                     // Cannot happen in practice; fall back to one thread rather than lose lines.
                     tracing::error!(error = %e, "cannot start an ingest worker; using one thread");
                     drop(txs);
-                    return ShardedIngest::start(1, cfg, prices, format, None, metrics);
+                    return ShardedIngest::start(1, cfg, prices, format, join_otlp, None, metrics);
                 }
             }
             txs.push(tx);

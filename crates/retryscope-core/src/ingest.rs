@@ -139,6 +139,9 @@ pub struct Ingest {
     by_name: [FastMap<String, StreamId>; Source::ALL.len()],
     /// Outputs of one client session held to be joined ([`Ingest::join_sessions`]).
     joiner: Option<Arc<Mutex<SessionJoiner>>>,
+    /// Whether OTLP streams' gemini-cli records are held for the join too (default); off when
+    /// no stream-json can come ([`Ingest::otlp_unjoined`]).
+    join_otlp: bool,
 }
 
 impl fmt::Debug for Ingest {
@@ -162,6 +165,7 @@ impl Ingest {
             free: Vec::new(),
             by_name: Default::default(),
             joiner: None,
+            join_otlp: true,
         }
     }
 
@@ -177,6 +181,14 @@ impl Ingest {
     /// [`JoinerSnapshot`]: the events it held are held again.
     pub fn join_sessions_from(&mut self, held: JoinerSnapshot) {
         self.joiner = Some(Arc::new(Mutex::new(SessionJoiner::restore(held))));
+    }
+
+    /// Correlate OTLP streams' gemini-cli records at once instead of holding them for the
+    /// join: for a collector that reads no files or stdin, where no stream-json can come to
+    /// join them with. Holding them would only delay every finding by the quiet period and
+    /// hold that period's records in memory (at 300,000 records/s, millions of events).
+    pub fn otlp_unjoined(&mut self) {
+        self.join_otlp = false;
     }
 
     /// What the session joiner holds, for a checkpoint (`None` when sessions are not joined
@@ -204,6 +216,7 @@ impl Ingest {
     fn decoding_for(&self, format: Format, name: &str) -> Decoding {
         // An OTLP stream carries gemini-cli's telemetry records: joined like its outfile.
         if format == Format::Otlp
+            && self.join_otlp
             && let Some(joiner) = &self.joiner
         {
             return Decoding::Provider(Box::new(decode::otlp::Decoder::joined(joiner.clone())));

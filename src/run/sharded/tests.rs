@@ -93,6 +93,7 @@ fn start(workers: usize, restored: Option<Restored>, metrics: &Arc<Metrics>) -> 
         cfg(),
         Arc::new(PriceTable::builtin()),
         Format::Auto,
+        true,
         restored,
         metrics.clone(),
     )
