@@ -43,6 +43,7 @@ use tonic::{Request, Response, Status};
 
 use super::accept::{Outcome, Protocol, Receiver, Rejection, Signal};
 use super::http::stopped;
+use super::listen::accept_tls;
 use super::record;
 
 /// The three services over one receiver.
@@ -270,28 +271,17 @@ pub async fn serve(
         conns.spawn(async move {
             let svc = hyper::service::service_fn(move |req| route(services.clone(), limit, req));
             let builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-            macro_rules! drive {
-                ($io:expr) => {{
-                    let conn = builder.serve_connection(TokioIo::new($io), svc);
-                    tokio::pin!(conn);
-                    tokio::select! {
-                        r = conn.as_mut() => r,
-                        () = stopped(&mut stop) => {
-                            conn.as_mut().graceful_shutdown();
-                            conn.await
-                        }
-                    }
-                }};
-            }
-            let served = match tls {
-                None => drive!(stream),
-                Some(acceptor) => match acceptor.accept(stream).await {
-                    Ok(s) => drive!(s),
-                    Err(e) => {
-                        tracing::debug!(error = %e, "OTLP/gRPC: TLS handshake failed");
-                        return;
-                    }
-                },
+            let Some(io) = accept_tls(stream, tls, "OTLP/gRPC").await else {
+                return;
+            };
+            let conn = builder.serve_connection(TokioIo::new(io), svc);
+            tokio::pin!(conn);
+            let served = tokio::select! {
+                r = conn.as_mut() => r,
+                () = stopped(&mut stop) => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
             };
             if let Err(e) = served {
                 tracing::debug!(error = %e, "OTLP/gRPC connection ended with an error");

@@ -28,6 +28,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::accept::{Outcome, Protocol, Receiver, Rejection, Signal};
+use super::listen::accept_tls;
 use super::record::{self, Record};
 
 /// A client must send its request headers within this time.
@@ -339,28 +340,17 @@ pub async fn serve(
             builder
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_READ_TIMEOUT);
-            macro_rules! drive {
-                ($io:expr) => {{
-                    let conn = builder.serve_connection(TokioIo::new($io), svc);
-                    tokio::pin!(conn);
-                    tokio::select! {
-                        r = conn.as_mut() => r,
-                        () = stopped(&mut stop) => {
-                            conn.as_mut().graceful_shutdown();
-                            conn.await
-                        }
-                    }
-                }};
-            }
-            let served = match tls {
-                None => drive!(stream),
-                Some(acceptor) => match acceptor.accept(stream).await {
-                    Ok(s) => drive!(s),
-                    Err(e) => {
-                        tracing::debug!(error = %e, "OTLP/HTTP: TLS handshake failed");
-                        return;
-                    }
-                },
+            let Some(io) = accept_tls(stream, tls, "OTLP/HTTP").await else {
+                return;
+            };
+            let conn = builder.serve_connection(TokioIo::new(io), svc);
+            tokio::pin!(conn);
+            let served = tokio::select! {
+                r = conn.as_mut() => r,
+                () = stopped(&mut stop) => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
             };
             if let Err(e) = served {
                 tracing::debug!(error = %e, "OTLP/HTTP connection ended with an error");

@@ -179,3 +179,29 @@ impl Running {
         }
     }
 }
+
+/// A served connection's byte stream: the TCP stream itself or its TLS session.
+pub(super) trait ConnIo:
+    tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send
+{
+}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> ConnIo for T {}
+
+/// The stream both listeners serve for an accepted connection: the plain stream, or the TLS
+/// session after the handshake (`None` when it failed; logged at debug, the client's fault).
+pub(super) async fn accept_tls(
+    stream: tokio::net::TcpStream,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    listener: &'static str,
+) -> Option<Box<dyn ConnIo>> {
+    match tls {
+        None => Some(Box::new(stream)),
+        Some(acceptor) => match acceptor.accept(stream).await {
+            Ok(s) => Some(Box::new(s)),
+            Err(e) => {
+                tracing::debug!(error = %e, listener, "OTLP: TLS handshake failed");
+                None
+            }
+        },
+    }
+}
