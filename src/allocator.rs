@@ -11,7 +11,7 @@
 //! variable the user set still wins (mimalloc reads it itself).
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::ffi::{c_char, CStr};
+use std::ffi::{CStr, c_char};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use mimalloc::MiMalloc;
@@ -22,8 +22,11 @@ const MI_OPTION_ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
 
 /// Lazy arena commit. The purge delay stays at mimalloc's 1 s: at 10 ms, `check` and
 /// `run` lost 5–15% to purging (`bench_floor`), for 2 MiB less peak RSS.
-const TUNING: [(libmimalloc_sys::mi_option_t, &CStr, std::ffi::c_long); 1] =
-    [(MI_OPTION_ARENA_EAGER_COMMIT, c"MIMALLOC_ARENA_EAGER_COMMIT", 0)];
+const TUNING: [(libmimalloc_sys::mi_option_t, &CStr, std::ffi::c_long); 1] = [(
+    MI_OPTION_ARENA_EAGER_COMMIT,
+    c"MIMALLOC_ARENA_EAGER_COMMIT",
+    0,
+)];
 
 unsafe extern "C" {
     /// The C library's `getenv`: reading the environment through `std` would allocate.

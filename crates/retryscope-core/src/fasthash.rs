@@ -138,9 +138,36 @@ impl StreamHash {
 /// are persisted (file fingerprints in checkpoints) or must not depend on the process (which
 /// `check` worker owns a turn).
 pub fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    let mut hash = Fnv1a::new();
+    bytes.iter().for_each(|&b| hash.write_byte(b));
+    hash.finish()
+}
+
+/// [`fnv1a`] a byte at a time, for a caller that looks at each byte anyway.
+#[derive(Debug, Clone, Copy)]
+pub struct Fnv1a(u64);
+
+impl Fnv1a {
+    /// The FNV-1a offset basis: the hash of no bytes.
+    pub const fn new() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+
+    /// Mixes in the next byte.
+    pub fn write_byte(&mut self, b: u8) {
+        self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+
+    /// The hash of the bytes written so far.
+    pub const fn finish(self) -> u64 {
+        self.0
+    }
+}
+
+impl Default for Fnv1a {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// A `HashMap` with the fast hasher.

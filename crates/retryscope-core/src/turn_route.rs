@@ -13,14 +13,21 @@ pub fn turn_hash(line: &[u8]) -> Option<u64> {
 
 /// The stable hash of a raw `turn` token (a JSON string with its quotes, or a number).
 pub fn hash_turn_token(raw: &[u8]) -> Option<u64> {
-    if raw.first() == Some(&b'"') && raw.contains(&b'\\') {
-        serde_json::from_slice::<String>(raw)
-            .ok()
-            .map(|s| fasthash::fnv1a(s.as_bytes()))
-    } else if raw.first() == Some(&b'"') && raw.len() >= 2 {
-        Some(fasthash::fnv1a(&raw[1..raw.len() - 1]))
-    } else {
-        Some(fasthash::fnv1a(raw))
+    match raw {
+        [b'"', inner @ .., b'"'] => {
+            // One pass: hash, and unescape through serde at the first backslash.
+            let mut hash = fasthash::Fnv1a::new();
+            for &b in inner {
+                if b == b'\\' {
+                    return serde_json::from_slice::<String>(raw)
+                        .ok()
+                        .map(|s| fasthash::fnv1a(s.as_bytes()));
+                }
+                hash.write_byte(b);
+            }
+            Some(hash.finish())
+        }
+        _ => Some(fasthash::fnv1a(raw)),
     }
 }
 
@@ -48,6 +55,9 @@ pub fn top_level_turn_and_ts(line: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
 /// The scan, stopping at `turn` unless `want_ts` (most lines put `ts` after `type`, or have
 /// none, so looking for it costs a scan of the whole line).
 fn top_level(line: &[u8], want_ts: bool) -> (Option<&[u8]>, Option<&[u8]>) {
+    if let Some((turn, ts)) = canonical(line, want_ts) {
+        return (Some(turn), ts);
+    }
     let mut turn = None;
     let mut ts = None;
     let mut i = skip_ws(line, 0);
@@ -89,24 +99,91 @@ fn top_level(line: &[u8], want_ts: bool) -> (Option<&[u8]>, Option<&[u8]>) {
     (turn, ts)
 }
 
+/// JSON whitespace.
+const fn is_ws(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\r' | b'\n')
+}
+
 fn skip_ws(line: &[u8], mut i: usize) -> usize {
-    while matches!(line.get(i), Some(b' ' | b'\t' | b'\r' | b'\n')) {
+    while line.get(i).is_some_and(|&b| is_ws(b)) {
         i += 1;
     }
     i
 }
 
-/// Index just past the closing quote of the string starting at `i`.
+/// Index just past the closing quote of the string starting at `i` (the opening quote).
+/// Eight bytes at a time: this scan runs on every line in every `check` worker.
 fn string_end(line: &[u8], i: usize) -> Option<usize> {
     let mut j = i + 1;
-    while j < line.len() {
-        match line[j] {
-            b'\\' => j += 2,
-            b'"' => return Some(j + 1),
-            _ => j += 1,
+    loop {
+        j = quote_or_backslash(line, j)?;
+        if line[j] == b'"' {
+            return Some(j + 1);
         }
+        j += 2;
     }
-    None
+}
+
+/// Index of the first `"` or `\\` at or after `j`.
+fn quote_or_backslash(line: &[u8], mut j: usize) -> Option<usize> {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    const QUOTES: u64 = u64::from_ne_bytes([b'"'; 8]);
+    const BACKSLASHES: u64 = u64::from_ne_bytes([b'\\'; 8]);
+    // A byte of `w` is zero → its high bit is set in `zero_bytes(w)` (bits above a true zero
+    // byte may be set too, so only the lowest set bit is trusted).
+    let zero_bytes = |w: u64| w.wrapping_sub(ONES) & !w & HIGHS;
+    while let Some(chunk) = line.get(j..j + 8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let w = u64::from_le_bytes(word);
+        let hits = zero_bytes(w ^ QUOTES) | zero_bytes(w ^ BACKSLASHES);
+        if hits != 0 {
+            return Some(j + (hits.trailing_zeros() / 8) as usize);
+        }
+        j += 8;
+    }
+    line.get(j..)?
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\')
+        .map(|k| j + k)
+}
+
+/// The top-level `turn` and `ts` tokens of a line in the key order retryscope's writers
+/// use and the event-format doc shows (`{"v":1,"turn":…,"type":…,"ts":…` or without `v`),
+/// read without the general scan; `None` for any other shape, which the general scan then
+/// reads. `ts` is `None` when `want_ts` is false.
+fn canonical(line: &[u8], want_ts: bool) -> Option<(&[u8], Option<&[u8]>)> {
+    let i = if line.starts_with(br#"{"v":1,"turn":""#) {
+        14
+    } else if line.starts_with(br#"{"turn":""#) {
+        8
+    } else {
+        return None;
+    };
+    let turn_end = string_end(line, i)?;
+    let turn = &line[i..turn_end];
+    if !want_ts {
+        return Some((turn, None));
+    }
+    let ty = turn_end + br#","type":"#.len();
+    if line.get(turn_end..ty)? != br#","type":"# || line.get(ty) != Some(&b'"') {
+        return None;
+    }
+    let ty_end = string_end(line, ty)?;
+    let ts = ty_end + br#","ts":"#.len();
+    if line.get(ty_end..ts)? != br#","ts":"# {
+        return None;
+    }
+    let digits = line
+        .get(ts..)?
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    if digits == 0 || !matches!(line.get(ts + digits), Some(b',' | b'}')) {
+        return None;
+    }
+    Some((turn, Some(&line[ts..ts + digits])))
 }
 
 /// Index just past the value starting at `i`.
@@ -116,8 +193,8 @@ fn value_end(line: &[u8], i: usize) -> Option<usize> {
         b'{' | b'[' => {
             let mut depth = 0usize;
             let mut j = i;
-            while j < line.len() {
-                match line[j] {
+            while let Some(&b) = line.get(j) {
+                match b {
                     b'"' => {
                         j = string_end(line, j)?;
                         continue;
@@ -136,11 +213,12 @@ fn value_end(line: &[u8], i: usize) -> Option<usize> {
             None
         }
         _ => {
-            let mut j = i;
-            while j < line.len() && !matches!(line[j], b',' | b'}' | b' ' | b'\t' | b'\r' | b'\n') {
-                j += 1;
-            }
-            Some(j)
+            let rest = &line[i..];
+            let len = rest
+                .iter()
+                .position(|&b| b == b',' || b == b'}' || is_ws(b))
+                .unwrap_or(rest.len());
+            Some(i + len)
         }
     }
 }
@@ -158,5 +236,99 @@ mod tests {
         assert_eq!(turn_hash(br#"{"turn":"tA"}"#), Some(fasthash::fnv1a(b"tA")));
         assert_eq!(turn_hash(br#"{"type":"text"}"#), None);
         assert_eq!(turn_hash(b"not json"), None);
+    }
+
+    use proptest::prelude::*;
+
+    /// What the scan must agree with: serde's reading of the top-level `turn` and `ts`.
+    fn reference(line: &[u8]) -> (Option<String>, Option<String>) {
+        let map: std::collections::BTreeMap<String, &serde_json::value::RawValue> =
+            match serde_json::from_slice(line) {
+                Ok(map) => map,
+                Err(_) => return (None, None),
+            };
+        let raw = |k: &str| map.get(k).map(|v| v.get().to_owned());
+        (raw("turn"), raw("ts"))
+    }
+
+    fn string_value() -> impl Strategy<Value = serde_json::Value> {
+        // Quotes, backslashes, control characters and non-ASCII, at lengths around the
+        // eight-byte steps of the scan.
+        proptest::string::string_regex("[a-z\"\\\\\u{1}\u{e9}\u{1F600} ]{0,20}")
+            .expect("regex")
+            .prop_map(serde_json::Value::String)
+    }
+
+    fn value() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            string_value(),
+            any::<u64>().prop_map(serde_json::Value::from),
+            any::<i32>().prop_map(serde_json::Value::from),
+            Just(serde_json::Value::Null),
+            Just(serde_json::Value::Bool(true)),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::Array),
+                prop::collection::btree_map("turn|ts|[a-z\"]{1,6}", inner, 0..4)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// A line in canonical order or shuffled, with the keys that matter present or not.
+    fn line() -> impl Strategy<Value = Vec<u8>> {
+        (
+            proptest::option::of(value()),
+            proptest::option::of(prop_oneof![
+                any::<u64>().prop_map(serde_json::Value::from),
+                value()
+            ]),
+            prop::collection::vec(("(type|text|args|[a-z]{1,5})", value()), 0..4),
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+        )
+            .prop_map(|(turn, ts, others, with_v, canonical, spaced)| {
+                let mut keys: Vec<(String, serde_json::Value)> = Vec::new();
+                if with_v {
+                    keys.push(("v".into(), 1.into()));
+                }
+                if let Some(t) = turn {
+                    keys.push(("turn".into(), t));
+                }
+                keys.push(("type".into(), "text".into()));
+                if let Some(t) = ts {
+                    keys.push(("ts".into(), t));
+                }
+                for (k, v) in others {
+                    if !keys.iter().any(|(have, _)| *have == k) {
+                        keys.push((k, v));
+                    }
+                }
+                if !canonical {
+                    keys.reverse();
+                }
+                let sep = if spaced { " , " } else { "," };
+                let body: Vec<String> = keys
+                    .iter()
+                    .map(|(k, v)| format!("{}:{}", serde_json::json!(k), v))
+                    .collect();
+                format!("{{{}}}", body.join(sep)).into_bytes()
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn the_scan_reads_turn_and_ts_as_serde_does(line in line()) {
+            let (turn, ts) = top_level_turn_and_ts(&line);
+            let text = |t: Option<&[u8]>| t.map(|t| String::from_utf8_lossy(t).into_owned());
+            prop_assert_eq!((text(turn), text(ts)), reference(&line));
+            prop_assert_eq!(top_level(&line, false).0, turn);
+            // A string id hashes as the correlator will hold it: unescaped.
+            if let Some(Ok(id)) = turn.map(serde_json::from_slice::<String>) {
+                prop_assert_eq!(turn.and_then(hash_turn_token), Some(fasthash::fnv1a(id.as_bytes())));
+            }
+        }
     }
 }

@@ -153,11 +153,17 @@ struct Ts(TimestampMs);
 pub fn ts_token(raw: &[u8]) -> Option<TimestampMs> {
     // Plain integer milliseconds (nearly every line), read without serde: up to 18 digits, no
     // leading zero, exactly what serde reads as the same number; anything else goes to serde.
-    if (1..=18).contains(&raw.len())
-        && raw.iter().all(u8::is_ascii_digit)
-        && (raw.len() == 1 || raw[0] != b'0')
-    {
-        return Some(raw.iter().fold(0i64, |n, &d| n * 10 + i64::from(d - b'0')));
+    if (1..=18).contains(&raw.len()) && (raw.len() == 1 || raw[0] != b'0') {
+        // One pass: accumulate, and leave to serde at the first byte that is not a digit.
+        let mut n = 0i64;
+        for &b in raw {
+            let digit = b.wrapping_sub(b'0');
+            if digit > 9 {
+                return serde_json::from_slice::<Ts>(raw).ok().map(|t| t.0);
+            }
+            n = n * 10 + i64::from(digit);
+        }
+        return Some(n);
     }
     serde_json::from_slice::<Ts>(raw).ok().map(|t| t.0)
 }
