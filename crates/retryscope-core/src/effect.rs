@@ -57,13 +57,48 @@ pub fn write_canonical(v: &Value, out: &mut String) {
             out.push(']');
         }
         Value::String(s) => write_json_string(s, out),
-        other => out.push_str(&other.to_string()),
+        Value::Bool(true) => out.push_str("true"),
+        Value::Bool(false) => out.push_str("false"),
+        Value::Null => out.push_str("null"),
+        Value::Number(n) => {
+            use std::fmt::Write;
+            // serde_json's `Number` displays as it serializes.
+            let _ = write!(out, "{n}");
+        }
     }
 }
 
+/// `s` as a JSON string, escaped exactly as serde_json escapes it (canonical: minimal escapes,
+/// the short forms for `\b \t \n \f \r`, lowercase `\u00xx` for other controls), written in
+/// place: this runs for every tool call and execution.
 fn write_json_string(s: &str, out: &mut String) {
-    // serde_json's string escaping is canonical (minimal escapes, \u00XX for controls).
-    out.push_str(&Value::String(s.to_owned()).to_string());
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push('"');
+    let mut plain_from = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let escape: &str = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0x00..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(&s[plain_from..i]);
+        plain_from = i + 1;
+        if escape.is_empty() {
+            out.push_str("\\u00");
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        } else {
+            out.push_str(escape);
+        }
+    }
+    out.push_str(&s[plain_from..]);
+    out.push('"');
 }
 
 /// Canonical JSON of raw argument text.
@@ -83,16 +118,17 @@ pub fn effect_key(turn: &str, tool: &str, canonical_args: &str, step: Option<i64
     material.push(',');
     material.push_str(canonical_args);
     if let Some(step) = step {
-        material.push(',');
-        material.push_str(&step.to_string());
+        use std::fmt::Write;
+        let _ = write!(material, ",{step}");
     }
     material.push(']');
     let digest = Sha256::digest(material.as_bytes());
-    let mut hex = String::with_capacity(16);
-    for b in &digest[..8] {
-        hex.push_str(&format!("{b:02x}"));
-    }
-    hex
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    digest[..8]
+        .iter()
+        .flat_map(|b| [HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]])
+        .map(char::from)
+        .collect()
 }
 
 #[cfg(test)]
@@ -160,5 +196,26 @@ mod tests {
         );
         assert_ne!(a, other_turn);
         assert_ne!(a, other_step);
+    }
+
+    #[test]
+    fn strings_are_escaped_exactly_as_serde_json_escapes_them() {
+        let mut all: String = (0u8..0x80).map(char::from).collect();
+        all.push_str("é😀\u{2028}\u{7f}");
+        for s in [all.as_str(), "", "plain", "\"\\", "a\u{0}b"] {
+            let mut ours = String::new();
+            write_json_string(s, &mut ours);
+            assert_eq!(ours, serde_json::to_string(s).unwrap_or_default(), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn scalars_are_written_as_serde_json_writes_them() {
+        for raw in ["true", "false", "null", "0", "-12", "12.5", "1e300", "18446744073709551615"] {
+            let v: Value = serde_json::from_str(raw).unwrap_or_default();
+            let mut ours = String::new();
+            write_canonical(&v, &mut ours);
+            assert_eq!(ours, v.to_string(), "{raw}");
+        }
     }
 }
