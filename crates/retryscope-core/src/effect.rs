@@ -211,7 +211,16 @@ mod tests {
 
     #[test]
     fn scalars_are_written_as_serde_json_writes_them() {
-        for raw in ["true", "false", "null", "0", "-12", "12.5", "1e300", "18446744073709551615"] {
+        for raw in [
+            "true",
+            "false",
+            "null",
+            "0",
+            "-12",
+            "12.5",
+            "1e300",
+            "18446744073709551615",
+        ] {
             let v: Value = serde_json::from_str(raw).unwrap_or_default();
             let mut ours = String::new();
             write_canonical(&v, &mut ours);

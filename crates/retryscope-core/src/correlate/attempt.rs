@@ -31,9 +31,10 @@ impl TextStats {
         s
     }
 
-    /// Append a fragment.
-    pub fn push(&mut self, text: &str, prefix_cap: usize) {
-        self.chars += text.chars().count() as u64;
+    /// Append a fragment; returns its length in characters.
+    pub fn push(&mut self, text: &str, prefix_cap: usize) -> u64 {
+        let chars = text.chars().count() as u64;
+        self.chars += chars;
         self.hash.push(text.as_bytes());
         let room = prefix_cap.saturating_sub(self.prefix.len());
         if room > 0 && !self.prefix_closed {
@@ -48,6 +49,7 @@ impl TextStats {
             self.prefix.push_str(&text[..cut]);
             self.prefix_closed = cut < text.len();
         }
+        chars
     }
 
     /// Same text (by length and hash).

@@ -324,9 +324,8 @@ impl TurnState {
                     self.no_reset_attempt = Some((number, earlier.number));
                 }
                 let attempt = &mut self.attempts[idx];
-                attempt.text.push(text, env.cfg.text_prefix_bytes);
+                let chars = attempt.text.push(text, env.cfg.text_prefix_bytes);
                 attempt.last_text_seq = seq;
-                let chars = text.chars().count() as u64;
                 attempt.mark(env.cfg.timeline, MarkKind::Text, ts, chars, None);
             }
             EventKind::ToolCall { id, name, args } => {
