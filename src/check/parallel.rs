@@ -17,7 +17,7 @@ use std::sync::mpsc::{SyncSender, sync_channel};
 use super::{BadLine, CheckObserver, InputSpec, Summary};
 use crate::correlate::{Correlator, CorrelatorConfig, CorrelatorStats, Output};
 use crate::cost::PriceTable;
-use crate::decode::{Format, native};
+use crate::decode::Format;
 use crate::ingest::{Ingest, Note, Source};
 use crate::input::{Line, LineReader};
 use crate::pipeline::InputCounters;
@@ -291,9 +291,8 @@ fn worker(
 /// The worker that owns a line (by a fixed hash of its top-level `turn`; worker 0 when the
 /// line has none, so that it reports the error) and the line's `ts`, if it has a valid one.
 fn route(line: &[u8]) -> (usize, Option<i64>) {
-    let (turn, ts) = turn_route::top_level_turn_and_ts(line);
-    let ts = ts.and_then(native::ts_token);
-    match turn.and_then(turn_route::hash_turn_token) {
+    let (hash, ts) = turn_route::turn_hash_and_ts(line);
+    match hash {
         Some(hash) => ((hash % SHARDS as u64) as usize, ts),
         None => (0, ts),
     }

@@ -4,6 +4,7 @@
 //! hash alike (the hash is over the unescaped id), and so does a turn id as the correlator
 //! holds it ([`shard_of_id`]), which is how a restored checkpoint's turns find their shard.
 
+use crate::event::TimestampMs;
 use crate::fasthash;
 
 /// The stable hash of a line's top-level `turn` (`None`: no turn, or an unreadable one).
@@ -44,6 +45,71 @@ pub fn shard_of_line(line: &[u8], count: u32) -> u32 {
 /// same shard [`shard_of_line`] sends its lines to.
 pub fn shard_of_id(id: &str, count: u32) -> u32 {
     (fasthash::fnv1a(id.as_bytes()) % u64::from(count.max(1))) as u32
+}
+
+/// The stable hash of a line's top-level `turn` and its `ts` read as the decoder reads it:
+/// what `check`'s shard workers need of every line. Lines in the canonical key order are read
+/// in one pass (the id hashed while it is scanned, the digits of `ts` summed while they are
+/// found); any other line gives exactly what [`top_level_turn_and_ts`], [`hash_turn_token`]
+/// and [`crate::decode::native::ts_token`] give.
+pub fn turn_hash_and_ts(line: &[u8]) -> (Option<u64>, Option<TimestampMs>) {
+    if let Some(found) = canonical_hashed(line) {
+        return found;
+    }
+    let (turn, ts) = top_level(line, true);
+    (
+        turn.and_then(hash_turn_token),
+        ts.and_then(crate::decode::native::ts_token),
+    )
+}
+
+/// [`turn_hash_and_ts`] for a canonical line with a plain id and integer `ts`; `None` for
+/// anything else.
+fn canonical_hashed(line: &[u8]) -> Option<(Option<u64>, Option<TimestampMs>)> {
+    let mut i = if line.starts_with(br#"{"v":1,"turn":""#) {
+        15
+    } else if line.starts_with(br#"{"turn":""#) {
+        9
+    } else {
+        return None;
+    };
+    let mut hash = fasthash::Fnv1a::new();
+    loop {
+        match *line.get(i)? {
+            b'"' => break,
+            b'\\' => return None,
+            b => hash.write_byte(b),
+        }
+        i += 1;
+    }
+    let ty = i + 1 + br#","type":"#.len();
+    if line.get(i + 1..ty)? != br#","type":"# || line.get(ty) != Some(&b'"') {
+        return None;
+    }
+    let ty_end = string_end(line, ty)?;
+    let mut j = ty_end + br#","ts":"#.len();
+    if line.get(ty_end..j)? != br#","ts":"# {
+        return None;
+    }
+    // Plain integer milliseconds as `ts_token` reads them: 1 to 18 digits, no leading zero.
+    let first = j;
+    let mut ms: TimestampMs = 0;
+    while let Some(&b) = line.get(j) {
+        let digit = b.wrapping_sub(b'0');
+        if digit > 9 {
+            break;
+        }
+        ms = ms.wrapping_mul(10).wrapping_add(TimestampMs::from(digit));
+        j += 1;
+    }
+    let digits = j - first;
+    if !(1..=18).contains(&digits)
+        || (digits > 1 && line[first] == b'0')
+        || !matches!(line.get(j), Some(b',' | b'}'))
+    {
+        return None;
+    }
+    Some((Some(hash.finish()), Some(ms)))
 }
 
 /// The raw JSON tokens of the top-level `turn` and `ts` values (a string with its quotes, or a
@@ -240,6 +306,31 @@ mod tests {
 
     use proptest::prelude::*;
 
+    #[test]
+    fn canonical_lines_with_odd_ts_read_as_the_decoder_reads_them() {
+        for ts in [
+            "0123",
+            "0",
+            "7",
+            "123456789012345678",
+            "1234567890123456789",
+            "-5",
+            "1.5",
+        ] {
+            for prefix in [r#"{"v":1,"turn":"a""#, r#"{"turn":"a""#] {
+                let line = format!(r#"{prefix},"type":"text","ts":{ts},"text":"x"}}"#);
+                assert_eq!(
+                    turn_hash_and_ts(line.as_bytes()),
+                    (
+                        Some(fasthash::fnv1a(b"a")),
+                        crate::decode::native::ts_token(ts.as_bytes())
+                    ),
+                    "{line}"
+                );
+            }
+        }
+    }
+
     /// What the scan must agree with: serde's reading of the top-level `turn` and `ts`.
     fn reference(line: &[u8]) -> (Option<String>, Option<String>) {
         let map: std::collections::BTreeMap<String, &serde_json::value::RawValue> =
@@ -281,6 +372,7 @@ mod tests {
         (
             proptest::option::of(value()),
             proptest::option::of(prop_oneof![
+                (0u64..100_000_000_000_000).prop_map(serde_json::Value::from),
                 any::<u64>().prop_map(serde_json::Value::from),
                 value()
             ]),
@@ -325,6 +417,13 @@ mod tests {
             let text = |t: Option<&[u8]>| t.map(|t| String::from_utf8_lossy(t).into_owned());
             prop_assert_eq!((text(turn), text(ts)), reference(&line));
             prop_assert_eq!(top_level(&line, false).0, turn);
+            prop_assert_eq!(
+                turn_hash_and_ts(&line),
+                (
+                    turn.and_then(hash_turn_token),
+                    ts.and_then(crate::decode::native::ts_token)
+                )
+            );
             // A string id hashes as the correlator will hold it: unescaped.
             if let Some(Ok(id)) = turn.map(serde_json::from_slice::<String>) {
                 prop_assert_eq!(turn.and_then(hash_turn_token), Some(fasthash::fnv1a(id.as_bytes())));
