@@ -16,7 +16,7 @@ pub struct Env<'a> {
     pub interner: &'a mut Interner,
 }
 use crate::cost::{PriceTable, estimate_tokens};
-use crate::effect::{canonical_args, effect_key};
+use crate::effect::{canonical_args, effect_key, json_string};
 use crate::event::{EffectClass, Event, EventKind, Usage};
 use crate::finding::Finding;
 use crate::report::{
@@ -522,7 +522,7 @@ impl TurnState {
                     let key = effect_key(
                         &self.id,
                         &exec.name,
-                        &format!("{{\"unresolved_call_id\":{}}}", json_str(&exec.id)),
+                        &format!("{{\"unresolved_call_id\":{}}}", json_string(&exec.id)),
                         exec.step,
                     );
                     self.attempts[a].execs[e].effect_key = Some(key);
@@ -749,14 +749,10 @@ fn stepped_key(turn: &str, call: &CallState, step: Option<i64>) -> String {
         (Some(step), None) => effect_key(
             turn,
             &call.name,
-            &format!("{{\"call_effect_key\":{}}}", json_str(&call.effect_key)),
+            &format!("{{\"call_effect_key\":{}}}", json_string(&call.effect_key)),
             Some(step),
         ),
     }
-}
-
-fn json_str(s: &str) -> String {
-    serde_json::Value::String(s.to_owned()).to_string()
 }
 
 /// Most turns have one attempt, one call, one execution: the first element gets an exact
