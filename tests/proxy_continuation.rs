@@ -284,3 +284,65 @@ async fn a_continuation_that_restarts_through_the_binary() {
         .count();
     assert_eq!(recorded, 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_response_resumed_by_get_is_the_same_attempt() {
+    use proxy_support::start_proxy;
+    use retryscope::proxy::{How, InjectRule, Point};
+    // OpenAI Responses background mode: the stream is cut before its end; the client resumes
+    // it with GET /v1/responses/{id}?stream=true&starting_after=N and the server sends the
+    // rest (shapes of openai-python's background streaming helper).
+    let ev = |v: serde_json::Value| {
+        Bytes::from(format!(
+            "event: {}\ndata: {v}\n\n",
+            v["type"].as_str().unwrap_or("")
+        ))
+    };
+    let head = vec![
+        ev(
+            json!({"type":"response.created","sequence_number":0,"response":{"id":"resp_bg","status":"queued","background":true,"model":"gpt-5"}}),
+        ),
+        ev(
+            json!({"type":"response.output_text.delta","sequence_number":1,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"Working on it"}),
+        ),
+        ev(
+            json!({"type":"response.completed","sequence_number":2,"response":{"id":"resp_bg","status":"completed","model":"gpt-5","usage":{"input_tokens":50,"output_tokens":5,"total_tokens":55}}}),
+        ),
+    ];
+    let first = Stream {
+        name: "bg".into(),
+        path: "/v1/responses".into(),
+        content_type: "text/event-stream",
+        parts: head.clone(),
+    };
+    let rest = Stream {
+        name: "bg-rest".into(),
+        path: "/v1/responses/resp_bg".into(),
+        content_type: "text/event-stream",
+        parts: head[2..].to_vec(),
+    };
+    let mock = Mock::start(vec![first, rest], None).await;
+    let rule = InjectRule {
+        point: Point::BeforeFinish,
+        how: How::Eof,
+        first: Some(1),
+        fraction: None,
+        seed: 0,
+    };
+    let (addr, lines, _proxy) = start_proxy(mock.addr, Some(rule), None).await;
+    let body =
+        json!({"model":"gpt-5","stream":true,"background":true,"input":"Create the marker file."})
+            .to_string();
+    let got = post(addr, "/v1/responses", &body, &[]).await;
+    assert!(!String::from_utf8_lossy(&got.body).contains("response.completed"));
+    let resumed =
+        proxy_support::get(addr, "/v1/responses/resp_bg?stream=true&starting_after=1").await;
+    assert!(String::from_utf8_lossy(&resumed.body).contains("response.completed"));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(lines.of_type("turn_start").len(), 1);
+    assert_eq!(lines.of_type("retry").len(), 0);
+    assert_eq!(lines.of_type("error").len(), 0, "only the stream broke");
+    let chunks = lines.of_type("provider_chunk");
+    assert_eq!(chunks.len(), 3, "{chunks:?}");
+    assert!(chunks.iter().all(|c| c["attempt"] == 0));
+}

@@ -97,6 +97,8 @@ pub struct TrackerStats {
     pub not_json: u64,
     /// Turns forgotten to bound memory.
     pub evicted: u64,
+    /// Background response streams resumed (the same attempt, continued).
+    pub resumed: u64,
 }
 
 /// What the tracker knows of an attempt.
@@ -104,6 +106,9 @@ pub struct TrackerStats {
 struct AttemptState {
     finished: bool,
     ended: bool,
+    /// An OpenAI Responses background response: it runs on the server whatever happens to
+    /// its stream, and `GET /responses/{id}?stream=true` resumes the same attempt.
+    background: bool,
     /// Why it failed, as the next retry's reason.
     cause: Option<String>,
 }
@@ -148,7 +153,7 @@ pub struct Tracker {
     by_request: HashMap<u64, String>,
     calls: HashMap<String, CallInfo>,
     /// OpenAI Responses ids, to the turn whose attempt streamed them (`previous_response_id`).
-    responses: HashMap<String, String>,
+    responses: HashMap<String, (String, u32)>,
     /// Call ids seen in a stream whose call the decoder never completed (cut before its
     /// arguments or finish): if a later history executes one, the client did assemble it.
     partial: HashMap<String, CallInfo>,
@@ -228,7 +233,8 @@ impl Tracker {
         let model = request.and_then(|r| r.model.as_deref());
         let full = fps.last().copied();
         if let Some(of) = self.match_retry(request, &fps, retry_count) {
-            return self.retry(of, api, model, full, now_ms);
+            let background = request.is_some_and(|r| r.background);
+            return self.retry(of, api, model, full, background, now_ms);
         }
         // The previous call of the conversation: the response a Responses request continues
         // on the server (its input is all new), or the longest earlier history this one
@@ -236,6 +242,7 @@ impl Tracker {
         let stateful = request
             .and_then(|r| r.previous_response_id.as_ref())
             .and_then(|id| self.responses.get(id))
+            .map(|(t, _)| t)
             .map(|t| (0, t.clone()));
         let parent = stateful.or_else(|| {
             fps.len().checked_sub(1).and_then(|n| {
@@ -292,7 +299,10 @@ impl Tracker {
                 conversation,
                 step,
                 api,
-                attempts: vec![AttemptState::default()],
+                attempts: vec![AttemptState {
+                    background: request.is_some_and(|r| r.background),
+                    ..AttemptState::default()
+                }],
                 decoder: EnvelopeDecoder::new(),
                 requests: full.into_iter().collect(),
                 kept: Kept::default(),
@@ -332,6 +342,7 @@ impl Tracker {
         api: Api,
         model: Option<&str>,
         full: Option<u64>,
+        background: bool,
         now_ms: i64,
     ) -> AttemptRef {
         let RetryOf {
@@ -351,7 +362,10 @@ impl Tracker {
             .last()
             .and_then(|a| a.cause.clone())
             .unwrap_or_else(|| "client_retry".to_owned());
-        turn.attempts.push(AttemptState::default());
+        turn.attempts.push(AttemptState {
+            background,
+            ..AttemptState::default()
+        });
         let prefill = match strategy {
             Strategy::Resend => None,
             Strategy::Continuation { prefill } => Some(prefill),
@@ -404,7 +418,7 @@ impl Tracker {
                 }
                 self.calls.retain(|_, c| c.turn != old);
                 self.partial.retain(|_, c| c.turn != old);
-                self.responses.retain(|_, t| *t != old);
+                self.responses.retain(|_, (t, _)| *t != old);
                 if t.step == 1
                     && !self
                         .turns
@@ -441,7 +455,8 @@ impl Tracker {
                 .pointer("/response/id")
                 .and_then(serde_json::Value::as_str)
         {
-            self.responses.insert(id.to_owned(), a.turn.clone());
+            self.responses
+                .insert(id.to_owned(), (a.turn.clone(), a.attempt));
         }
         if let Some(marker) = call_marker(a.api)
             && memchr::memmem::find(data.as_bytes(), marker.as_bytes()).is_some()
@@ -556,6 +571,11 @@ impl Tracker {
         }
         st.ended = true;
         let finished = st.finished;
+        if st.background && !finished {
+            // Only the stream ended: the response goes on on the server, and the client may
+            // resume it (`resume`). Unresumed, the attempt stays open, then idle.
+            return;
+        }
         match how {
             End::Injected { point, how } => {
                 // Reported as injected even when the stream carried an error event of its
@@ -583,6 +603,19 @@ impl Tracker {
                 now_ms,
             ),
         }
+    }
+
+    /// `GET /responses/{id}?stream=true&starting_after=N`: the client resumes the stream of a
+    /// background response this proxy saw begin. The same attempt goes on (its events carry
+    /// its number); `None` for a response it never saw.
+    pub fn resume(&mut self, response_id: &str) -> Option<AttemptRef> {
+        let (turn, attempt) = self.responses.get(response_id).cloned()?;
+        let t = self.turns.get_mut(&turn)?;
+        let api = t.api;
+        let st = t.attempts.get_mut(attempt as usize)?;
+        st.ended = false;
+        self.stats.resumed += 1;
+        Some(AttemptRef { turn, attempt, api })
     }
 
     /// Whether the turn's attempt has decoded its finish.

@@ -151,7 +151,7 @@ impl Tracker {
         }
         // OpenAI Responses: continue the cut response kept on the server.
         if let Some(prev) = &request.previous_response_id
-            && let Some(tid) = self.responses.get(prev)
+            && let Some((tid, _)) = self.responses.get(prev)
             && let Some(turn) = self.turns.get(tid)
             && !turn.closed
             && turn.last_failed()

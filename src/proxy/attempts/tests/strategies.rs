@@ -488,3 +488,42 @@ fn two_requests_extending_the_same_call_are_two_turns() {
         );
     }
 }
+
+#[test]
+fn a_resumed_background_stream_continues_the_same_attempt() {
+    // OpenAI Responses `background: true`: the stream breaks, the response goes on on the
+    // server, and `GET /v1/responses/{id}?stream=true&starting_after=N` streams the rest.
+    // One attempt, completed; no retry.
+    let api = Api::OpenAiResponses;
+    let (mut t, lines) = tracker();
+    let r0 = request(
+        api,
+        "gpt-5",
+        &[Msg::User(TASK)],
+        serde_json::json!({"background":true}),
+    );
+    assert!(r0.as_ref().is_some_and(|r| r.background));
+    let a0 = t.begin(api, r0.as_ref(), None, 1);
+    let all = text_chunks(api, "resp_bg", RESTARTS, true);
+    let mut ts = 1;
+    stream(&mut t, &a0, &all[..2], CUT, &mut ts);
+    assert_eq!(t.resume("resp_unknown"), None);
+    let again = t
+        .resume("resp_bg")
+        .expect("the stream this proxy saw begin");
+    assert_eq!(again, a0);
+    stream(&mut t, &again, &all[2..], End::Complete, &mut ts);
+    assert!(t.finished(&a0));
+    assert_eq!(t.stats().retries, 0);
+    assert_eq!(t.stats().resumed, 1);
+    assert!(
+        lines_of(&lines, "error").is_empty(),
+        "only the stream broke"
+    );
+    let reports = reports(&lines);
+    let r = report(&reports, &a0.turn);
+    assert_eq!(r.retries, 0);
+    assert_eq!(r.attempts.len(), 1);
+    assert_eq!(r.attempts[0].outcome, crate::report::Outcome::Completed);
+    assert!(r.findings.is_empty(), "{:?}", r.findings);
+}
