@@ -256,6 +256,12 @@ impl Tracker {
                 self.stats.steps += 1;
                 let messages = request.and_then(|r| r.messages.get(from..)).unwrap_or(&[]);
                 self.read_history(&parent, messages, now_ms);
+                if let Some(p) = self.turns.get_mut(&parent)
+                    && p.closed
+                {
+                    // A closed call is retried no more: its text is not needed.
+                    p.kept = Kept::default();
+                }
                 match self.turns.get(&parent).map(|p| p.conversation.clone()) {
                     // One model call, one turn: two requests that extend the same parent (a
                     // tool-result request and a resend with a note added) are two calls.

@@ -215,6 +215,10 @@ fn continued(api: Api, ask: bool, continuation: &str) -> (Shared, String) {
     );
     let a2 = t.begin(api, next.as_ref(), None, ts + 50);
     assert_eq!(a2.turn, format!("{}#2", a0.turn), "{api:?}");
+    assert!(
+        t.turns[&a0.turn].kept.text.is_empty(),
+        "a closed call's text is not kept"
+    );
     let done = text_chunks(api, "r-2", "Done.", true);
     stream(&mut t, &a2, &done, End::Complete, &mut ts);
     assert_eq!(t.stats().retries, 1, "{api:?}");
