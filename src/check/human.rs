@@ -128,6 +128,12 @@ pub fn explain(f: &Finding, report: &TurnReport) -> String {
                      the user read both",
                     attempt(f)
                 ),
+                r if r.starts_with(crate::rules::spliced_text::RESTART_EVIDENCE) => format!(
+                    "the retry was asked to continue {}'s cut text but started its answer over, \
+                     and the client kept both (their openings share '{}')",
+                    attempt(f),
+                    clip(&r[crate::rules::spliced_text::RESTART_EVIDENCE.len()..], 60)
+                ),
                 other => format!("the user saw {}'s abandoned text ({other})", attempt(f)),
             };
             if let Some(text) = f.attempt.and_then(|n| attempt_text(report, n)) {

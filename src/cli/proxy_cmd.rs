@@ -315,6 +315,7 @@ async fn serve(cfg: RunConfig, traces: Option<TraceExportConfig>) -> anyhow::Res
     tracing::info!(
         requests = stats.requests,
         retries = stats.retries,
+        resumed = stats.resumed,
         executions = stats.executions,
         cuts = proxy.cuts(),
         lines = summary.lines,

@@ -302,22 +302,29 @@ async fn handle(
     let api = (parts.method == http::Method::POST)
         .then(|| Api::from_path(&path))
         .flatten();
-    let attempt = api.map(|api| {
-        let parsed = match request_encoding(&parts.headers) {
-            None => history::parse(api, &path, &body),
-            Some("gzip") => gunzip(&body, proxy.max_request_bytes)
-                .and_then(|plain| history::parse(api, &path, &plain)),
-            // Another coding (zstd...): forwarded, not read.
-            Some(_) => None,
-        };
-        let retry_count = parts
-            .headers
-            .get("x-stainless-retry-count")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u32>().ok());
-        proxy
-            .tracker()
-            .begin(api, parsed.as_ref(), retry_count, now_ms())
+    // A background response's stream resumed: the same attempt goes on.
+    let resumed = (parts.method == http::Method::GET)
+        .then(|| history::resumed_response(&path, parts.uri.query()))
+        .flatten()
+        .and_then(|id| proxy.tracker().resume(id));
+    let attempt = resumed.or_else(|| {
+        api.map(|api| {
+            let parsed = match request_encoding(&parts.headers) {
+                None => history::parse(api, &path, &body),
+                Some("gzip") => gunzip(&body, proxy.max_request_bytes)
+                    .and_then(|plain| history::parse(api, &path, &plain)),
+                // Another coding (zstd...): forwarded, not read.
+                Some(_) => None,
+            };
+            let retry_count = parts
+                .headers
+                .get("x-stainless-retry-count")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u32>().ok());
+            proxy
+                .tracker()
+                .begin(api, parsed.as_ref(), retry_count, now_ms())
+        })
     });
     let mut begun = Begun {
         proxy: proxy.clone(),

@@ -153,6 +153,20 @@ pub struct Request {
     pub messages: Vec<Message>,
     /// OpenAI Responses `previous_response_id` (the history lives on the server).
     pub previous_response_id: Option<String>,
+    /// OpenAI Responses `background: true`: the response runs on the server, and its stream
+    /// can be resumed.
+    pub background: bool,
+}
+
+/// `GET …/responses/{id}?stream=true[&starting_after=N]`: the id of the background response
+/// whose stream the client resumes.
+pub fn resumed_response<'a>(path: &'a str, query: Option<&str>) -> Option<&'a str> {
+    let streams = query.is_some_and(|q| {
+        q.split('&')
+            .any(|kv| kv.eq_ignore_ascii_case("stream=true"))
+    });
+    let (head, id) = path.trim_end_matches('/').rsplit_once('/')?;
+    (streams && head.ends_with("/responses") && !id.is_empty()).then_some(id)
 }
 
 impl Request {
@@ -255,6 +269,8 @@ pub fn parse(api: Api, path: &str, body: &[u8]) -> Option<Request> {
         model,
         messages,
         previous_response_id,
+        background: api == Api::OpenAiResponses
+            && v.get("background").and_then(Value::as_bool) == Some(true),
     })
 }
 
@@ -580,6 +596,23 @@ mod tests {
         assert_eq!(r.messages[1].calls[0].id, None);
         assert_eq!(r.messages[2].role, Some(Role::Tool));
         assert_eq!(r.messages[2].results[0].name.as_deref(), Some("write_file"));
+    }
+
+    #[test]
+    fn resumed_background_streams() {
+        assert_eq!(
+            resumed_response(
+                "/v1/responses/resp_123",
+                Some("stream=true&starting_after=7")
+            ),
+            Some("resp_123")
+        );
+        assert_eq!(resumed_response("/v1/responses/resp_123", None), None);
+        assert_eq!(resumed_response("/v1/responses", Some("stream=true")), None);
+        assert_eq!(
+            resumed_response("/v1/responses/resp_1/input_items", Some("stream=true")),
+            None
+        );
     }
 
     #[test]

@@ -85,6 +85,10 @@ pub enum EventKind<'a> {
     Retry {
         /// Why (`connection_reset`, `overloaded`, ...).
         reason: Option<Cow<'a, str>>,
+        /// A continuation: the earlier attempt's partial output the retry request carries
+        /// (an assistant prefill). The turn's kept text is then this, followed by what the
+        /// new attempt streams.
+        prefill: Option<Cow<'a, str>>,
     },
     /// A lower layer spliced a retried generation into one recorded stream
     /// (detected by a provider decoder); `attempt` is the new attempt's number.
@@ -225,8 +229,9 @@ impl Event<'_> {
                 model: own_opt(model),
                 request_id: own_opt(request_id),
             },
-            EventKind::Retry { reason } => EventKind::Retry {
+            EventKind::Retry { reason, prefill } => EventKind::Retry {
                 reason: own_opt(reason),
+                prefill: own_opt(prefill),
             },
             EventKind::StreamSplice { signal } => EventKind::StreamSplice {
                 signal: own(signal),

@@ -34,6 +34,9 @@ pub(super) enum Fields<'a> {
     },
     Retry {
         reason: &'a str,
+        /// A continuation's partial output (the text the retry request carries).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        prefill: Option<&'a str>,
     },
     Chunk {
         provider: &'a str,

@@ -570,3 +570,5 @@ fn responses_previous_response_id_continues_the_conversation() {
     assert_eq!(execs[0]["turn"], a0.turn.as_str());
     assert_eq!(execs[0]["attempt"], 0);
 }
+
+mod strategies;

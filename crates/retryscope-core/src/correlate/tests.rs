@@ -697,7 +697,8 @@ fn no_wasted_spend_is_positive_zero_not_negative_zero() {
 #[test]
 fn per_turn_state_stays_small() {
     assert!(std::mem::size_of::<turn::TurnState>() <= 384);
-    assert!(std::mem::size_of::<attempt::AttemptState>() <= 304);
+    // 312: one pointer for a continuation's texts (issue 21), boxed so that it costs 8 bytes.
+    assert!(std::mem::size_of::<attempt::AttemptState>() <= 312);
     assert!(std::mem::size_of::<attempt::CallState>() <= 88);
 }
 
@@ -733,4 +734,37 @@ fn executions_without_call_ids_are_attributed_by_content() {
             .iter()
             .all(|f| f.call_id.as_deref() == Some("g1"))
     );
+}
+
+#[test]
+fn a_continuation_is_judged_against_its_partial_text_plus_its_own() {
+    // Issue 21: the retry request carries the cut attempt's partial text (`prefill`). A
+    // continuation kept after it is clean, with no render reset needed (the client keeps the
+    // partial text on screen by design); one that restarted its answer is spliced_text with
+    // the shared opening as evidence (Qwen Code 0.24.4 after a cut).
+    let log = |cont: &str| {
+        format!(
+            r#"{{"turn":"q","type":"turn_start","ts":1,"provider":"openai","model":"gpt-4o"}}
+{{"turn":"q","type":"text","attempt":0,"ts":2,"text":"[A1] I will now cr"}}
+{{"turn":"q","type":"error","attempt":0,"ts":3,"message":"reset"}}
+{{"turn":"q","type":"retry","attempt":1,"ts":4,"reason":"eof","prefill":"[A1] I will now cr"}}
+{{"turn":"q","type":"text","attempt":1,"ts":5,"text":"{cont}"}}
+{{"turn":"q","type":"finish","attempt":1,"ts":6,"reason":"stop"}}
+{{"turn":"q","type":"output","ts":7,"text":"[A1] I will now cr{cont}"}}
+{{"turn":"q","type":"turn_end","ts":8}}
+"#
+        )
+    };
+    let (_, reports) = run(&log("eate the marker file (A2)."));
+    assert_eq!(reports[0].retries, 1);
+    assert!(reports[0].findings.is_empty(), "{:?}", reports[0].findings);
+    let (_, reports) = run(&log("[A2] I will now create the marker file (A2)."));
+    assert_eq!(kinds(&reports[0]), vec![FindingKind::SplicedText]);
+    assert_eq!(reports[0].findings[0].attempt, Some(0));
+    assert_eq!(reports[0].findings[0].evidence, "restart: ] I will now cr");
+    // Without the prefill (a plain resend), the same kept text is an ordinary splice.
+    let (_, reports) =
+        run(&log("eate the marker file (A2).").replace(r#","prefill":"[A1] I will now cr""#, ""));
+    assert_eq!(kinds(&reports[0]), vec![FindingKind::SplicedText]);
+    assert_eq!(reports[0].findings[0].evidence, "output");
 }

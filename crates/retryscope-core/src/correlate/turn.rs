@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::attempt::{AttemptState, CallState, ExecState};
+use super::attempt::{AttemptState, CallState, Continuation, ExecState};
 use super::attribute::attribute_exec;
 use super::intern::{Interner, Sym};
 use super::splice::{OutputState, spliced_attempt};
@@ -172,7 +172,7 @@ impl TurnState {
                     env.cfg.text_prefix_bytes,
                 ));
             }
-            EventKind::Retry { reason } => {
+            EventKind::Retry { reason, prefill } => {
                 let n = ev
                     .attempt
                     .unwrap_or_else(|| self.max_attempt().map_or(0, |m| m + 1));
@@ -185,6 +185,15 @@ impl TurnState {
                     && self.attempts[idx].retry_reason.is_none()
                 {
                     self.attempts[idx].retry_reason = Some(env.interner.get(reason));
+                }
+                if let Some(prefill) = prefill
+                    && self.attempts[idx].continues.is_none()
+                    && self.attempts[idx].text.chars == 0
+                {
+                    self.attempts[idx].continues = Some(Box::new(Continuation::of(
+                        prefill,
+                        env.cfg.text_prefix_bytes,
+                    )));
                 }
             }
             EventKind::StreamSplice { signal } => {
@@ -314,7 +323,9 @@ impl TurnState {
                 }
                 let seq = self.seq;
                 let number = self.attempts[idx].number;
+                // A continuation keeps the earlier text on screen by design.
                 if self.attempts[idx].text.chars == 0
+                    && self.attempts[idx].continues.is_none()
                     && self.no_reset_attempt.is_none()
                     && let Some(earlier) = self.attempts[..idx]
                         .iter()
@@ -325,6 +336,9 @@ impl TurnState {
                 }
                 let attempt = &mut self.attempts[idx];
                 let chars = attempt.text.push(text, env.cfg.text_prefix_bytes);
+                if let Some(c) = attempt.continues.as_mut() {
+                    c.kept.push(text, env.cfg.text_prefix_bytes);
+                }
                 attempt.last_text_seq = seq;
                 attempt.mark(env.cfg.timeline, MarkKind::Text, ts, chars, None);
             }
@@ -558,7 +572,13 @@ impl TurnState {
         // (which a wire-only log cannot show, so there the output is the only proof).
         let spliced = match (&self.output, final_idx) {
             (Some(output), Some(fi)) => spliced_attempt(output, &self.attempts, &self.attempts[fi])
-                .map(|a| (a, rules::spliced_text::Proof::Output)),
+                .map(|s| {
+                    let proof = match s.overlap {
+                        Some(overlap) => rules::spliced_text::Proof::Restart { overlap },
+                        None => rules::spliced_text::Proof::Output,
+                    };
+                    (s.attempt, proof)
+                }),
             (Some(_), None) => None,
             (None, _) if self.wire_only => None,
             (None, _) => self
@@ -566,7 +586,7 @@ impl TurnState {
                 .map(|(_, earlier)| (earlier, rules::spliced_text::Proof::NoReset)),
         };
         if let Some((attempt, proof)) = spliced {
-            let f = rules::spliced_text::on_close(&self.id, attempt, proof, end_ts);
+            let f = rules::spliced_text::on_close(&self.id, attempt, &proof, end_ts);
             self.emit(f, out);
         }
         let any_completed = self

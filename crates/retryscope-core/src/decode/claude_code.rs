@@ -372,6 +372,7 @@ impl Decoder {
                 ts,
                 EventKind::Retry {
                     reason: Some(Cow::Owned(reason)),
+                    prefill: None,
                 },
             );
             return;

@@ -105,6 +105,7 @@ impl Decoder {
                     out,
                     EventKind::Retry {
                         reason: Some(Cow::Borrowed("stream_disconnected")),
+                        prefill: None,
                     },
                 );
                 return;

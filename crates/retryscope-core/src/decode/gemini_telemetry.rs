@@ -181,6 +181,7 @@ impl Decoder {
                 ts,
                 EventKind::Retry {
                     reason: Some(Cow::Owned(reason)),
+                    prefill: None,
                 },
             ));
             return;

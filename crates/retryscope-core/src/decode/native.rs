@@ -217,6 +217,7 @@ struct Fields<'a> {
     wire_only: Option<bool>,
     request_id: Option<Cow<'a, str>>,
     reason: Option<Cow<'a, str>>,
+    prefill: Option<Cow<'a, str>>,
     text: Option<Cow<'a, str>>,
     id: Option<Cow<'a, str>>,
     name: Option<Cow<'a, str>>,
@@ -275,6 +276,7 @@ impl<'de> Visitor<'de> for FieldsVisitor {
                 "wire_only" => f.wire_only = map.next_value()?,
                 "request_id" => f.request_id = opt_str(&mut map)?,
                 "reason" => f.reason = opt_str(&mut map)?,
+                "prefill" => f.prefill = opt_str(&mut map)?,
                 "text" => f.text = opt_str(&mut map)?,
                 "id" => f.id = map.next_value::<Option<Id<'de>>>()?.map(|s| s.0),
                 "name" => f.name = opt_str(&mut map)?,
@@ -353,6 +355,7 @@ impl<'a> Fields<'a> {
             },
             "retry" => EventKind::Retry {
                 reason: self.reason,
+                prefill: self.prefill,
             },
             "stream_splice" => EventKind::StreamSplice {
                 signal: self.signal.unwrap_or(Cow::Borrowed("unspecified")),

@@ -94,7 +94,10 @@ impl Claude {
                     &turn,
                     Some(attempt + 1),
                     started,
-                    EventKind::Retry { reason: None },
+                    EventKind::Retry {
+                        reason: None,
+                        prefill: None,
+                    },
                 ));
                 (turn, attempt + 1)
             }

@@ -84,7 +84,10 @@ impl Codex {
                 &c.turn,
                 Some(c.attempt),
                 ts,
-                EventKind::Retry { reason: None },
+                EventKind::Retry {
+                    reason: None,
+                    prefill: None,
+                },
             ));
         } else {
             self.calls += 1;

@@ -114,7 +114,10 @@ impl GenAi {
                     &turn,
                     Some(attempt + 1),
                     r.start,
-                    EventKind::Retry { reason: None },
+                    EventKind::Retry {
+                        reason: None,
+                        prefill: None,
+                    },
                 ));
                 (turn, attempt + 1)
             }
