@@ -181,7 +181,8 @@ impl Decoder {
                 ts,
                 EventKind::Retry {
                     reason: Some(Cow::Owned(reason)),
-                    prefill: None,
+                    // the kept text is the partial text, then what the continuation adds
+                    prefill: partial.map(|t| owned(t)),
                 },
             ));
             return;

@@ -253,10 +253,12 @@ fn a_fork_continuation_that_restarts_is_a_retry_and_its_kept_text_a_splice() {
     ];
     assert_eq!(got, want, "{got:#?}");
     let retry = evs.iter().find_map(|e| match &e.kind {
-        EventKind::Retry { reason } => reason.clone(),
+        EventKind::Retry { reason, prefill } => Some((reason.clone(), prefill.clone())),
         _ => None,
     });
-    assert_eq!(retry.as_deref(), Some("continuation"));
+    let (reason, prefill) = retry.expect("a retry");
+    assert_eq!(reason.as_deref(), Some("continuation"));
+    assert_eq!(prefill.as_deref(), Some("[A1] I will now cr"));
     let agent = evs.iter().find_map(|e| match &e.kind {
         EventKind::TurnStart { agent, .. } => agent.clone(),
         _ => None,
