@@ -171,7 +171,10 @@ fn agent_of(record: &Value, name: Option<&str>, family: &HashSet<String>) -> Age
         && record
             .get("attributes")
             .and_then(Value::as_object)
-            .is_some_and(|a| a.keys().any(|k| k.ends_with(".prompt_id")))
+            .is_some_and(|a| {
+                a.keys()
+                    .any(|k| k.ends_with(".prompt_id") && !k.starts_with("gen_ai."))
+            })
     {
         return Agent::GeminiCli;
     }
@@ -323,5 +326,29 @@ impl StreamDecoder for Decoder {
         let mut s = self.skips;
         s.add(self.gemini.skips());
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Format;
+    use super::super::provider::decode_lines;
+
+    #[test]
+    fn a_gemini_cli_forks_spans_are_not_read_as_genai_turns() {
+        // Qwen Code's inference span repeats its `qwen-code.api_*` log records; it may arrive
+        // before them. A span without the fork's prompt id is a GenAI inference.
+        let span = |extra: &str| {
+            format!(
+                r#"{{"otlp":"span","service":"qwen-code","name":"qwen-code.llm_request","span_id":"01","start_time_unix_nano":1000000000,"end_time_unix_nano":2000000000,"attributes":{{"gen_ai.operation.name":"chat","gen_ai.request.model":"m","session.id":"s"{extra}}}}}"#
+            )
+        };
+        let fork = span(r#","qwen-code.prompt_id":"s########0""#);
+        let (evs, skips) = decode_lines(Format::Otlp, [fork.as_str()].into_iter());
+        assert!(evs.is_empty(), "{evs:?}");
+        assert_eq!(skips.unknown_types, 0);
+        let plain = span("");
+        let (evs, _) = decode_lines(Format::Otlp, [plain.as_str()].into_iter());
+        assert!(!evs.is_empty());
     }
 }
