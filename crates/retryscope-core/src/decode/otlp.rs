@@ -344,11 +344,11 @@ mod tests {
             )
         };
         let fork = span(r#","qwen-code.prompt_id":"s########0""#);
-        let (evs, skips) = decode_lines(Format::Otlp, [fork.as_str()].into_iter());
+        let (evs, skips) = decode_lines(Format::Otlp, [fork.as_str()]);
         assert!(evs.is_empty(), "{evs:?}");
         assert_eq!(skips.unknown_types, 0);
         let plain = span("");
-        let (evs, _) = decode_lines(Format::Otlp, [plain.as_str()].into_iter());
+        let (evs, _) = decode_lines(Format::Otlp, [plain.as_str()]);
         assert!(!evs.is_empty());
     }
 }
