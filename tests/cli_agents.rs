@@ -290,3 +290,68 @@ fn run_joins_gemini_cli_telemetry_and_stream_json_like_check() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// Sum of a family's samples in a scrape.
+fn total(metrics: &str, family: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(family) && l[family.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[test]
+fn qwen_code_files_give_run_and_check_the_same_retry_and_splice() {
+    // Qwen Code 0.24.4, each output on its own (docs/clients/qwen-code.md): its telemetry
+    // shows the continuation after a reset and the splice it sent back to the model; its
+    // stream-json shows the resend after a clean end of body and the splice on screen.
+    for (scenario, file) in [
+        ("mid-word-reset", "telemetry.log"),
+        ("mid-word-eof", "stream.jsonl"),
+    ] {
+        let path = recording("qwen-code", scenario, file);
+        let (code, lines) = check_json(std::slice::from_ref(&path), &[]);
+        assert!(matches!(code, Some(0 | 1)), "{scenario}/{file}: {code:?}");
+        let mut want = std::collections::BTreeMap::new();
+        let mut retries = 0;
+        for t in lines.iter().filter(|l| l.get("turn").is_some()) {
+            retries += t["retries"].as_u64().unwrap_or(0);
+            for k in kinds(t) {
+                *want.entry(k).or_insert(0.0) += 1.0;
+            }
+        }
+        assert_eq!(retries, 1, "{scenario}/{file}");
+        assert!(
+            want.contains_key("spliced_text"),
+            "{scenario}/{file}: {want:?}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let copy = dir.path().join(file);
+        std::fs::copy(&path, &copy).unwrap();
+        let port = free_port();
+        let _run = Run(Command::new(env!("CARGO_BIN_EXE_retryscope"))
+            .arg("run")
+            .arg(&copy)
+            .args(["--findings-out", "", "--idle-timeout-secs", "2"])
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start retryscope run"));
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            let m = scrape(port).unwrap_or_default();
+            let got = findings_by_kind(&m);
+            if got == want && total(&m, "retryscope_retries_total") == 1.0 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{scenario}/{file}: run found {got:?}, check found {want:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
