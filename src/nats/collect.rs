@@ -437,7 +437,7 @@ async fn deliver(
 ) -> Result<(), NatsError> {
     for (i, output) in out.drain(..).enumerate() {
         o.metrics.observe(&output);
-        let Output::Finding(f) = &output else {
+        let Output::Finding(f, _) = &output else {
             continue;
         };
         if let Err(error) = sh.findings.write(f) {

@@ -315,9 +315,10 @@ async fn handle(
             .get("x-stainless-retry-count")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u32>().ok());
-        proxy
-            .tracker()
-            .begin(api, parsed.as_ref(), retry_count, now_ms())
+        let mut tracker = proxy.tracker();
+        let ua = parts.headers.get(header::USER_AGENT);
+        tracker.client = super::client::kind(ua.and_then(|v| v.to_str().ok()));
+        tracker.begin(api, parsed.as_ref(), retry_count, now_ms())
     });
     let mut begun = Begun {
         proxy: proxy.clone(),

@@ -51,22 +51,22 @@ macro_rules! families {
 use Kind::{Counter, Gauge, Histogram};
 
 families! {
-    Turns => "retryscope_turns_total", Counter, ["model", "provider", "status"],
+    Turns => "retryscope_turns_total", Counter, ["agent", "model", "provider", "status"],
         "Turns closed, by final status.";
     Attempts => "retryscope_attempts_total", Counter, ["model", "provider", "outcome"],
         "Attempts of closed turns, by outcome (model is the attempt's, else the turn's).";
-    Retries => "retryscope_retries_total", Counter, ["model", "provider", "reason"],
+    Retries => "retryscope_retries_total", Counter, ["agent", "model", "provider", "reason"],
         "Retries, counted when the retry is seen.";
     AttemptsPerTurn => "retryscope_attempts_per_turn", Histogram(ATTEMPTS_BUCKETS), ["model", "provider"],
         "Attempts per closed turn.";
     BilledTokens => "retryscope_billed_tokens_total", Counter,
         ["model", "provider", "token_type", "attempt_outcome", "usage_source"],
         "Billed tokens of closed turns' attempts. input excludes cached_input and cache_write; output includes reasoning.";
-    BilledCost => "retryscope_billed_cost_usd_total", Counter, ["model", "provider", "attempt_outcome"],
+    BilledCost => "retryscope_billed_cost_usd_total", Counter, ["agent", "model", "provider", "attempt_outcome"],
         "Billed USD of closed turns' priced attempts.";
     ToolExecutions => "retryscope_tool_executions_total", Counter, ["tool", "attempt_outcome"],
         "Tool executions of closed turns, by the outcome of the attempt that called the tool.";
-    Findings => "retryscope_findings_total", Counter, ["kind", "severity", "tool"],
+    Findings => "retryscope_findings_total", Counter, ["agent", "kind", "severity", "tool"],
         "Findings, counted when they become known.";
     TurnDuration => "retryscope_turn_duration_seconds", Histogram(DURATION_BUCKETS), ["model", "provider"],
         "Duration of closed turns (first to last event time).";
