@@ -10,6 +10,12 @@ pub const DURATION_BUCKETS: &[f64] = &[
     0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
 ];
 
+/// Buckets of `retryscope_proxy_added_latency_seconds`: the proxy holds a chunk for
+/// microseconds (framing and the tracker), so the buckets start at 10µs.
+pub const PROXY_LATENCY_BUCKETS: &[f64] = &[
+    0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.05,
+];
+
 /// The type of a family.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Kind {
@@ -121,6 +127,20 @@ families! {
         "Streams `retryscope proxy` cut on purpose (--inject), by cut point and how.";
     ProxyUpstreamErrors => "retryscope_proxy_upstream_errors_total", Counter, [],
         "Upstream requests of `retryscope proxy` that failed to connect or broke mid-body.";
+    ProxyStreams => "retryscope_proxy_streams_total", Counter, [],
+        "Model requests `retryscope proxy` forwarded and tracked (one attempt each).";
+    ProxyLatency => "retryscope_proxy_added_latency_seconds", Histogram(PROXY_LATENCY_BUCKETS), [],
+        "Time `retryscope proxy` held each upstream chunk of a model stream before forwarding it (framing and the tracker).";
+    NatsPartitions => "retryscope_nats_partitions", Gauge, [],
+        "Partitions of the events stream (run --nats; 0 otherwise).";
+    NatsOwned => "retryscope_nats_partitions_owned", Gauge, [],
+        "Partitions this collector owns (run --nats).";
+    NatsTakeovers => "retryscope_nats_lease_takeovers_total", Counter, [],
+        "Partition leases this collector acquired, free or expired (run --nats).";
+    NatsCheckpointLag => "retryscope_nats_checkpoint_lag_messages", Gauge, [],
+        "Messages of the owned partitions correlated but not yet covered by a stored checkpoint (run --nats).";
+    NatsPublishFailures => "retryscope_nats_findings_publish_failures_total", Counter, [],
+        "Findings that could not be published to the findings stream or were not acknowledged (the partition is given up and replayed; run --nats).";
     LabelOverflow => "retryscope_label_overflow_total", Counter, ["label"],
         "Label values replaced by \"other\" because the label reached its cap.";
     BuildInfo => "retryscope_build_info", Gauge, ["version"],
