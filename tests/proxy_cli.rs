@@ -158,6 +158,16 @@ async fn naive_client_session_through_the_binary() {
         ),
         "{metrics}"
     );
+    // Three model requests forwarded; every chunk of the uncut ones was held and timed.
+    assert!(
+        metrics.contains("retryscope_proxy_streams_total 3\n"),
+        "{metrics}"
+    );
+    let held = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("retryscope_proxy_added_latency_seconds_count "))
+        .and_then(|v| v.parse::<u64>().ok());
+    assert!(held.is_some_and(|n| n > 0), "{metrics}");
     assert!(metrics.contains("retryscope_retries_total{agent=\"claude-code\",model=\"claude-sonnet-4-5\",provider=\"anthropic\",reason=\"injected_reset\"} 1"), "{metrics}");
     assert!(metrics.contains("retryscope_findings_total{agent=\"claude-code\",kind=\"abandoned_tool_executed\",severity=\"critical\",tool=\"issue_refund\"} 1"), "{metrics}");
 

@@ -255,6 +255,7 @@ impl Inner {
         }
         t.touch(F::OtlpQueueRecords as usize, &[]);
         t.touch(F::OtlpQueueBytes as usize, &[]);
+        t.touch(F::OtlpSpoolBytes as usize, &[]);
         for p in crate::proxy::Point::ALL {
             for h in crate::proxy::How::ALL {
                 t.touch(F::ProxyCuts as usize, &[p.as_str(), h.as_str()]);
@@ -563,9 +564,21 @@ impl Metrics {
         t.set(F::NatsOwned as usize, &[], f64::from(c.owned));
         t.set(F::NatsTakeovers as usize, &[], c.takeovers as f64);
         t.set(F::NatsCheckpointLag as usize, &[], c.checkpoint_lag as f64);
-        t.set(F::NatsPublishFailures as usize, &[], c.publish_failures as f64);
-        t.set(F::CheckpointWrites as usize, &[], c.checkpoint_writes as f64);
-        t.set(F::CheckpointFailures as usize, &[], c.checkpoint_failures as f64);
+        t.set(
+            F::NatsPublishFailures as usize,
+            &[],
+            c.publish_failures as f64,
+        );
+        t.set(
+            F::CheckpointWrites as usize,
+            &[],
+            c.checkpoint_writes as f64,
+        );
+        t.set(
+            F::CheckpointFailures as usize,
+            &[],
+            c.checkpoint_failures as f64,
+        );
     }
 
     /// Count one successful checkpoint write.
@@ -613,6 +626,13 @@ impl Metrics {
         inner
             .table
             .set(F::OtlpQueueBytes as usize, &[], bytes as f64);
+    }
+
+    /// The OTLP receiver's spool on disk.
+    pub fn set_otlp_spool_bytes(&self, bytes: u64) {
+        lock(&self.inner)
+            .table
+            .set(F::OtlpSpoolBytes as usize, &[], bytes as f64);
     }
 
     /// The current value of a counter or gauge series (`labels` in the family's label

@@ -123,6 +123,8 @@ families! {
         "OTLP records accepted and waiting for the engine.";
     OtlpQueueBytes => "retryscope_otlp_receiver_queue_bytes", Gauge, [],
         "Bytes of OTLP records accepted and waiting for the engine (bounded; beyond it requests are refused as retryable).";
+    OtlpSpoolBytes => "retryscope_otlp_receiver_spool_bytes", Gauge, [],
+        "Bytes of the OTLP receiver's write-ahead spool on disk (--data-dir): acknowledged records no checkpoint has released yet.";
     ProxyCuts => "retryscope_proxy_injected_cuts_total", Counter, ["point", "how"],
         "Streams `retryscope proxy` cut on purpose (--inject), by cut point and how.";
     ProxyUpstreamErrors => "retryscope_proxy_upstream_errors_total", Counter, [],
