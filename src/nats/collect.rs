@@ -80,6 +80,9 @@ pub struct CollectSummary {
     pub takeovers: u64,
     /// Findings not published to, or not acknowledged by, the findings stream.
     pub publish_failures: u64,
+    /// Messages correlated and not covered by a stored checkpoint, just before the last
+    /// round of checkpoints (right after it, it is 0 by construction).
+    pub checkpoint_lag: u64,
 }
 
 struct Owned {
@@ -222,6 +225,9 @@ pub async fn collect(
         }
         if last_checkpoint.elapsed() >= cfg.checkpoint_every {
             last_checkpoint = Instant::now();
+            // What a new owner would replay had this instance died just now.
+            sh.summary.checkpoint_lag =
+                owned.values().map(|o| o.seq.saturating_sub(o.stored)).sum();
             for (&p, o) in owned.iter_mut() {
                 let done = tokio::time::timeout(cfg.lease, checkpoint(&mut sh, p, o))
                     .await
@@ -535,7 +541,7 @@ fn cluster_stats(
         partitions,
         owned: owned.len() as u32,
         takeovers: summary.takeovers,
-        checkpoint_lag: owned.values().map(|o| o.seq.saturating_sub(o.stored)).sum(),
+        checkpoint_lag: summary.checkpoint_lag,
         publish_failures: summary.publish_failures,
         checkpoint_writes: summary.checkpoints,
         checkpoint_failures: summary.checkpoint_failures,

@@ -140,7 +140,7 @@ families! {
     NatsTakeovers => "retryscope_nats_lease_takeovers_total", Counter, [],
         "Partition leases this collector acquired, free or expired (run --nats).";
     NatsCheckpointLag => "retryscope_nats_checkpoint_lag_messages", Gauge, [],
-        "Messages of the owned partitions correlated but not yet covered by a stored checkpoint (run --nats).";
+        "Messages of the owned partitions correlated but not yet covered by a stored checkpoint, just before the last round of checkpoints: what a new owner would replay (run --nats).";
     NatsPublishFailures => "retryscope_nats_findings_publish_failures_total", Counter, [],
         "Findings that could not be published to the findings stream or were not acknowledged (the partition is given up and replayed; run --nats).";
     LabelOverflow => "retryscope_label_overflow_total", Counter, ["label"],
