@@ -80,8 +80,16 @@ results=()
 failed=0
 
 stop_all() {
-  local pid
+  local pid i
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  # An orderly stop is quick; whatever still runs after 3s (a collector finishing its last
+  # checkpoint against a server that is going away) is killed.
+  for i in $(seq 1 30); do
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && break; pid=; done
+    [ -z "$pid" ] && break
+    sleep 0.1
+  done
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   pids=()
 }
