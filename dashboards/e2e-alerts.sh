@@ -10,7 +10,7 @@
 # `prometheus` and `promtool` (Debian: prometheus), `prometheus-alertmanager` and `amtool`
 # (Debian: prometheus-alertmanager), `nats-server` (Debian: nats-server), python3, and curl
 # (python3's urllib is used when curl is missing). No network: everything listens on
-# 127.0.0.1 on free ports. Takes about 75s (the Alertmanager, proxy, NATS and panel checks
+# 127.0.0.1 on free ports. Takes about 70s (the Alertmanager, proxy, NATS and panel checks
 # add about 25s to the 50s of the alert checks); every wait is bounded (whole script < 5 min).
 #
 # In scenario A the Prometheus also scrapes, as more targets of the same job: `retryscope
@@ -80,7 +80,7 @@ results=()
 failed=0
 
 stop_all() {
-  local pid i
+  local pid= i
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   # An orderly stop is quick; whatever still runs after 3s (a collector finishing its last
   # checkpoint against a server that is going away) is killed.
