@@ -10,6 +10,7 @@
 
 mod attempts;
 mod body;
+mod client;
 mod conn;
 mod forward;
 mod frames;

@@ -185,9 +185,10 @@ fn run_detects_each_agent_file_and_reads_files_written_while_tailing() {
         .stderr(Stdio::null())
         .spawn()
         .expect("start retryscope run"));
-    let unfinished = |tool: &str| {
+    // Each finding names the agent whose decoder recognised the client.
+    let unfinished = |agent: &str, tool: &str| {
         format!(
-            "retryscope_findings_total{{kind=\"unfinished_tool_executed\",severity=\"high\",tool=\"{tool}\"}}"
+            "retryscope_findings_total{{agent=\"{agent}\",kind=\"unfinished_tool_executed\",severity=\"high\",tool=\"{tool}\"}}"
         )
     };
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -203,9 +204,9 @@ fn run_detects_each_agent_file_and_reads_files_written_while_tailing() {
             f.write_all(&telemetry[cut..]).unwrap();
             appended = true;
         }
-        let done = value(&m, &unfinished("Bash")) == 1.0
-            && value(&m, &unfinished("command_execution")) == 1.0
-            && value(&m, &unfinished("run_shell_command")) == 1.0;
+        let done = value(&m, &unfinished("claude-code", "Bash")) == 1.0
+            && value(&m, &unfinished("codex", "command_execution")) == 1.0
+            && value(&m, &unfinished("gemini-cli", "run_shell_command")) == 1.0;
         if done {
             let bad: f64 = m
                 .lines()
@@ -224,7 +225,11 @@ fn run_detects_each_agent_file_and_reads_files_written_while_tailing() {
 fn findings_by_kind(metrics: &str) -> std::collections::BTreeMap<String, f64> {
     let mut out = std::collections::BTreeMap::new();
     for l in metrics.lines() {
-        let Some(rest) = l.strip_prefix("retryscope_findings_total{kind=\"") else {
+        let Some(rest) = l
+            .strip_prefix("retryscope_findings_total{")
+            .and_then(|l| l.split_once("kind=\""))
+            .map(|(_, rest)| rest)
+        else {
             continue;
         };
         let kind = rest.split('"').next().unwrap_or("").to_owned();

@@ -115,6 +115,8 @@ async fn naive_client_session_through_the_binary() {
     let headers = [
         ("x-api-key", "sk-ant-SECRET"),
         ("anthropic-version", "2023-06-01"),
+        // Claude Code's own User-Agent: the proxy's turns name it as their agent.
+        ("user-agent", "claude-cli/2.1.328 (external, sdk-cli)"),
     ];
     // The cut attempt: the client saw the refund call, then a reset.
     let a0 = post(proxy_addr, "/v1/messages", &first, &headers).await;
@@ -156,8 +158,18 @@ async fn naive_client_session_through_the_binary() {
         ),
         "{metrics}"
     );
-    assert!(metrics.contains("retryscope_retries_total{model=\"claude-sonnet-4-5\",provider=\"anthropic\",reason=\"injected_reset\"} 1"), "{metrics}");
-    assert!(metrics.contains("retryscope_findings_total{kind=\"abandoned_tool_executed\",severity=\"critical\",tool=\"issue_refund\"} 1"), "{metrics}");
+    // Three model requests forwarded; every chunk of the uncut ones was held and timed.
+    assert!(
+        metrics.contains("retryscope_proxy_streams_total 3\n"),
+        "{metrics}"
+    );
+    let held = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("retryscope_proxy_added_latency_seconds_count "))
+        .and_then(|v| v.parse::<u64>().ok());
+    assert!(held.is_some_and(|n| n > 0), "{metrics}");
+    assert!(metrics.contains("retryscope_retries_total{agent=\"claude-code\",model=\"claude-sonnet-4-5\",provider=\"anthropic\",reason=\"injected_reset\"} 1"), "{metrics}");
+    assert!(metrics.contains("retryscope_findings_total{agent=\"claude-code\",kind=\"abandoned_tool_executed\",severity=\"critical\",tool=\"issue_refund\"} 1"), "{metrics}");
 
     // SIGTERM: open turns close, every finding is written.
     let status = Command::new("sh")

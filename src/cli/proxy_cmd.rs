@@ -276,6 +276,8 @@ async fn serve(cfg: RunConfig, traces: Option<TraceExportConfig>) -> anyhow::Res
     let notes = Box::new(move |n: ProxyNote| match n {
         ProxyNote::Cut { point, how } => ProxyCut { point, how }.emit(&notes_metrics),
         ProxyNote::UpstreamError => ProxyUpstreamError.emit(&notes_metrics),
+        ProxyNote::Stream => notes_metrics.inc_proxy_streams(),
+        ProxyNote::Held { nanos } => notes_metrics.observe_proxy_latency(nanos as f64 / 1e9),
     });
     let proxy = Arc::new(Proxy::new(&cfg.proxy, tracker, notes)?);
     for u in &cfg.proxy.upstream {

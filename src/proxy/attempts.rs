@@ -164,6 +164,8 @@ pub struct Tracker {
     max_turns: usize,
     stats: TrackerStats,
     scratch: Vec<crate::event::Event<'static>>,
+    /// The client kind of the request being begun (`super::client`): the new turn's agent.
+    pub client: &'static str,
 }
 
 /// Turns remembered (for retries and the next step's history) before the oldest is forgotten.
@@ -188,6 +190,7 @@ impl Tracker {
             max_turns: MAX_TURNS,
             stats: TrackerStats::default(),
             scratch: Vec::new(),
+            client: super::client::OTHER,
         }
     }
 
@@ -288,7 +291,7 @@ impl Tracker {
                 provider: api.provider(),
                 model,
                 session: &conversation,
-                agent: "retryscope-proxy",
+                agent: self.client,
                 wire_only: true,
             },
         );

@@ -59,6 +59,13 @@ pub enum ProxyNote {
     },
     /// The upstream could not be reached or failed mid-body.
     UpstreamError,
+    /// A model request is forwarded and tracked (one attempt).
+    Stream,
+    /// The proxy held one upstream chunk of a model stream this long before forwarding it.
+    Held {
+        /// Nanoseconds.
+        nanos: u64,
+    },
 }
 
 /// The proxy: routes, the upstream client, the tracker.
@@ -321,11 +328,15 @@ async fn handle(
                 .get("x-stainless-retry-count")
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.trim().parse::<u32>().ok());
-            proxy
-                .tracker()
-                .begin(api, parsed.as_ref(), retry_count, now_ms())
+            let mut tracker = proxy.tracker();
+            let ua = parts.headers.get(header::USER_AGENT);
+            tracker.client = super::client::kind(ua.and_then(|v| v.to_str().ok()));
+            tracker.begin(api, parsed.as_ref(), retry_count, now_ms())
         })
     });
+    if attempt.is_some() {
+        (proxy.notes)(ProxyNote::Stream);
+    }
     let mut begun = Begun {
         proxy: proxy.clone(),
         attempt,

@@ -54,7 +54,7 @@ fn findings(lines: &Shared) -> Vec<(String, String, Option<String>)> {
     let mut f: Vec<_> = out
         .iter()
         .filter_map(|o| match o {
-            Output::Finding(f) => Some((
+            Output::Finding(f, _) => Some((
                 f.kind.as_str().to_owned(),
                 f.turn.clone(),
                 f.call_id.clone(),

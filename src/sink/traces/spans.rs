@@ -205,6 +205,14 @@ pub fn turn_spans(report: &TurnReport, opts: &SpanOptions) -> Vec<SpanData> {
             }
         }
     }
+    // Every span names the agent, not only the root: a backend filters attempts and tool
+    // executions by agent without joining them to their root.
+    if let Some(agent) = report.agent.as_deref() {
+        for span in spans.iter_mut().skip(1) {
+            span.attributes
+                .push(KeyValue::new(attr::AGENT_NAME, agent.to_owned()));
+        }
+    }
     spans
 }
 

@@ -172,7 +172,7 @@ fn findings_known_early_are_emitted_before_the_turn_closes() {
     let abandoned = out
         .iter()
         .position(
-            |o| matches!(o, Output::Finding(f) if f.kind == FindingKind::AbandonedToolExecuted),
+            |o| matches!(o, Output::Finding(f, _) if f.kind == FindingKind::AbandonedToolExecuted),
         )
         .unwrap();
     let retry = out

@@ -113,11 +113,12 @@ impl TurnState {
                 })
                 .map(|m| m.to_string()),
             provider: self.provider.as_ref().map(|p| p.to_string()),
+            agent: self.agent.as_ref().map(|a| a.to_string()),
         }
     }
 
     fn emit(&mut self, finding: Finding, out: &mut Vec<Output>) {
-        out.push(Output::Finding(finding.clone()));
+        out.push(Output::Finding(finding.clone(), self.labels()));
         first_exact(&mut self.findings);
         self.findings.push(finding);
     }
