@@ -29,6 +29,7 @@ use super::history::{Api, Request};
 mod calls;
 mod line;
 mod next_request;
+mod place;
 
 use crate::decode::EnvelopeDecoder;
 use crate::decode::native::ProviderChunk;
@@ -119,6 +120,8 @@ struct Turn {
     /// Fingerprint of its request's whole history.
     request: Option<u64>,
     closed: bool,
+    /// The calls its attempts streamed, to place executions whose ids were never streamed.
+    seen: place::Seen,
 }
 
 /// The tracker: one per proxy, behind a lock.
@@ -311,6 +314,7 @@ impl Tracker {
                 decoder: EnvelopeDecoder::new(),
                 request: full,
                 closed: false,
+                seen: place::Seen::default(),
             },
         );
         if let Some(full) = full {
@@ -409,12 +413,15 @@ impl Tracker {
         let _ = turn.decoder.push(&chunk, &mut events);
         for ev in events.drain(..) {
             match ev.kind {
-                EventKind::ToolCall { id, name, .. } => {
+                EventKind::ToolCall { id, name, args } => {
+                    let attempt = ev.attempt.unwrap_or(a.attempt);
+                    turn.seen
+                        .record(&a.turn, attempt, &id, &name, args.as_deref());
                     self.calls.insert(
                         id.into_owned(),
                         CallInfo {
                             turn: a.turn.clone(),
-                            attempt: ev.attempt.unwrap_or(a.attempt),
+                            attempt,
                             name: name.into_owned(),
                         },
                     );
