@@ -153,6 +153,8 @@ pub struct Request {
     pub messages: Vec<Message>,
     /// OpenAI Responses `previous_response_id` (the history lives on the server).
     pub previous_response_id: Option<String>,
+    /// Whether it offers the model tools (`tools` non-empty; Chat's legacy `functions`).
+    pub offers_tools: bool,
 }
 
 impl Request {
@@ -255,6 +257,9 @@ pub fn parse(api: Api, path: &str, body: &[u8]) -> Option<Request> {
         model,
         messages,
         previous_response_id,
+        offers_tools: ["tools", "functions"]
+            .iter()
+            .any(|k| !arr(&v, k).is_empty()),
     })
 }
 
