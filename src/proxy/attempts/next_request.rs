@@ -53,6 +53,10 @@ impl Tracker {
                     continue;
                 }
                 self.stats.executions += 1;
+                // How the tool ended, as the result says: the correlator reads an abort or
+                // an error of an abandoned attempt's call from these (started, then aborted).
+                let status = r.error.then_some("error");
+                let result = r.text.as_deref();
                 let mut known = r.id.as_ref().and_then(|id| self.calls.get(id)).cloned();
                 if known.is_none()
                     && let Some(id) = &r.id
@@ -73,6 +77,8 @@ impl Tracker {
                             id,
                             name: &call.name,
                             args: Some(args.unwrap_or(&serde_json::Value::Null)),
+                            status: None,
+                            result: None,
                         },
                     );
                     known = Some(call);
@@ -92,6 +98,8 @@ impl Tracker {
                                 id,
                                 name: &call.name,
                                 args: None,
+                                status,
+                                result,
                             },
                         );
                     }
@@ -136,6 +144,8 @@ impl Tracker {
                                     id,
                                     name,
                                     args: None,
+                                    status,
+                                    result,
                                 },
                             );
                             continue;
@@ -149,6 +159,8 @@ impl Tracker {
                                 id: r.id.as_deref().unwrap_or(""),
                                 name,
                                 args: call.map(|c| &c.args),
+                                status,
+                                result,
                             },
                         );
                     }
@@ -163,3 +175,6 @@ impl Tracker {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

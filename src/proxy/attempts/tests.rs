@@ -19,7 +19,7 @@ use crate::proxy::history;
 
 /// A sink the test can read after the tracker took it.
 #[derive(Clone, Default)]
-pub(super) struct Shared(Arc<Mutex<Vec<Vec<u8>>>>);
+pub(super) struct Shared(pub(super) Arc<Mutex<Vec<Vec<u8>>>>);
 
 impl LineSink for Shared {
     fn line(&mut self, line: Vec<u8>) {
@@ -72,12 +72,12 @@ fn kinds(f: &[(String, String, Option<String>)]) -> Vec<&str> {
     k
 }
 
-fn anthropic(body: serde_json::Value) -> Option<history::Request> {
+pub(super) fn anthropic(body: serde_json::Value) -> Option<history::Request> {
     history::parse(Api::Anthropic, "/v1/messages", body.to_string().as_bytes())
 }
 
 /// Anthropic payloads of one attempt: text, then a refund call, then (when `finish`) the end.
-fn anthropic_attempt(text: &str, call: &str, tail: &str, finish: bool) -> Vec<String> {
+pub(super) fn anthropic_attempt(text: &str, call: &str, tail: &str, finish: bool) -> Vec<String> {
     let mut v = vec![
         r#"{"type":"message_start","message":{"id":"msg_X","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"usage":{"input_tokens":1250,"output_tokens":1}}}"#.to_owned(),
         r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#.to_owned(),

@@ -156,6 +156,8 @@ mod tests {
             status: None,
             ts_ms: 0,
             flagged_abandoned: false,
+            stopped: None,
+            result: None,
         });
     }
 

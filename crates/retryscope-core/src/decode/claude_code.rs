@@ -407,6 +407,16 @@ impl Decoder {
                 ("tool".to_owned(), turn)
             });
             let failed = b.get("is_error").and_then(Value::as_bool) == Some(true);
+            // What the tool answered (a string, or text blocks): evidence of how it ended.
+            let result = match b.get("content") {
+                Some(Value::String(t)) => Some(t.as_str()),
+                Some(Value::Array(parts)) => parts
+                    .iter()
+                    .find_map(|p| p.get("text").and_then(Value::as_str)),
+                _ => None,
+            }
+            .filter(|t| !t.trim().is_empty())
+            .map(|t| Cow::Owned(crate::event::result_excerpt(t)));
             let exec = Event::owned(
                 &turn,
                 None,
@@ -419,6 +429,7 @@ impl Decoder {
                     step: None,
                     effect: None,
                     status: Some(Cow::Borrowed(if failed { "error" } else { "success" })),
+                    result,
                 },
             );
             if let Some(c) = &mut self.call {
@@ -525,6 +536,25 @@ mod tests {
         let finish = k.iter().position(|k| *k == "finish").expect("finish");
         let exec = k.iter().position(|k| *k == "tool_exec").expect("exec");
         assert!(exec < finish, "{k:?}");
+    }
+
+    #[test]
+    fn a_tool_result_says_how_the_call_ended() {
+        // Claude Code answers a cancelled call with an error result in its own words.
+        let tool = r#"{"type":"assistant","message":{"id":"msg_1","model":"m","content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"x"}}],"stop_reason":null,"usage":{"input_tokens":9,"output_tokens":1}},"session_id":"s"}"#;
+        let result = r#"{"type":"user","message":{"role":"user","content":[{"tool_use_id":"toolu_1","type":"tool_result","content":[{"type":"text","text":"User aborted the command"}],"is_error":true}]},"session_id":"s"}"#;
+        let (evs, _, _) = decode(&[tool, result]);
+        let exec = evs
+            .iter()
+            .find_map(|e| match &e.kind {
+                EventKind::ToolExec { status, result, .. } => {
+                    Some((status.clone(), result.clone()))
+                }
+                _ => None,
+            })
+            .expect("tool_exec");
+        assert_eq!(exec.0.as_deref(), Some("error"));
+        assert_eq!(exec.1.as_deref(), Some("User aborted the command"));
     }
 
     #[test]

@@ -233,6 +233,7 @@ impl Codex {
                 step: None,
                 effect: None,
                 status: Some(Cow::Borrowed(if ok { "success" } else { "error" })),
+                result: None,
             },
         ));
     }

@@ -238,6 +238,7 @@ impl GenAi {
                 step: None,
                 effect: None,
                 status: Some(Cow::Borrowed(if failed { "error" } else { "success" })),
+                result: None,
             },
         ));
     }
