@@ -96,10 +96,10 @@ pub fn explain(f: &Finding, report: &TurnReport) -> String {
             } else {
                 "and then a retry abandoned it"
             };
-            let mut s = if f.evidence.contains("then aborted") {
+            let mut s = if f.evidence.contains("aborted or cancelled") {
                 format!(
-                    "{} from {} was started {when}, then aborted: whether its effect landed is \
-                     a race, check it",
+                    "{} from {} was run {when}, and its result says it was aborted or \
+                     cancelled: whether its effect landed is a race, check it",
                     call(f),
                     attempt(f)
                 )

@@ -764,7 +764,7 @@ fn started_then_aborted_is_reported_with_its_result_as_evidence() {
     let f = abandoned[0];
     assert_eq!((f.attempt, f.call_id.as_deref()), (Some(0), Some("c1")));
     assert!(
-        f.evidence.contains("then aborted") && f.evidence.contains("check whether"),
+        f.evidence.contains("aborted or cancelled") && f.evidence.contains("check whether"),
         "{}",
         f.evidence
     );

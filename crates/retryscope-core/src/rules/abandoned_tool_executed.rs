@@ -111,7 +111,9 @@ fn finding(
     let evidence = match stopped {
         None => when.to_owned(),
         Some(Stopped::Aborted) => {
-            format!("{when}; then aborted (its result says so): check whether its effect landed")
+            format!(
+                "{when}; its result says it was aborted or cancelled: check whether its effect landed"
+            )
         }
         Some(Stopped::Failed) => {
             format!("{when}; its result is an error: check whether its effect landed")
@@ -169,10 +171,9 @@ mod tests {
             Some("User aborted"),
             5,
         );
-        assert!(
-            f.evidence
-                .starts_with("executed after the attempt was abandoned; then aborted")
-        );
+        assert!(f.evidence.starts_with(
+            "executed after the attempt was abandoned; its result says it was aborted"
+        ));
         assert_eq!(f.quote.as_deref(), Some("User aborted"));
         let f = on_abandon("t", 0, call, None, Some("ignored"), 5);
         assert_eq!(f.evidence, "executed before the attempt was abandoned");

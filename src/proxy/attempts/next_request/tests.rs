@@ -91,7 +91,11 @@ fn an_aborted_result_of_the_abandoned_call_is_the_evidence() {
     let f = findings(&lines, false);
     let a = abandoned(&f);
     assert_eq!(a.call_id.as_deref(), Some("c1"));
-    assert!(a.evidence.contains("then aborted"), "{}", a.evidence);
+    assert!(
+        a.evidence.contains("aborted or cancelled"),
+        "{}",
+        a.evidence
+    );
     assert_eq!(a.quote, None, "the result's words stay in the process");
     let f = findings(&lines, true);
     assert_eq!(
