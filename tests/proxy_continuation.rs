@@ -116,6 +116,8 @@ async fn a_continuation_that_restarts_through_the_binary() {
         .arg(format!("http://{}", mock.addr))
         .args(["--inject", "mid-word", "--inject-how", "reset"])
         .args(["--inject-first", "1"])
+        // the requests below offer no tools, so aim at every request
+        .args(["--inject-match", "all"])
         .arg("--findings-out")
         .arg(&findings)
         .arg("--record")
@@ -328,6 +330,8 @@ async fn a_background_response_resumed_by_get_is_the_same_attempt() {
         first: Some(1),
         fraction: None,
         seed: 0,
+        // this request offers no tools: aim at every request
+        matches: retryscope::proxy::InjectMatch::All,
     };
     let (addr, lines, _proxy) = start_proxy(mock.addr, Some(rule), None).await;
     let body =

@@ -193,6 +193,7 @@ async fn recorded_session_is_what_check_reads() {
         first: Some(1),
         fraction: None,
         seed: 0,
+        matches: retryscope::proxy::InjectMatch::All,
     };
     // The recording is written by the tee the CLI puts in front of the engine's feed.
     let (addr, lines, _proxy) =

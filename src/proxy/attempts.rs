@@ -33,6 +33,7 @@ mod calls;
 mod line;
 mod next_request;
 mod retry_match;
+mod place;
 
 use crate::decode::EnvelopeDecoder;
 use crate::decode::native::ProviderChunk;
@@ -131,6 +132,8 @@ struct Turn {
     /// What its newest attempt streamed (after its prefill), to recognise a continuation.
     kept: Kept,
     closed: bool,
+    /// The calls its attempts streamed, to place executions whose ids were never streamed.
+    seen: place::Seen,
 }
 
 impl Turn {
@@ -316,6 +319,7 @@ impl Tracker {
                 requests: full.into_iter().collect(),
                 kept: Kept::default(),
                 closed: false,
+                seen: place::Seen::default(),
             },
         );
         if let Some(full) = full {
@@ -493,12 +497,15 @@ impl Tracker {
         let _ = turn.decoder.push(&chunk, &mut events);
         for ev in events.drain(..) {
             match ev.kind {
-                EventKind::ToolCall { id, name, .. } => {
+                EventKind::ToolCall { id, name, args } => {
+                    let attempt = ev.attempt.unwrap_or(a.attempt);
+                    turn.seen
+                        .record(&a.turn, attempt, &id, &name, args.as_deref());
                     self.calls.insert(
                         id.into_owned(),
                         CallInfo {
                             turn: a.turn.clone(),
-                            attempt: ev.attempt.unwrap_or(a.attempt),
+                            attempt,
                             name: name.into_owned(),
                         },
                     );

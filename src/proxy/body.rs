@@ -123,7 +123,11 @@ impl ObservedBody {
                 obs.chunk(&data);
             }
             let (point, how_s) = (cutter.point().as_str(), how.as_str());
-            (obs.proxy.notes)(ProxyNote::Cut { point, how: how_s });
+            (obs.proxy.notes)(ProxyNote::Cut {
+                point,
+                how: how_s,
+                target: cutter.target().cloned(),
+            });
             obs.end(End::Injected { point, how: how_s });
         }
         self.then = Some(if how == How::Reset {

@@ -28,7 +28,7 @@ use super::body::{ObservedBody, Observer};
 use super::conn::{ConnCtl, ResettableStream};
 use super::frames::{Framer, Framing};
 use super::history::{self, Api};
-use super::inject::Injector;
+use super::inject::{Injector, Target};
 use super::record::Recorder;
 use super::route::Route;
 use super::settings::ProxySettings;
@@ -56,6 +56,8 @@ pub enum ProxyNote {
         point: &'static str,
         /// How.
         how: &'static str,
+        /// The request whose stream it was.
+        target: Option<Target>,
     },
     /// The upstream could not be reached or failed mid-body.
     UpstreamError,
@@ -309,6 +311,20 @@ async fn handle(
     let api = (parts.method == http::Method::POST)
         .then(|| Api::from_path(&path))
         .flatten();
+    let parsed = api.and_then(|api| match request_encoding(&parts.headers) {
+        None => history::parse(api, &path, &body),
+        Some("gzip") => gunzip(&body, proxy.max_request_bytes)
+            .and_then(|plain| history::parse(api, &path, &plain)),
+        // Another coding (zstd...): forwarded, not read.
+        Some(_) => None,
+    });
+    // What an injection rule aims at, and what a cut reports of the request it cut.
+    let aimed = Target {
+        method: parts.method.to_string(),
+        path: path.split('?').next().unwrap_or(&path).to_owned(),
+        model: parsed.as_ref().and_then(|r| r.model.clone()),
+        tools: parsed.as_ref().is_some_and(|r| r.offers_tools),
+    };
     // A background response's stream resumed: the same attempt goes on.
     let resumed = (parts.method == http::Method::GET)
         .then(|| history::resumed_response(&path, parts.uri.query()))
@@ -316,13 +332,6 @@ async fn handle(
         .and_then(|id| proxy.tracker().resume(id));
     let attempt = resumed.or_else(|| {
         api.map(|api| {
-            let parsed = match request_encoding(&parts.headers) {
-                None => history::parse(api, &path, &body),
-                Some("gzip") => gunzip(&body, proxy.max_request_bytes)
-                    .and_then(|plain| history::parse(api, &path, &plain)),
-                // Another coding (zstd...): forwarded, not read.
-                Some(_) => None,
-            };
             let retry_count = parts
                 .headers
                 .get("x-stainless-retry-count")
@@ -395,9 +404,10 @@ async fn handle(
             .http_error(a, rparts.status.as_u16(), now_ms());
     }
     let cutter = match (&begun.attempt, success, framing) {
-        (Some(a), true, Framing::Sse | Framing::JsonArray) => {
-            route.injector.as_ref().and_then(|inj| inj.choose(a.api))
-        }
+        (Some(a), true, Framing::Sse | Framing::JsonArray) => route
+            .injector
+            .as_ref()
+            .and_then(|inj| inj.choose(a.api, aimed)),
         _ => None,
     };
     let observer = begun.take().map(|a| Observer {

@@ -93,6 +93,11 @@ pub struct ToolResult {
     pub id: Option<String>,
     /// The tool name, when the format carries it (Gemini).
     pub name: Option<String>,
+    /// The format marks it an error (Anthropic `is_error`; a Gemini `response.error`).
+    pub error: bool,
+    /// The start of its text (`crate::event::result_excerpt`): how the tool ended, in its
+    /// own words ("User aborted the command"). Not part of the fingerprint.
+    pub text: Option<String>,
 }
 
 /// One message of the history.
@@ -153,6 +158,8 @@ pub struct Request {
     pub messages: Vec<Message>,
     /// OpenAI Responses `previous_response_id` (the history lives on the server).
     pub previous_response_id: Option<String>,
+    /// Whether it offers the model tools (`tools` non-empty; Chat's legacy `functions`).
+    pub offers_tools: bool,
     /// OpenAI Responses `background: true`: the response runs on the server, and its stream
     /// can be resumed.
     pub background: bool,
@@ -271,7 +278,15 @@ pub fn parse(api: Api, path: &str, body: &[u8]) -> Option<Request> {
         previous_response_id,
         background: api == Api::OpenAiResponses
             && v.get("background").and_then(Value::as_bool) == Some(true),
+        offers_tools: ["tools", "functions"]
+            .iter()
+            .any(|k| !arr(&v, k).is_empty()),
     })
+}
+
+/// A tool result's text as kept (bounded), `None` when empty.
+fn excerpt(text: &str) -> Option<String> {
+    Some(crate::event::result_excerpt(text)).filter(|t| !t.is_empty())
 }
 
 fn arr<'v>(v: &'v Value, key: &str) -> &'v [Value] {
@@ -345,6 +360,8 @@ fn chat_message(m: &Value) -> Message {
         msg.results.push(ToolResult {
             id: s(m, "tool_call_id"),
             name: s(m, "name"),
+            error: false,
+            text: excerpt(&msg.text),
         });
         // A tool result's content is not conversation text.
         msg.text.clear();
@@ -381,6 +398,8 @@ fn responses_item(item: &Value) -> Option<Message> {
             results: vec![ToolResult {
                 id: s(item, "call_id"),
                 name: None,
+                error: false,
+                text: item.get("output").map(text_of).and_then(|t| excerpt(&t)),
             }],
             ..Message::default()
         }),
@@ -418,6 +437,8 @@ fn anthropic_message(m: &Value) -> Message {
                     Some("tool_result") => msg.results.push(ToolResult {
                         id: s(b, "tool_use_id"),
                         name: None,
+                        error: b.get("is_error").and_then(Value::as_bool) == Some(true),
+                        text: b.get("content").map(text_of).and_then(|t| excerpt(&t)),
                     }),
                     _ => {}
                 }
@@ -463,9 +484,20 @@ fn gemini_content(c: &Value) -> Message {
             });
         }
         if let Some(fr) = p.get("functionResponse") {
+            // `response` is the tool's own object: `{"output": …}`, or `{"error": …}`.
+            let response = fr.get("response").unwrap_or(&Value::Null);
+            let error = response.get("error").filter(|e| !e.is_null());
+            let said = error.or_else(|| response.get("output")).unwrap_or(response);
+            let text = match said {
+                Value::String(t) => excerpt(t),
+                Value::Null => None,
+                other => excerpt(&other.to_string()),
+            };
             msg.results.push(ToolResult {
                 id: s(fr, "id"),
                 name: s(fr, "name"),
+                error: error.is_some(),
+                text,
             });
         }
     }

@@ -240,7 +240,7 @@ impl Inner {
         t.touch(F::OtlpSpoolBytes as usize, &[]);
         for p in crate::proxy::Point::ALL {
             for h in crate::proxy::How::ALL {
-                t.touch(F::ProxyCuts as usize, &[p.as_str(), h.as_str()]);
+                t.touch(F::ProxyCuts as usize, &[p.as_str(), h.as_str(), "true"]);
             }
         }
         for g in &self.guards {
@@ -514,8 +514,10 @@ impl Metrics {
     }
 
     /// Count a stream cut on purpose by `retryscope proxy`.
-    pub fn inc_proxy_cut(&self, point: &'static str, how: &'static str) {
-        lock(&self.inner).add(F::ProxyCuts, &[point, how], 1.0);
+    /// `tools`: whether the request cut offered the model tools.
+    pub fn inc_proxy_cut(&self, point: &'static str, how: &'static str, tools: bool) {
+        let tools = if tools { "true" } else { "false" };
+        lock(&self.inner).add(F::ProxyCuts, &[point, how, tools], 1.0);
     }
 
     /// Count an upstream failure of `retryscope proxy`.

@@ -9,7 +9,7 @@
 //! how the live collector checkpoints open turns.
 
 mod attempt;
-mod attribute;
+pub mod attribute;
 mod intern;
 mod splice;
 mod turn;

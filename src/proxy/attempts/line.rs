@@ -51,6 +51,12 @@ pub(super) enum Fields<'a> {
         name: &'a str,
         #[serde(skip_serializing_if = "Option::is_none")]
         args: Option<&'a serde_json::Value>,
+        /// `error` when the result is marked one.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        status: Option<&'a str>,
+        /// The start of the result the client sent back (evidence of an abort).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        result: Option<&'a str>,
     },
     Output {
         text: &'a str,

@@ -125,7 +125,7 @@ families! {
         "Bytes of OTLP records accepted and waiting for the engine (bounded; beyond it requests are refused as retryable).";
     OtlpSpoolBytes => "retryscope_otlp_receiver_spool_bytes", Gauge, [],
         "Bytes of the OTLP receiver's write-ahead spool on disk (--data-dir): acknowledged records no checkpoint has released yet.";
-    ProxyCuts => "retryscope_proxy_injected_cuts_total", Counter, ["point", "how"],
+    ProxyCuts => "retryscope_proxy_injected_cuts_total", Counter, ["point", "how", "tools"],
         "Streams `retryscope proxy` cut on purpose (--inject), by cut point and how.";
     ProxyUpstreamErrors => "retryscope_proxy_upstream_errors_total", Counter, [],
         "Upstream requests of `retryscope proxy` that failed to connect or broke mid-body.";

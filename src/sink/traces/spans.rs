@@ -110,6 +110,7 @@ pub fn turn_spans(report: &TurnReport, opts: &SpanOptions) -> Vec<SpanData> {
         };
     let builder = Builder {
         trace_id,
+        quotes: opts.capture_content,
         scope: InstrumentationScope::builder(SCOPE_NAME)
             .with_version(env!("CARGO_PKG_VERSION"))
             .build(),
@@ -234,6 +235,8 @@ struct Draft<'a> {
 struct Builder {
     trace_id: TraceId,
     scope: InstrumentationScope,
+    /// Findings carry their quotes (content capture).
+    quotes: bool,
 }
 
 impl Builder {
@@ -253,7 +256,7 @@ impl Builder {
         events.events = d
             .findings
             .iter()
-            .map(|f| finding_event(f, f.ts_ms.unwrap_or(end_ms)))
+            .map(|f| finding_event(f, f.ts_ms.unwrap_or(end_ms), self.quotes))
             .collect();
         let mut links = SpanLinks::default();
         links.links = d.links;
@@ -547,7 +550,7 @@ fn exec_attributes(e: &ExecReport, attempt: u32) -> Vec<KeyValue> {
     kv
 }
 
-fn finding_event(f: &Finding, ts_ms: i64) -> Event {
+fn finding_event(f: &Finding, ts_ms: i64, quotes: bool) -> Event {
     let mut kv = vec![
         KeyValue::new(attr::FINDING_KIND, f.kind.as_str()),
         KeyValue::new(attr::FINDING_SEVERITY, f.severity.as_str()),
@@ -559,6 +562,9 @@ fn finding_event(f: &Finding, ts_ms: i64) -> Event {
     push_opt(&mut kv, attr::TOOL_NAME, f.tool.as_deref());
     push_opt(&mut kv, attr::TOOL_CALL_ID, f.call_id.as_deref());
     push_opt(&mut kv, attr::EFFECT_KEY, f.effect_key.as_deref());
+    if quotes {
+        push_opt(&mut kv, attr::FINDING_QUOTE, f.quote.as_deref());
+    }
     Event::new(FINDING_EVENT, time(ts_ms), kv, 0)
 }
 

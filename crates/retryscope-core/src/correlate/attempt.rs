@@ -82,6 +82,12 @@ pub struct ExecState {
     pub ts_ms: i64,
     /// Already reported as `abandoned_tool_executed`.
     pub flagged_abandoned: bool,
+    /// How its result says it ended, when not in success (started, then aborted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<crate::rules::abandoned_tool_executed::Stopped>,
+    /// The start of that result, kept only with content capture.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
 }
 
 impl ExecState {

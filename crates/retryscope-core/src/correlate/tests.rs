@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::*;
 use crate::decode::SkipCounts;
 use crate::decode::native::{NativeLine, decode_line};
-use crate::finding::FindingKind;
+use crate::finding::{Finding, FindingKind};
 use crate::report::{Outcome, TurnStatus, UsageSource};
 
 fn cfg() -> CorrelatorConfig {
@@ -767,4 +767,79 @@ fn a_continuation_is_judged_against_its_partial_text_plus_its_own() {
         run(&log("eate the marker file (A2).").replace(r#","prefill":"[A1] I will now cr""#, ""));
     assert_eq!(kinds(&reports[0]), vec![FindingKind::SplicedText]);
     assert_eq!(reports[0].findings[0].evidence, "output");
+}
+
+/// An abandoned attempt's call that the client started and then aborted (modelled on a
+/// client answering the model "User aborted the command" for a call it cancelled after a
+/// retry): still `abandoned_tool_executed`, with the abort as evidence, and its words
+/// quoted only with content capture.
+const STARTED_THEN_ABORTED: &str = r#"
+{"turn":"t","type":"turn_start","ts":1000,"model":"claude-sonnet-4-5"}
+{"turn":"t","type":"tool_call","attempt":0,"ts":1100,"id":"c1","name":"Bash","args":{"command":"touch /m/a1"}}
+{"turn":"t","type":"error","attempt":0,"ts":1200,"message":"reset"}
+{"turn":"t","type":"retry","attempt":1,"ts":1300}
+{"turn":"t","type":"tool_call","attempt":1,"ts":1400,"id":"c7","name":"Bash","args":{"command":"touch /m/a2"}}
+{"turn":"t","type":"finish","attempt":1,"ts":1500,"reason":"tool_use"}
+{"turn":"t","type":"tool_exec","ts":1600,"id":"c1","name":"Bash","status":"error","result":"User aborted the command"}
+{"turn":"t","type":"tool_exec","ts":1600,"id":"c7","name":"Bash","status":"success","result":"done"}
+{"turn":"t","type":"turn_end","ts":1700}
+"#;
+
+#[test]
+fn started_then_aborted_is_reported_with_its_result_as_evidence() {
+    let (out, reports) = run(STARTED_THEN_ABORTED);
+    let r = &reports[0];
+    let abandoned: Vec<&Finding> = r
+        .findings
+        .iter()
+        .filter(|f| f.kind == FindingKind::AbandonedToolExecuted)
+        .collect();
+    assert_eq!(abandoned.len(), 1, "{:?}", r.findings);
+    let f = abandoned[0];
+    assert_eq!((f.attempt, f.call_id.as_deref()), (Some(0), Some("c1")));
+    assert!(
+        f.evidence.contains("aborted or cancelled") && f.evidence.contains("check whether"),
+        "{}",
+        f.evidence
+    );
+    assert_eq!(f.quote, None, "no text without content capture");
+    // the live finding says the same
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, Output::Finding(x, _) if x == f))
+    );
+    // The retry's successful execution is no finding.
+    assert!(
+        r.findings
+            .iter()
+            .all(|f| f.call_id.as_deref() != Some("c7"))
+    );
+
+    let (_, reports, _) = run_with(
+        CorrelatorConfig {
+            capture_content: true,
+            ..cfg()
+        },
+        STARTED_THEN_ABORTED,
+    );
+    let f = reports[0]
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::AbandonedToolExecuted)
+        .expect("finding");
+    assert_eq!(f.quote.as_deref(), Some("User aborted the command"));
+
+    // An error result (no abort words): the same finding, "its result is an error".
+    let failed = STARTED_THEN_ABORTED.replace("User aborted the command", "exit status 1");
+    let (_, reports) = run(&failed);
+    let f = reports[0]
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::AbandonedToolExecuted)
+        .expect("finding");
+    assert!(
+        f.evidence.contains("its result is an error"),
+        "{}",
+        f.evidence
+    );
 }

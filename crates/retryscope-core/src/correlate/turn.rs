@@ -290,6 +290,8 @@ impl TurnState {
                     &self.id,
                     number,
                     exec.call(),
+                    exec.stopped,
+                    exec.result.as_deref(),
                     ts,
                 ));
             }
@@ -372,6 +374,7 @@ impl TurnState {
                 step,
                 effect,
                 status,
+                result,
             } => {
                 let read = *effect == Some(EffectClass::Read)
                     || env.cfg.read_only_tools.contains(name.as_ref());
@@ -398,6 +401,18 @@ impl TurnState {
                     status: status.as_deref().map(|s| env.interner.get(s)),
                     ts_ms: ts,
                     flagged_abandoned: false,
+                    stopped: rules::abandoned_tool_executed::stopped(
+                        status.as_deref(),
+                        result.as_deref(),
+                    ),
+                    result: None,
+                };
+                // The result's words leave the process only with content capture.
+                let exec = ExecState {
+                    result: (exec.stopped.is_some() && env.cfg.capture_content)
+                        .then(|| result.as_deref().map(crate::event::result_excerpt))
+                        .flatten(),
+                    ..exec
                 };
                 self.record_exec(idx, exec, ts, out);
             }
@@ -454,6 +469,8 @@ impl TurnState {
                     &self.id,
                     number,
                     exec.call(),
+                    exec.stopped,
+                    exec.result.as_deref(),
                     ts,
                 );
                 self.emit(f, out);

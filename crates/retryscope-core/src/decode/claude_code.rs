@@ -434,6 +434,16 @@ impl Decoder {
                 ("tool".to_owned(), turn)
             });
             let failed = b.get("is_error").and_then(Value::as_bool) == Some(true);
+            // What the tool answered (a string, or text blocks): evidence of how it ended.
+            let result = match b.get("content") {
+                Some(Value::String(t)) => Some(t.as_str()),
+                Some(Value::Array(parts)) => parts
+                    .iter()
+                    .find_map(|p| p.get("text").and_then(Value::as_str)),
+                _ => None,
+            }
+            .filter(|t| !t.trim().is_empty())
+            .map(|t| Cow::Owned(crate::event::result_excerpt(t)));
             let exec = Event::owned(
                 &turn,
                 None,
@@ -446,6 +456,7 @@ impl Decoder {
                     step: None,
                     effect: None,
                     status: Some(Cow::Borrowed(if failed { "error" } else { "success" })),
+                    result,
                 },
             );
             if let Some(c) = &mut self.call {

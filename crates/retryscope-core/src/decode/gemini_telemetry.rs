@@ -413,6 +413,7 @@ impl Decoder {
                 step: None,
                 effect: None,
                 status: Some(Cow::Borrowed(if ok { "success" } else { "error" })),
+                result: None,
             },
         ));
     }

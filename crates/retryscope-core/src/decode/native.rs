@@ -227,6 +227,7 @@ struct Fields<'a> {
     step: Option<i64>,
     effect: Option<EffectClass>,
     status: Option<Cow<'a, str>>,
+    result: Option<Cow<'a, str>>,
     message: Option<Cow<'a, str>>,
     code: Option<Cow<'a, str>>,
     signal: Option<Cow<'a, str>>,
@@ -285,6 +286,7 @@ impl<'de> Visitor<'de> for FieldsVisitor {
                 "step" => f.step = map.next_value()?,
                 "effect" => f.effect = map.next_value()?,
                 "status" => f.status = opt_str(&mut map)?,
+                "result" => f.result = opt_str(&mut map)?,
                 "message" => f.message = opt_str(&mut map)?,
                 "code" => f.code = map.next_value::<Option<Id<'de>>>()?.map(|s| s.0),
                 "signal" => f.signal = opt_str(&mut map)?,
@@ -376,6 +378,12 @@ impl<'a> Fields<'a> {
                 step: self.step,
                 effect: self.effect,
                 status: self.status,
+                result: self.result.map(|r| match r {
+                    Cow::Borrowed(s) if s.len() <= crate::event::MAX_RESULT_BYTES => {
+                        Cow::Borrowed(s)
+                    }
+                    r => Cow::Owned(crate::event::result_excerpt(&r)),
+                }),
             },
             "render_reset" => EventKind::RenderReset,
             "usage" => EventKind::Usage {

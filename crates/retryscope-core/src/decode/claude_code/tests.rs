@@ -107,3 +107,22 @@ fn bad_lines_are_errors_and_unknown_types_are_counted() {
     assert_eq!(bad, 2);
     assert_eq!(skips.unknown_types, 1);
 }
+
+#[test]
+fn a_tool_result_says_how_the_call_ended() {
+    // Claude Code answers a cancelled call with an error result in its own words.
+    let tool = r#"{"type":"assistant","message":{"id":"msg_1","model":"m","content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"x"}}],"stop_reason":null,"usage":{"input_tokens":9,"output_tokens":1}},"session_id":"s"}"#;
+    let result = r#"{"type":"user","message":{"role":"user","content":[{"tool_use_id":"toolu_1","type":"tool_result","content":[{"type":"text","text":"User aborted the command"}],"is_error":true}]},"session_id":"s"}"#;
+    let (evs, _, _) = decode(&[tool, result]);
+    let exec = evs
+        .iter()
+        .find_map(|e| match &e.kind {
+            EventKind::ToolExec { status, result, .. } => {
+                Some((status.clone(), result.clone()))
+            }
+            _ => None,
+        })
+        .expect("tool_exec");
+    assert_eq!(exec.0.as_deref(), Some("error"));
+    assert_eq!(exec.1.as_deref(), Some("User aborted the command"));
+}

@@ -149,6 +149,7 @@ impl Claude {
                     step: None,
                     effect: None,
                     status: Some(Cow::Borrowed(if ok { "success" } else { "error" })),
+                    result: None,
                 }
             };
             out.push(Event::owned(&turn, Some(attempt), t, kind));

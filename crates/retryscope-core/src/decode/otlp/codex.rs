@@ -236,6 +236,7 @@ impl Codex {
                 step: None,
                 effect: None,
                 status: Some(Cow::Borrowed(if ok { "success" } else { "error" })),
+                result: None,
             },
         ));
     }

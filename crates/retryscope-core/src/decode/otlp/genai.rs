@@ -241,6 +241,7 @@ impl GenAi {
                 step: None,
                 effect: None,
                 status: Some(Cow::Borrowed(if failed { "error" } else { "success" })),
+                result: None,
             },
         ));
     }
