@@ -275,6 +275,24 @@ fn summary_html(s: &Summary, seen: u64) -> String {
         h.push_str("<li>no findings</li>");
     }
     h.push_str("</ul>");
+    let blind = super::human::blind_spot_sentences(s);
+    if !blind.is_empty() {
+        h.push_str(r#"<ul class="blind-spots">"#);
+        for sentence in blind {
+            let _ = write!(
+                h,
+                r#"<li class="warning"><b>BLIND SPOT</b> {}</li>"#,
+                esc(&sentence)
+            );
+        }
+        if s.blind_spots.iter().any(|b| b.cannot_show == "cuts") {
+            h.push_str(
+                "<li class=\"warning\">No input can show a cut stream: no finding about one \
+                 could be raised, so \u{201c}no findings\u{201d} is not \u{201c}healthy\u{201d}.</li>",
+            );
+        }
+        h.push_str("</ul>");
+    }
     if s.unpriced_attempts > 0 {
         let _ = write!(
             h,

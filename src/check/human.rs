@@ -166,6 +166,29 @@ pub fn explain(f: &Finding, report: &TurnReport) -> String {
     }
 }
 
+/// The summary's blind spots as sentences, one per input kind and advice:
+/// "gemini-cli-stream-json cannot show attempts, cuts: add gemini-cli's telemetry file …".
+pub fn blind_spot_sentences(summary: &super::Summary) -> Vec<String> {
+    let mut groups: Vec<(&str, &str, Vec<&str>)> = Vec::new();
+    for b in &summary.blind_spots {
+        let what = match b.cannot_show.as_str() {
+            "displayed_text" => "the displayed text",
+            other => other,
+        };
+        match groups
+            .iter_mut()
+            .find(|(k, a, _)| *k == b.input_kind && *a == b.add)
+        {
+            Some((_, _, sights)) => sights.push(what),
+            None => groups.push((&b.input_kind, &b.add, vec![what])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(kind, add, sights)| format!("{kind} cannot show {}: {add}", sights.join(", ")))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

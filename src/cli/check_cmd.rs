@@ -14,6 +14,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use retryscope::check::{self, BadLine, CheckObserver, CheckOptions, InputSpec, human, render};
 use retryscope::correlate::CorrelatorConfig;
 use retryscope::cost::PriceTable;
+use retryscope::coverage::Sight;
 use retryscope::finding::Severity;
 use retryscope::report::TurnReport;
 use retryscope::sanitize::display;
@@ -22,7 +23,7 @@ use retryscope::sink::traces::{Protocol, TraceExportConfig, TraceSink};
 /// Flags of `check`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Exit status: 0 fine; 1 a finding at or above --fail-on; 2 unusable \
+    after_help = "Exit status: 0 fine; 1 a finding at or above --fail-on, or a sight --require-coverage asks for that no input has; 2 unusable \
 arguments or an unreadable input.\n\nAttempts are numbered as in the log's `attempt` field, \
 from 0: attempt 0 is the first try, attempt 1 the first retry."
 )]
@@ -47,6 +48,14 @@ pub struct CheckArgs {
     /// Exit 1 when a finding at or above this severity exists (info, warning, high, critical).
     #[arg(long, value_name = "SEVERITY")]
     fail_on: Option<Severity>,
+    /// Exit 1 when no input can show these (attempts, cuts, executions, displayed_text;
+    /// comma-separated) [default with no value: cuts]. A gate with --fail-on then cannot
+    /// pass on inputs that could never have shown the finding (gemini-cli's stream-json alone
+    /// cannot show a cut stream).
+    #[arg(long, value_name = "WHAT", num_args = 0..=1, require_equals = true, value_delimiter = ',',
+          default_missing_value = "cuts",
+          value_parser = ["attempts", "cuts", "executions", "displayed_text"])]
+    require_coverage: Option<Vec<String>>,
     /// Price table in LiteLLM's model_prices_and_context_window.json format, layered over the
     /// built-in one (a model in both takes this file's price).
     #[arg(long, value_name = "FILE")]
@@ -468,6 +477,22 @@ fn report_and_status(
             summary.inputs, summary.lines, summary.bad_lines
         );
         return Ok(ExitCode::from(2));
+    }
+    if let Some(required) = &args.require_coverage {
+        let missing: Vec<&str> = Sight::ALL
+            .into_iter()
+            .filter(|s| required.iter().any(|r| r == s.as_str()) && !summary.can_show(*s))
+            .map(Sight::words)
+            .collect();
+        if !missing.is_empty() {
+            eprintln!(
+                "retryscope: coverage: no input can show {} (--require-coverage): \
+                 a finding about them could not have been raised; see the summary's blind spots \
+                 for what to add",
+                missing.join(" or ")
+            );
+            return Ok(ExitCode::from(1));
+        }
     }
     if let Some(threshold) = args.fail_on
         && summary.max_severity().is_some_and(|s| s >= threshold)

@@ -94,6 +94,7 @@ pub enum Note<'a> {
         outcome: Result<LineOutcome, DecodeError>,
     },
     /// A stream's format was decided (sniffed or forced), before its first line is decoded.
+    /// A forced format is told with the stream's first line.
     Format {
         /// The stream.
         source: Source,
@@ -101,6 +102,8 @@ pub enum Note<'a> {
         name: &'a str,
         /// The format.
         format: Format,
+        /// Forced by the caller (`--format`, the OTLP receiver), not sniffed.
+        forced: bool,
     },
 }
 
@@ -124,6 +127,8 @@ struct Stream {
     source: Source,
     lines: u64,
     format: Option<Format>,
+    /// Its format was told in a [`Note::Format`].
+    announced: bool,
     decoding: Decoding,
 }
 
@@ -287,6 +292,7 @@ impl Ingest {
             source,
             lines: 0,
             format,
+            announced: false,
             decoding,
         };
         let id = match self.free.pop() {
@@ -325,6 +331,18 @@ impl Ingest {
         };
         stream.lines = number.unwrap_or(stream.lines + 1);
         let number = stream.lines;
+        if !stream.announced
+            && let Some(format) = stream.format
+            && self.pipeline.shard().is_none_or(Shard::primary)
+        {
+            stream.announced = true;
+            note(Note::Format {
+                source: stream.source,
+                name: &stream.name,
+                format,
+                forced: true,
+            });
+        }
         if let Decoding::Sniffing(held) = &mut stream.decoding {
             held.head.extend_from_slice(bytes);
             held.head.push(b'\n');
@@ -475,6 +493,7 @@ impl Ingest {
             return;
         };
         stream.format = Some(format);
+        stream.announced = true;
         let Decoding::Sniffing(held) = std::mem::replace(&mut stream.decoding, decoding) else {
             return;
         };
@@ -483,6 +502,7 @@ impl Ingest {
                 source: stream.source,
                 name: &stream.name,
                 format,
+                forced: false,
             });
         }
         for (number, bytes) in held.lines {
