@@ -86,6 +86,8 @@ struct Row {
     kinds: u32,
     /// 0 none, else 1 + the most severe finding's rank.
     severity: u8,
+    /// Where the turn came from (file and first line, stream or session).
+    source: String,
 }
 
 struct Kept {
@@ -148,6 +150,7 @@ impl HtmlReport {
                 wasted: r.wasted_cost_usd,
                 kinds: r.findings.iter().fold(0, |acc, f| acc | kind_bit(f.kind)),
                 severity,
+                source: super::human::turn_from(r).unwrap_or_default(),
             });
             Some(self.rows.len() - 1)
         } else {
@@ -197,7 +200,8 @@ impl HtmlReport {
                     r.wasted,
                     r.kinds,
                     r.severity,
-                    with_timeline.contains(&i)
+                    with_timeline.contains(&i),
+                    r.source
                 ])
             })
             .collect();
@@ -383,6 +387,13 @@ fn turn_section(r: &TurnReport, row: Option<usize>) -> String {
         usd(r.cost_usd),
         usd(r.wasted_cost_usd)
     );
+    if let Some(from) = super::human::turn_from(r) {
+        let _ = write!(
+            h,
+            r#"<p class="meta source">from <code>{}</code></p>"#,
+            esc(&from)
+        );
+    }
     let findings = timeline::by_severity(r);
     if !findings.is_empty() {
         h.push_str(r#"<ul class="findings">"#);

@@ -166,6 +166,20 @@ pub fn explain(f: &Finding, report: &TurnReport) -> String {
     }
 }
 
+/// Where a turn came from, for a person: `examples/bookstore/naive.jsonl:1`, with the
+/// session when the input does not name it (`<stdin>:3, session 7f3a…`).
+pub fn turn_from(r: &TurnReport) -> Option<String> {
+    let source = r.source.as_ref()?;
+    let mut s = source.to_string();
+    if let Some(session) = &r.session
+        && !source.input.contains(session.as_str())
+    {
+        s.push_str(", session ");
+        s.push_str(session);
+    }
+    Some(s)
+}
+
 /// The summary's blind spots as sentences, one per input kind and advice:
 /// "gemini-cli-stream-json cannot show attempts, cuts: add gemini-cli's telemetry file …".
 pub fn blind_spot_sentences(summary: &super::Summary) -> Vec<String> {

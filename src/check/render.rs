@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::Summary;
-use super::human::{blind_spot_sentences, count, explain, thousands, usd};
+use super::human::{self, blind_spot_sentences, count, explain, thousands, usd};
 use crate::finding::{FindingKind, Severity};
 use crate::report::{AttemptReport, TurnReport};
 use crate::sanitize::display;
@@ -156,6 +156,9 @@ pub fn turn_text_styled(report: &TurnReport, style: Style) -> String {
         usd(report.cost_usd),
         usd(report.wasted_cost_usd),
     );
+    if let Some(from) = human::turn_from(report) {
+        let _ = writeln!(s, "  from {}", display(&from));
+    }
     for a in &report.attempts {
         let _ = writeln!(s, "{}", attempt_line(a));
     }

@@ -124,6 +124,10 @@ enum Decoding {
 
 struct Stream {
     name: String,
+    /// The name, shared with the turns it opens ([`Pipeline::set_origin`]).
+    origin: Arc<str>,
+    /// Its line numbers count from the top of the input ([`Ingest::without_origin_lines`]).
+    lines_known: bool,
     source: Source,
     lines: u64,
     format: Option<Format>,
@@ -144,6 +148,9 @@ pub struct Ingest {
     by_name: [FastMap<String, StreamId>; Source::ALL.len()],
     /// Outputs of one client session held to be joined ([`Ingest::join_sessions`]).
     joiner: Option<Arc<Mutex<SessionJoiner>>>,
+    /// Turns record the line that opened them (off where line numbers count from where
+    /// reading started, not from the top of the file: a live tail resumed or started at the end).
+    origin_lines: bool,
     /// Whether OTLP streams' gemini-cli records are held for the join too (default); off when
     /// no stream-json can come ([`Ingest::otlp_unjoined`]).
     join_otlp: bool,
@@ -170,6 +177,7 @@ impl Ingest {
             free: Vec::new(),
             by_name: Default::default(),
             joiner: None,
+            origin_lines: true,
             join_otlp: true,
         }
     }
@@ -196,6 +204,12 @@ impl Ingest {
         self.join_otlp = false;
     }
 
+    /// Turns record their input but not the line that opened them: for live tails, whose
+    /// line numbers count from where reading started (a checkpoint, the end of the file).
+    pub fn without_origin_lines(&mut self) {
+        self.origin_lines = false;
+    }
+
     /// What the session joiner holds, for a checkpoint (`None` when sessions are not joined
     /// or nothing is held).
     pub fn joined_snapshot(&self) -> Option<JoinerSnapshot> {
@@ -214,6 +228,7 @@ impl Ingest {
             Err(_) => return,
         };
         if !events.is_empty() {
+            self.pipeline.set_origin(&joined_origin(), None);
             self.pipeline.observe_events(&mut events, out);
         }
     }
@@ -289,6 +304,8 @@ impl Ingest {
         };
         let stream = Stream {
             name: name.to_owned(),
+            origin: Arc::from(name),
+            lines_known: self.origin_lines,
             source,
             lines: 0,
             format,
@@ -448,6 +465,8 @@ impl Ingest {
         self.by_name[stream.source as usize].remove(&stream.name);
         self.free.push(id.0);
         if let Decoding::Provider(mut decoder) = stream.decoding {
+            let line = stream.lines_known.then_some(stream.lines);
+            self.pipeline.set_origin(&stream.origin, line);
             self.pipeline.stream_end(decoder.as_mut(), arrival_ms, out);
         }
     }
@@ -462,6 +481,7 @@ impl Ingest {
             && !j.is_empty()
         {
             let mut events = j.finish();
+            self.pipeline.set_origin(&joined_origin(), None);
             self.pipeline.observe_events(&mut events, out);
         }
         self.pipeline.close_all(out);
@@ -519,6 +539,12 @@ impl Ingest {
     }
 }
 
+/// The source of turns joined from a gemini-cli session's telemetry and stream-json (the
+/// session id tells which).
+fn joined_origin() -> Arc<str> {
+    Arc::from("gemini-cli session (telemetry and stream-json joined)")
+}
+
 fn decoding_for(format: Format, name: &str) -> Decoding {
     match decode::stream_decoder(format, &stream_name(name)) {
         Some(decoder) => Decoding::Provider(decoder),
@@ -544,6 +570,7 @@ fn decode_line(
     note: &mut dyn FnMut(Note<'_>),
 ) {
     let shard = pipeline.shard();
+    pipeline.set_origin(&stream.origin, stream.lines_known.then_some(number));
     let outcome = match &mut stream.decoding {
         Decoding::Native if bytes.iter().all(u8::is_ascii_whitespace) => return,
         Decoding::Native

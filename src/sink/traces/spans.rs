@@ -368,6 +368,12 @@ fn root_attributes(r: &TurnReport, calls: usize) -> Vec<KeyValue> {
     if let Some(chars) = r.output_chars {
         a.push(KeyValue::new(attr::TURN_OUTPUT_CHARS, int(chars)));
     }
+    if let Some(source) = &r.source {
+        a.push(KeyValue::new(attr::TURN_SOURCE, source.input.clone()));
+        if let Some(line) = source.line {
+            a.push(KeyValue::new(attr::TURN_SOURCE_LINE, int(line)));
+        }
+    }
     a
 }
 

@@ -20,13 +20,20 @@ use crate::effect::{canonical_args, effect_key};
 use crate::event::{EffectClass, Event, EventKind, Usage};
 use crate::finding::Finding;
 use crate::report::{
-    AttemptReport, CallReport, CloseReason, ExecReport, MarkKind, Outcome, TurnReport, TurnStatus,
-    UsageReport, UsageSource,
+    AttemptReport, CallReport, CloseReason, ExecReport, MarkKind, Outcome, TurnReport, TurnSource,
+    TurnStatus, UsageReport, UsageSource,
 };
 use crate::rules;
 
 /// Canonical arguments longer than this are not kept (their key still is).
 const MAX_KEPT_ARGS_BYTES: usize = 1024;
+
+/// The input and line that opened a turn (a [`TurnSource`] once reported).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    pub input: std::sync::Arc<str>,
+    pub line: Option<u64>,
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TurnState {
@@ -35,6 +42,9 @@ pub struct TurnState {
     model: Option<Sym>,
     provider: Option<Sym>,
     session: Option<String>,
+    /// Where the turn came from (see [`TurnSource`]); boxed, the name shared with its stream.
+    #[serde(default)]
+    source: Option<Box<Origin>>,
     agent: Option<Sym>,
     traceparent: Option<String>,
     first_ms: Option<i64>,
@@ -58,13 +68,14 @@ pub struct TurnState {
 }
 
 impl TurnState {
-    pub fn new(id: String, opened_seq: u64, now_ms: i64) -> Self {
+    pub fn new(id: String, opened_seq: u64, now_ms: i64, source: Option<Box<Origin>>) -> Self {
         TurnState {
             id,
             opened_seq,
             model: None,
             provider: None,
             session: None,
+            source,
             agent: None,
             traceparent: None,
             first_ms: None,
@@ -609,6 +620,10 @@ impl TurnState {
             provider: self.provider.map(|p| p.to_string()),
             agent: self.agent.map(|a| a.to_string()),
             session: self.session,
+            source: self.source.map(|o| TurnSource {
+                input: o.input.to_string(),
+                line: o.line,
+            }),
             traceparent: self.traceparent,
             status,
             closed_by,

@@ -54,6 +54,10 @@ pub const TURN_RETRIES: &str = "retryscope.turn.retries";
 pub const TURN_CALLS: &str = "retryscope.turn.model_calls";
 /// Characters of the turn's logged output.
 pub const TURN_OUTPUT_CHARS: &str = "retryscope.turn.output_chars";
+/// The input the turn came from: a file path, `<stdin>`, an OTLP stream, the proxy's feed.
+pub const TURN_SOURCE: &str = "retryscope.turn.source";
+/// The line of that input that opened the turn.
+pub const TURN_SOURCE_LINE: &str = "retryscope.turn.source_line";
 /// USD: the span's own cost, its children's included (attempt; model call: its attempts;
 /// root: the turn's).
 pub const COST_USD: &str = "retryscope.cost_usd";
