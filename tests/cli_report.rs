@@ -335,8 +335,21 @@ fn a_folder_contributes_its_logs_not_its_source_files() {
              …\n"
         )
     );
-    // Named on the command line, a file is read whatever it holds.
+    // Named on the command line, a file that is not a log is refused (exit 2, the reason on
+    // stderr) unless --format says what it is.
     let named = check(&["--summary", dir.join("gen_log.rs").to_str().unwrap()]);
+    assert_eq!(named.status.code(), Some(2));
+    assert!(
+        stderr(&named).contains("does not look like a log"),
+        "{}",
+        stderr(&named)
+    );
+    let named = check(&[
+        "--summary",
+        "--format",
+        "native",
+        dir.join("gen_log.rs").to_str().unwrap(),
+    ]);
     assert!(stdout(&named).contains("bad lines: "), "{}", stdout(&named));
     assert!(!stdout(&named).contains("bad lines: 0 "));
 }

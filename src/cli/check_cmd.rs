@@ -29,7 +29,8 @@ from 0: attempt 0 is the first try, attempt 1 the first retry."
 )]
 pub struct CheckArgs {
     /// Files (gzip-compressed too), directories (their files that start like logs, recursively)
-    /// or `-` for stdin.
+    /// or `-` for stdin. A named file that does not start like a log is refused (exit 2) unless
+    /// --format is given.
     #[arg(value_name = "FILE|DIR|-", required = true)]
     inputs: Vec<String>,
     /// Print JSON lines: one object per turn, then a `{"summary": ...}` line.
@@ -369,6 +370,25 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         ..CorrelatorConfig::default()
     };
     let specs: Vec<InputSpec> = args.inputs.iter().map(|a| InputSpec::parse(a)).collect();
+    // A file named here is read whatever its name, but one that does not start like a log
+    // (a README, source code) is refused with the reason: reading it would build turns from
+    // whatever JSON it quotes. --format says "read it anyway".
+    if args.format == retryscope::decode::Format::Auto {
+        for spec in &specs {
+            if let InputSpec::Path(p) = spec
+                && p.is_file()
+                && let Some(why) = check::files::not_a_log(p)
+            {
+                eprintln!(
+                    "retryscope: error: {} does not look like a log: {}; give --format to read it \
+                     anyway",
+                    display(&p.display().to_string()),
+                    display(&why)
+                );
+                return Ok(ExitCode::from(2));
+            }
+        }
+    }
     let (inputs, skipped) = check::expand_inputs_listing_skipped(&specs);
     if !skipped.is_empty() {
         let shown: Vec<String> = skipped
