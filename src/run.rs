@@ -49,6 +49,13 @@ pub struct Sources {
     pub external: bool,
 }
 
+impl Sources {
+    /// Whether there is anything to read ([`RunError::NoSource`] otherwise).
+    pub fn any(&self) -> bool {
+        self.files || self.stdin || self.demo || self.otlp.is_some() || self.external
+    }
+}
+
 /// Why the collector could not start or went down.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -189,12 +196,7 @@ impl Engine {
         ready: Arc<AtomicBool>,
         exit_on_eof: bool,
     ) -> Result<(RunSummary, Option<crate::sink::traces::TraceSink>), RunError> {
-        if !self.sources.files
-            && !self.sources.stdin
-            && !self.sources.demo
-            && self.sources.otlp.is_none()
-            && !self.sources.external
-        {
+        if !self.sources.any() {
             return Err(RunError::NoSource);
         }
         // Operational span (see crate::telemetry): restore, open outputs, start sources.
@@ -232,6 +234,12 @@ impl Engine {
             }
             self.deliver(&mut live);
             self.publish_stats(&live);
+            let open = live.ingest.open_turns();
+            if let Some(view) = live.findings.view()
+                && let Err(error) = view.maybe_summary(open)
+            {
+                FindingWriteFailed { error: &error }.emit(&self.metrics);
+            }
             if live.checkpoint_path.is_some() && last_checkpoint.elapsed() >= checkpoint_every {
                 last_checkpoint = Instant::now();
                 self.write_checkpoint(&mut live);
@@ -308,13 +316,16 @@ impl Engine {
             restored,
             self.metrics.clone(),
         );
-        let findings =
-            FindingsSink::open(&self.cfg.findings_out, findings_offset).map_err(|source| {
-                RunError::Findings {
-                    target: self.cfg.findings_out.clone(),
-                    source,
-                }
-            })?;
+        let findings = match self.cfg.live_view {
+            Some(settings) if self.cfg.findings_out == "-" => Ok(FindingsSink::Human(Box::new(
+                crate::sink::live_view::LiveView::stdout(settings),
+            ))),
+            _ => FindingsSink::open(&self.cfg.findings_out, findings_offset),
+        }
+        .map_err(|source| RunError::Findings {
+            target: self.cfg.findings_out.clone(),
+            source,
+        })?;
         let tailer = self.sources.files.then(|| {
             FileTailer::new(
                 FileTailerConfig {
@@ -554,6 +565,7 @@ impl Engine {
         live.ingest.flush(&mut live.out);
         for o in live.out.drain(..) {
             self.metrics.observe(&o);
+            live.findings.observe(&o);
             match &o {
                 Output::Finding(f) => {
                     if let Err(error) = live.findings.write(f) {
@@ -587,6 +599,9 @@ impl Engine {
     /// Shutdown: with a data dir, open turns stay open in the checkpoint for the next run;
     /// without one, they are closed now so nothing is lost from the outputs.
     fn shut_down(&self, mut live: Live) -> RunSummary {
+        if let Some(view) = live.findings.view() {
+            view.stopping();
+        }
         let _shutdown_span = tracing::info_span!(
             "engine.shutdown",
             lines = live.summary.lines,
@@ -614,6 +629,12 @@ impl Engine {
         }
         self.publish_stats(&live);
         if let Err(error) = live.findings.flush() {
+            FindingWriteFailed { error: &error }.emit(&self.metrics);
+        }
+        let open = live.ingest.open_turns();
+        if let Some(view) = live.findings.view()
+            && let Err(error) = view.summary(open)
+        {
             FindingWriteFailed { error: &error }.emit(&self.metrics);
         }
         live.summary

@@ -9,5 +9,6 @@
 //! events).
 
 pub mod findings;
+pub mod live_view;
 pub mod metrics;
 pub mod traces;
