@@ -130,7 +130,7 @@ pub struct BlindSpotLine {
 }
 
 impl Summary {
-    fn add_turn(&mut self, r: &TurnReport) {
+    pub(crate) fn add_turn(&mut self, r: &TurnReport) {
         self.turns += 1;
         *self
             .turns_by_status

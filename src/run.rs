@@ -161,6 +161,8 @@ pub struct Engine {
     traces: Option<crate::sink::traces::TraceSink>,
     /// A feed started by the caller (`retryscope proxy`), taken at start.
     external_feed: Option<Receiver<FeedItem>>,
+    /// The live page the HTTP server shows (`/ui`): closed turns go there too.
+    live_page: Option<crate::sink::live_page::SharedPage>,
 }
 
 impl Engine {
@@ -169,6 +171,13 @@ impl Engine {
     pub fn with_feed(mut self, rx: Receiver<FeedItem>) -> Self {
         self.external_feed = Some(rx);
         self.sources.external = true;
+        self
+    }
+
+    /// Show closed turns on `page` too (the metrics port's `/ui`); turns then keep their
+    /// timelines.
+    pub fn with_live_page(mut self, page: crate::sink::live_page::SharedPage) -> Self {
+        self.live_page = Some(page);
         self
     }
 
@@ -185,6 +194,7 @@ impl Engine {
             metrics,
             traces,
             external_feed: None,
+            live_page: None,
         }
     }
 
@@ -266,6 +276,7 @@ impl Engine {
             ),
             max_open_turns: self.cfg.max_open_turns,
             capture_content: self.cfg.otlp.capture_content,
+            timeline: self.live_page.is_some(),
             ..CorrelatorConfig::default()
         };
         let checkpoint_path: Option<PathBuf> =
@@ -575,6 +586,11 @@ impl Engine {
                 Output::TurnClosed(report) => {
                     if let Some(t) = &self.traces {
                         t.submit(report);
+                    }
+                    if let Some(page) = &self.live_page
+                        && let Ok(mut page) = page.lock()
+                    {
+                        page.add(report);
                     }
                 }
                 Output::Retry { .. } => {}

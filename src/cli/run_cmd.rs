@@ -432,16 +432,20 @@ async fn serve(
             )
         })?;
     match listener.local_addr() {
-        Ok(addr) => tracing::info!(%addr, "serving /metrics"),
+        Ok(addr) => {
+            tracing::info!(%addr, live_page = %format!("http://{addr}/ui"), "serving /metrics")
+        }
         Err(_) => tracing::info!(addr = %cfg.metrics_addr, "serving /metrics"),
     }
     let ready = Arc::new(AtomicBool::new(false));
     let shutdown = Arc::new(AtomicBool::new(false));
     let (stop_server_tx, stop_server_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(retryscope::server::serve(
+    let page = retryscope::sink::live_page::SharedPage::default();
+    let server = tokio::spawn(retryscope::server::serve_with_page(
         listener,
         metrics.clone(),
         ready.clone(),
+        Some(page.clone()),
         async move {
             let _ = stop_server_rx.await;
         },
@@ -478,7 +482,7 @@ async fn serve(
         ),
         None => None,
     };
-    let engine = Engine::new(cfg, sources, metrics.clone(), traces);
+    let engine = Engine::new(cfg, sources, metrics.clone(), traces).with_live_page(page);
     let engine_shutdown = shutdown.clone();
     // The receiver accepts once the engine is ready (the spool is open and replayed).
     let receiver = receiver.map(|r| r.start_when(ready.clone()));
