@@ -418,7 +418,7 @@ impl Engine {
                     .map(|p| crate::sanitize::display(&p.to_string_lossy()).into_owned())
                     .collect();
                 tracing::error!(
-                    path = %path.display(), why, moved_to = ?moved,
+                    path = %path.display(), why, moved_to = %moved.join(", "),
                     "--reset-checkpoint: the unusable checkpoint and the findings file were moved aside; starting over from the beginning of every file"
                 );
                 Ok(None)

@@ -241,7 +241,9 @@ impl Tracker {
                     "attempt_start",
                     Some(attempt),
                     now_ms,
-                    Fields::AttemptStart { model },
+                    // No model: the attempt takes the one its response names (the answered
+                    // model), as `check` of the recording does; the request's may be an alias.
+                    Fields::AttemptStart { model: None },
                 );
                 return AttemptRef {
                     turn: tid,
@@ -299,7 +301,7 @@ impl Tracker {
             "attempt_start",
             Some(0),
             now_ms,
-            Fields::AttemptStart { model },
+            Fields::AttemptStart { model: None },
         );
         self.remember(
             tid.clone(),
