@@ -290,7 +290,7 @@ impl Tracker {
             now_ms,
             Fields::TurnStart {
                 provider: api.provider(),
-                model,
+                requested_model: model,
                 session: &conversation,
                 agent: "retryscope-proxy",
                 wire_only: true,

@@ -282,6 +282,10 @@ pub struct TurnReport {
     pub turn: String,
     /// Model (the turn's, else the last attempt's).
     pub model: Option<String>,
+    /// The model the request asked for, when the log tells it apart from `model` (the proxy:
+    /// `model` is the answered one, this the request's, often an alias).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_model: Option<String>,
     /// Provider.
     pub provider: Option<String>,
     /// Agent name.

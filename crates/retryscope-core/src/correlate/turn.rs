@@ -40,6 +40,10 @@ pub struct TurnState {
     id: String,
     opened_seq: u64,
     model: Option<Sym>,
+    /// The model the request asked for, when told apart (`turn_start` `requested_model`).
+    /// Boxed: rare (the proxy's turns), and open turns are the correlator's memory.
+    #[serde(default)]
+    requested_model: Option<Box<Sym>>,
     provider: Option<Sym>,
     session: Option<String>,
     /// Where the turn came from (see [`TurnSource`]); boxed, the name shared with its stream.
@@ -73,6 +77,7 @@ impl TurnState {
             id,
             opened_seq,
             model: None,
+            requested_model: None,
             provider: None,
             session: None,
             source,
@@ -156,6 +161,7 @@ impl TurnState {
         match &ev.kind {
             EventKind::TurnStart {
                 model,
+                requested_model,
                 provider,
                 session,
                 agent,
@@ -164,6 +170,11 @@ impl TurnState {
             } => {
                 self.wire_only |= *wire_only;
                 set_sym(&mut self.model, model, env.interner);
+                if let Some(m) = requested_model
+                    && !m.is_empty()
+                {
+                    self.requested_model = Some(Box::new(env.interner.get(m)));
+                }
                 set_sym(&mut self.provider, provider, env.interner);
                 set_if(&mut self.session, session);
                 set_sym(&mut self.agent, agent, env.interner);
@@ -617,6 +628,7 @@ impl TurnState {
         TurnReport {
             turn: self.id,
             model: labels.model,
+            requested_model: self.requested_model.map(|m| m.as_ref().to_string()),
             provider: self.provider.map(|p| p.to_string()),
             agent: self.agent.map(|a| a.to_string()),
             session: self.session,

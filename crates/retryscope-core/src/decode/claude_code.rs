@@ -385,6 +385,7 @@ impl Decoder {
                 agent: Some(Cow::Borrowed("claude-code")),
                 traceparent: None,
                 wire_only: false,
+                requested_model: None,
             },
         );
     }

@@ -232,6 +232,7 @@ impl Decoder {
                 agent: Some(Cow::Borrowed("gemini-cli")),
                 traceparent: None,
                 wire_only: false,
+                requested_model: None,
             },
         ));
         lane.cur = Some(Call {

@@ -254,6 +254,7 @@ impl Ctx {
                 agent: None,
                 traceparent: None,
                 wire_only: false,
+                requested_model: None,
             },
         );
     }

@@ -14,6 +14,8 @@ pub const OPERATION_NAME: &str = "gen_ai.operation.name";
 pub const PROVIDER_NAME: &str = "gen_ai.provider.name";
 /// Requested model (semconv).
 pub const REQUEST_MODEL: &str = "gen_ai.request.model";
+/// The model that answered, when the log tells it apart from the requested one (semconv).
+pub const RESPONSE_MODEL: &str = "gen_ai.response.model";
 /// Agent name (semconv).
 pub const AGENT_NAME: &str = "gen_ai.agent.name";
 /// Client session id (semconv).
