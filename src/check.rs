@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use crate::correlate::{Correlator, CorrelatorConfig, Output};
 use crate::cost::PriceTable;
+use crate::coverage::{Coverage, InputKind, Sight};
 use crate::decode::{self, Format};
 use crate::finding::{FindingKind, Severity};
 use crate::ingest::{Ingest, Note, Source};
@@ -106,10 +107,30 @@ pub struct Summary {
     pub reused_turn_ids: u64,
     /// Open turns evicted to bound memory (`--max-open-turns`): closed early, as incomplete.
     pub evicted_turns: u64,
+    /// Inputs read, by input kind (what each can show: `coverage`).
+    #[serde(default)]
+    pub inputs_by_kind: BTreeMap<String, u64>,
+    /// What none of the inputs can show, each with what to add to see it. When `cuts` is
+    /// here, "no findings" about cut streams means "not seen", not "none happened".
+    #[serde(default)]
+    pub blind_spots: Vec<BlindSpotLine>,
+    #[serde(skip)]
+    coverage: Coverage,
+}
+
+/// One blind spot of a run's inputs, as the summary reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlindSpotLine {
+    /// The input kind that cannot show it.
+    pub input_kind: String,
+    /// What it cannot show: attempts, cuts, executions, displayed_text.
+    pub cannot_show: String,
+    /// What to add to see it.
+    pub add: String,
 }
 
 impl Summary {
-    fn add_turn(&mut self, r: &TurnReport) {
+    pub(crate) fn add_turn(&mut self, r: &TurnReport) {
         self.turns += 1;
         *self
             .turns_by_status
@@ -141,7 +162,32 @@ impl Summary {
         self.finish_with(counters, correlator.stats());
     }
 
+    /// A stream read as `kind`.
+    fn saw_input(&mut self, kind: InputKind) {
+        self.coverage.add(kind);
+    }
+
+    /// Whether the inputs together can show `sight` (with no input: nothing is shown).
+    pub fn can_show(&self, sight: Sight) -> bool {
+        self.coverage.sights().has(sight)
+    }
+
     fn finish_with(&mut self, counters: &InputCounters, stats: crate::correlate::CorrelatorStats) {
+        self.inputs_by_kind = self
+            .coverage
+            .kinds()
+            .map(|k| (k.as_str().to_owned(), self.coverage.streams(k)))
+            .collect();
+        self.blind_spots = self
+            .coverage
+            .blind_spots()
+            .into_iter()
+            .map(|b| BlindSpotLine {
+                input_kind: b.kind.as_str().to_owned(),
+                cannot_show: b.sight.as_str().to_owned(),
+                add: b.advice.to_owned(),
+            })
+            .collect();
         self.events = counters.events;
         self.lines = counters.lines;
         self.bad_lines = counters.bad_total();
@@ -332,20 +378,22 @@ fn input_name(input: &InputSpec) -> String {
     }
 }
 
-/// A bad line from the ingest path's notes, for the observer.
-fn collect_bad(note: Note<'_>, bad: &mut Vec<BadLine>) {
-    if let Note::Line {
-        name,
-        number,
-        outcome: Err(e),
-        ..
-    } = note
-    {
-        bad.push(BadLine {
+/// A bad line from the ingest path's notes, for the observer; a sniffed format, for the
+/// coverage.
+fn collect_bad(note: Note<'_>, bad: &mut Vec<BadLine>, kinds: &mut Vec<InputKind>) {
+    match note {
+        Note::Line {
+            name,
+            number,
+            outcome: Err(e),
+            ..
+        } => bad.push(BadLine {
             input: name.to_owned(),
             line: number,
             reason: e.to_string(),
-        });
+        }),
+        Note::Format { name, format, .. } => kinds.extend(InputKind::of(format, name)),
+        Note::Line { .. } => {}
     }
 }
 
@@ -361,6 +409,7 @@ fn sequential(
     let mut summary = Summary::default();
     let mut out = Vec::new();
     let mut bad = Vec::new();
+    let mut kinds = Vec::new();
     let mut done_bytes = 0u64;
     for input in inputs {
         let name = input_name(input);
@@ -384,11 +433,13 @@ fn sequential(
             match lines.next_line() {
                 Ok(Some(Line::Complete { number, bytes })) => {
                     ingest.line(stream, Some(number), bytes, None, &mut out, &mut |n| {
-                        collect_bad(n, &mut bad)
+                        collect_bad(n, &mut bad, &mut kinds)
                     });
                 }
                 Ok(Some(Line::TooLong { number, len })) => {
-                    ingest.too_long(stream, Some(number), len, &mut |n| collect_bad(n, &mut bad));
+                    ingest.too_long(stream, Some(number), len, &mut |n| {
+                        collect_bad(n, &mut bad, &mut kinds)
+                    });
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -404,15 +455,17 @@ fn sequential(
                 ingest.tick(clock, &mut out);
                 observer.progress(done_bytes + lines.consumed());
             }
-            report(&mut bad, &mut out, &mut summary, observer);
+            report(&mut bad, &mut kinds, &mut out, &mut summary, observer);
         }
-        ingest.end(stream, None, &mut out, &mut |n| collect_bad(n, &mut bad));
-        report(&mut bad, &mut out, &mut summary, observer);
+        ingest.end(stream, None, &mut out, &mut |n| {
+            collect_bad(n, &mut bad, &mut kinds)
+        });
+        report(&mut bad, &mut kinds, &mut out, &mut summary, observer);
         done_bytes += lines.consumed();
         observer.progress(done_bytes);
     }
-    ingest.close_all(&mut out, &mut |n| collect_bad(n, &mut bad));
-    report(&mut bad, &mut out, &mut summary, observer);
+    ingest.close_all(&mut out, &mut |n| collect_bad(n, &mut bad, &mut kinds));
+    report(&mut bad, &mut kinds, &mut out, &mut summary, observer);
     summary.finish(ingest.counters(), ingest.correlator());
     summary
 }
@@ -420,12 +473,16 @@ fn sequential(
 /// Hand bad lines, then closed turns, to the observer.
 fn report(
     bad: &mut Vec<BadLine>,
+    kinds: &mut Vec<InputKind>,
     out: &mut Vec<Output>,
     summary: &mut Summary,
     observer: &mut dyn CheckObserver,
 ) {
     for b in bad.drain(..) {
         observer.bad_line(&b);
+    }
+    for k in kinds.drain(..) {
+        summary.saw_input(k);
     }
     if !out.is_empty() {
         drain(out, summary, observer);

@@ -167,6 +167,10 @@ pub struct RunConfig {
     /// file aside and start over, instead of refusing to start.
     #[serde(skip)]
     pub reset_checkpoint: bool,
+    /// Findings on stdout for a person (`--output human`, or stdout is a terminal): command
+    /// line only.
+    #[serde(skip)]
+    pub live_view: Option<crate::sink::live_view::LiveViewSettings>,
 }
 
 impl Default for RunConfig {
@@ -195,6 +199,7 @@ impl Default for RunConfig {
             demo: DemoSettings::default(),
             proxy: crate::proxy::ProxySettings::default(),
             reset_checkpoint: false,
+            live_view: None,
         }
     }
 }

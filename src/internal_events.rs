@@ -59,9 +59,15 @@ impl InternalEvent for Ingested<'_> {
             }
             .emit(metrics),
             Note::Line { .. } => {}
-            Note::Format { name, format, .. } => FormatChosen {
+            Note::Format {
+                name,
+                format,
+                forced,
+                ..
+            } => FormatChosen {
                 input: name,
                 format,
+                forced,
             }
             .emit(metrics),
         }
@@ -98,11 +104,16 @@ pub struct FormatChosen<'a> {
     pub input: &'a str,
     /// Its format.
     pub format: Format,
+    /// Forced (`--format`, the OTLP receiver's streams), not sniffed.
+    pub forced: bool,
 }
 
 impl InternalEvent for FormatChosen<'_> {
-    fn emit(self, _metrics: &Metrics) {
-        if self.format != Format::Native {
+    fn emit(self, metrics: &Metrics) {
+        if let Some(kind) = crate::coverage::InputKind::of(self.format, self.input) {
+            metrics.saw_input_kind(kind);
+        }
+        if self.format != Format::Native && !self.forced {
             tracing::info!(
                 input = %display(self.input),
                 format = self.format.as_str(),

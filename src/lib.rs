@@ -9,8 +9,8 @@
 
 // The core crate's modules, under the paths the rest of this crate has always used.
 pub use retryscope_core::{
-    bounds, correlate, cost, decode, effect, event, fasthash, finding, ingest, input, pipeline,
-    report, rfc3339, rules, sanitize, turn_route,
+    bounds, correlate, cost, coverage, decode, effect, event, fasthash, finding, ingest, input,
+    pipeline, report, rfc3339, rules, sanitize, turn_route,
 };
 
 pub mod check;

@@ -49,6 +49,13 @@ pub struct Sources {
     pub external: bool,
 }
 
+impl Sources {
+    /// Whether there is anything to read ([`RunError::NoSource`] otherwise).
+    pub fn any(&self) -> bool {
+        self.files || self.stdin || self.demo || self.otlp.is_some() || self.external
+    }
+}
+
 /// Why the collector could not start or went down.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -154,6 +161,8 @@ pub struct Engine {
     traces: Option<crate::sink::traces::TraceSink>,
     /// A feed started by the caller (`retryscope proxy`), taken at start.
     external_feed: Option<Receiver<FeedItem>>,
+    /// The live page the HTTP server shows (`/ui`): closed turns go there too.
+    live_page: Option<crate::sink::live_page::SharedPage>,
 }
 
 impl Engine {
@@ -162,6 +171,13 @@ impl Engine {
     pub fn with_feed(mut self, rx: Receiver<FeedItem>) -> Self {
         self.external_feed = Some(rx);
         self.sources.external = true;
+        self
+    }
+
+    /// Show closed turns on `page` too (the metrics port's `/ui`); turns then keep their
+    /// timelines.
+    pub fn with_live_page(mut self, page: crate::sink::live_page::SharedPage) -> Self {
+        self.live_page = Some(page);
         self
     }
 
@@ -178,6 +194,7 @@ impl Engine {
             metrics,
             traces,
             external_feed: None,
+            live_page: None,
         }
     }
 
@@ -189,12 +206,7 @@ impl Engine {
         ready: Arc<AtomicBool>,
         exit_on_eof: bool,
     ) -> Result<(RunSummary, Option<crate::sink::traces::TraceSink>), RunError> {
-        if !self.sources.files
-            && !self.sources.stdin
-            && !self.sources.demo
-            && self.sources.otlp.is_none()
-            && !self.sources.external
-        {
+        if !self.sources.any() {
             return Err(RunError::NoSource);
         }
         // Operational span (see crate::telemetry): restore, open outputs, start sources.
@@ -232,6 +244,12 @@ impl Engine {
             }
             self.deliver(&mut live);
             self.publish_stats(&live);
+            let open = live.ingest.open_turns();
+            if let Some(view) = live.findings.view()
+                && let Err(error) = view.maybe_summary(open)
+            {
+                FindingWriteFailed { error: &error }.emit(&self.metrics);
+            }
             if live.checkpoint_path.is_some() && last_checkpoint.elapsed() >= checkpoint_every {
                 last_checkpoint = Instant::now();
                 self.write_checkpoint(&mut live);
@@ -258,6 +276,7 @@ impl Engine {
             ),
             max_open_turns: self.cfg.max_open_turns,
             capture_content: self.cfg.otlp.capture_content,
+            timeline: self.live_page.is_some(),
             ..CorrelatorConfig::default()
         };
         let checkpoint_path: Option<PathBuf> =
@@ -308,13 +327,16 @@ impl Engine {
             restored,
             self.metrics.clone(),
         );
-        let findings =
-            FindingsSink::open(&self.cfg.findings_out, findings_offset).map_err(|source| {
-                RunError::Findings {
-                    target: self.cfg.findings_out.clone(),
-                    source,
-                }
-            })?;
+        let findings = match self.cfg.live_view {
+            Some(settings) if self.cfg.findings_out == "-" => Ok(FindingsSink::Human(Box::new(
+                crate::sink::live_view::LiveView::stdout(settings),
+            ))),
+            _ => FindingsSink::open(&self.cfg.findings_out, findings_offset),
+        }
+        .map_err(|source| RunError::Findings {
+            target: self.cfg.findings_out.clone(),
+            source,
+        })?;
         let tailer = self.sources.files.then(|| {
             FileTailer::new(
                 FileTailerConfig {
@@ -396,7 +418,7 @@ impl Engine {
                     .map(|p| crate::sanitize::display(&p.to_string_lossy()).into_owned())
                     .collect();
                 tracing::error!(
-                    path = %path.display(), why, moved_to = ?moved,
+                    path = %path.display(), why, moved_to = %moved.join(", "),
                     "--reset-checkpoint: the unusable checkpoint and the findings file were moved aside; starting over from the beginning of every file"
                 );
                 Ok(None)
@@ -554,6 +576,7 @@ impl Engine {
         live.ingest.flush(&mut live.out);
         for o in live.out.drain(..) {
             self.metrics.observe(&o);
+            live.findings.observe(&o);
             match &o {
                 Output::Finding(f, _) => {
                     if let Err(error) = live.findings.write(f) {
@@ -563,6 +586,11 @@ impl Engine {
                 Output::TurnClosed(report) => {
                     if let Some(t) = &self.traces {
                         t.submit(report);
+                    }
+                    if let Some(page) = &self.live_page
+                        && let Ok(mut page) = page.lock()
+                    {
+                        page.add(report);
                     }
                 }
                 Output::Retry { .. } => {}
@@ -587,6 +615,9 @@ impl Engine {
     /// Shutdown: with a data dir, open turns stay open in the checkpoint for the next run;
     /// without one, they are closed now so nothing is lost from the outputs.
     fn shut_down(&self, mut live: Live) -> RunSummary {
+        if let Some(view) = live.findings.view() {
+            view.stopping();
+        }
         let _shutdown_span = tracing::info_span!(
             "engine.shutdown",
             lines = live.summary.lines,
@@ -614,6 +645,12 @@ impl Engine {
         }
         self.publish_stats(&live);
         if let Err(error) = live.findings.flush() {
+            FindingWriteFailed { error: &error }.emit(&self.metrics);
+        }
+        let open = live.ingest.open_turns();
+        if let Some(view) = live.findings.view()
+            && let Err(error) = view.summary(open)
+        {
             FindingWriteFailed { error: &error }.emit(&self.metrics);
         }
         live.summary

@@ -1,5 +1,6 @@
 //! The HTTP endpoint: `/metrics` for Prometheus, `/healthz` for liveness, `/-/ready` for
-//! readiness. Plain hyper 1, HTTP/1.1 only.
+//! readiness, and with `run`, the live page for people at `/` and `/ui`. Plain hyper 1,
+//! HTTP/1.1 only.
 //!
 //! The caller binds the listener (default [`DEFAULT_METRICS_ADDR`]) so that a bind error is
 //! reported before anything starts, and so tests can bind port 0. Nothing a client sends can
@@ -23,6 +24,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::sink::live_page::SharedPage;
 use crate::sink::metrics::Metrics;
 
 /// Where `retryscope run` serves metrics unless told otherwise.
@@ -35,6 +37,7 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 const TEXT: &str = "text/plain; charset=utf-8";
+const HTML: &str = "text/html; charset=utf-8";
 
 /// Serve `/metrics`, `/healthz` and `/-/ready` on `listener` until `shutdown` completes.
 ///
@@ -50,6 +53,17 @@ pub async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     ready: Arc<AtomicBool>,
+    shutdown: impl Future<Output = ()>,
+) {
+    serve_with_page(listener, metrics, ready, None, shutdown).await;
+}
+
+/// [`serve`], with the live page ([`crate::sink::live_page`]) at `GET /` and `GET /ui`.
+pub async fn serve_with_page(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    ready: Arc<AtomicBool>,
+    page: Option<SharedPage>,
     shutdown: impl Future<Output = ()>,
 ) {
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -73,10 +87,11 @@ pub async fn serve(
         };
         let metrics = metrics.clone();
         let ready = ready.clone();
+        let page = page.clone();
         let mut stop = stop_rx.clone();
         conns.spawn(async move {
             let svc = service_fn(move |req| {
-                let resp = route(&req, &metrics, &ready);
+                let resp = route(&req, &metrics, &ready, page.as_ref());
                 async move { Ok::<_, Infallible>(resp) }
             });
             let conn = http1::Builder::new()
@@ -108,9 +123,15 @@ pub async fn serve(
 }
 
 /// The response to one request.
-fn route(req: &Request<Incoming>, metrics: &Metrics, ready: &AtomicBool) -> Response<Full<Bytes>> {
+fn route(
+    req: &Request<Incoming>,
+    metrics: &Metrics,
+    ready: &AtomicBool,
+    page: Option<&SharedPage>,
+) -> Response<Full<Bytes>> {
     let path = req.uri().path();
-    if !matches!(path, "/metrics" | "/healthz" | "/-/ready") {
+    let is_page = page.is_some() && matches!(path, "/" | "/ui");
+    if !is_page && !matches!(path, "/metrics" | "/healthz" | "/-/ready") {
         return reply(StatusCode::NOT_FOUND, TEXT, "not found\n");
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
@@ -120,6 +141,12 @@ fn route(req: &Request<Incoming>, metrics: &Metrics, ready: &AtomicBool) -> Resp
         return resp;
     }
     match path {
+        "/" | "/ui" => {
+            let html = page
+                .and_then(|p| p.lock().ok().map(|p| p.render()))
+                .unwrap_or_default();
+            reply(StatusCode::OK, HTML, html)
+        }
         "/metrics" => {
             let (content_type, body) = metrics.render();
             reply(StatusCode::OK, content_type, body)

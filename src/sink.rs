@@ -9,5 +9,7 @@
 //! events).
 
 pub mod findings;
+pub mod live_page;
+pub mod live_view;
 pub mod metrics;
 pub mod traces;

@@ -86,6 +86,12 @@ fn assert_naive_tree(received: &[(String, String, Span)]) -> Vec<(String, String
     assert_eq!(root.name, "invoke_agent help-desk");
     assert_eq!(attrs(&root.attributes)["retryscope.turn.id"], "bookstore-1");
     assert_eq!(attrs(&root.attributes)["retryscope.findings.count"], "6");
+    // Where the turn came from: the file and the line that opened it.
+    assert_eq!(
+        attrs(&root.attributes)["retryscope.turn.source"],
+        naive().display().to_string()
+    );
+    assert_eq!(attrs(&root.attributes)["retryscope.turn.source_line"], "1");
     let children = |parent: &Span| -> Vec<&Span> {
         let mut c: Vec<&Span> = spans
             .iter()

@@ -295,8 +295,11 @@ fn bad_line_messages_are_rate_limited() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("junk.jsonl");
     std::fs::write(&path, "junk\n".repeat(500)).unwrap();
+    // Named alone it would be refused as not a log: --format reads it anyway.
     let out = check(&[
         "--json",
+        "--format",
+        "native",
         "--max-bad-lines-shown",
         "5",
         path.to_str().unwrap(),

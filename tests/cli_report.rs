@@ -55,9 +55,16 @@ summary
 
 #[test]
 fn text_report_is_sorted_by_severity_with_sentences_and_one_cost_format() {
-    let out = check(&[example("naive.jsonl").to_str().unwrap()]);
+    let path = example("naive.jsonl");
+    let out = check(&[path.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0));
-    assert_eq!(stdout(&out), format!("{NAIVE_REPORT}{NAIVE_SUMMARY}"));
+    // Where the turn came from follows its header: file, first line, session.
+    let (header, rest) = NAIVE_REPORT.split_once('\n').unwrap();
+    let from = format!("  from {}:1, session sess-42", path.display());
+    assert_eq!(
+        stdout(&out),
+        format!("{header}\n{from}\n{rest}{NAIVE_SUMMARY}")
+    );
 }
 
 #[test]
@@ -328,8 +335,21 @@ fn a_folder_contributes_its_logs_not_its_source_files() {
              …\n"
         )
     );
-    // Named on the command line, a file is read whatever it holds.
+    // Named on the command line, a file that is not a log is refused (exit 2, the reason on
+    // stderr) unless --format says what it is.
     let named = check(&["--summary", dir.join("gen_log.rs").to_str().unwrap()]);
+    assert_eq!(named.status.code(), Some(2));
+    assert!(
+        stderr(&named).contains("does not look like a log"),
+        "{}",
+        stderr(&named)
+    );
+    let named = check(&[
+        "--summary",
+        "--format",
+        "native",
+        dir.join("gen_log.rs").to_str().unwrap(),
+    ]);
     assert!(stdout(&named).contains("bad lines: "), "{}", stdout(&named));
     assert!(!stdout(&named).contains("bad lines: 0 "));
 }

@@ -405,3 +405,18 @@ fn logs_on_a_terminal_are_coloured_unless_no_color() {
     assert!(plain.contains("serving /metrics"), "{plain:?}");
     assert!(!plain.contains('\x1b'), "{plain:?}");
 }
+
+/// Issue 23: with no source, `run` said "serving /metrics" and then failed.
+#[test]
+fn run_with_no_source_fails_before_serving_anything() {
+    let out = bin()
+        .args(["run", "--metrics-addr", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "retryscope: error: no source: give files or globs, `-` for stdin, --otlp-listen, or --demo\n"
+    );
+}

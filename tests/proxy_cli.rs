@@ -16,7 +16,7 @@ use serde_json::json;
 /// One Anthropic attempt of the article's help-desk turn, with refund call `id`.
 fn attempt(id: &str, opening: &str) -> Stream {
     let events = [
-        json!({"type":"message_start","message":{"id":format!("msg_{id}"),"type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"usage":{"input_tokens":1250,"output_tokens":1}}}),
+        json!({"type":"message_start","message":{"id":format!("msg_{id}"),"type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[],"usage":{"input_tokens":1250,"output_tokens":1}}}),
         json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
         json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":opening}}),
         json!({"type":"content_block_stop","index":0}),
@@ -108,6 +108,12 @@ async fn naive_client_session_through_the_binary() {
         }
     });
     let metrics_addr = addr_in(&wait_for(&rx, "serving /metrics"), "addr=");
+    // Words, not Rust debug text (it was `inject=Some(("after-tool-call", "reset"))`).
+    let route = wait_for(&rx, "proxy route");
+    assert!(
+        route.ends_with("inject=after-tool-call by reset, matching tools"),
+        "{route}"
+    );
     let proxy_addr = addr_in(&wait_for(&rx, "proxying"), "listen=");
 
     let user = json!({"role":"user","content":"My book arrived damaged, order ORD-7781."});
@@ -171,7 +177,16 @@ async fn naive_client_session_through_the_binary() {
         .find_map(|l| l.strip_prefix("retryscope_proxy_added_latency_seconds_count "))
         .and_then(|v| v.parse::<u64>().ok());
     assert!(held.is_some_and(|n| n > 0), "{metrics}");
-    assert!(metrics.contains("retryscope_retries_total{agent=\"claude-code\",model=\"claude-sonnet-4-5\",provider=\"anthropic\",reason=\"injected_reset\"} 1"), "{metrics}");
+    // One model name per call: the answered one (the request asked for the alias
+    // `claude-sonnet-4-5`), as `check` of the recording names it too.
+    assert!(metrics.contains("retryscope_retries_total{agent=\"claude-code\",model=\"claude-sonnet-4-5-20250929\",provider=\"anthropic\",reason=\"injected_reset\"} 1"), "{metrics}");
+    assert!(metrics.contains("retryscope_attempts_total{model=\"claude-sonnet-4-5-20250929\",provider=\"anthropic\",outcome=\"abandoned\"} 1"), "{metrics}");
+    assert!(
+        !metrics
+            .lines()
+            .any(|l| l.contains("model=\"claude-sonnet-4-5\"") && !l.ends_with(" 0")),
+        "the requested alias labels nothing: {metrics}"
+    );
     assert!(metrics.contains("retryscope_findings_total{agent=\"claude-code\",kind=\"abandoned_tool_executed\",severity=\"critical\",tool=\"issue_refund\"} 1"), "{metrics}");
 
     // SIGTERM: open turns close, every finding is written.
@@ -223,6 +238,15 @@ async fn naive_client_session_through_the_binary() {
     checked.sort();
     checked.dedup();
     assert_eq!(checked, live);
+    let models: std::collections::BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["model"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        models.into_iter().collect::<Vec<_>>(),
+        ["claude-sonnet-4-5-20250929"]
+    );
     let mut all = String::new();
     for e in std::fs::read_dir(record.join("requests"))
         .expect("requests")

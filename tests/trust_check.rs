@@ -194,11 +194,16 @@ fn inputs_with_no_events_exit_2() {
     std::fs::write(&text_file, b"just some\nplain text\n").unwrap();
     let empty_dir = dir.path().join("nothing");
     std::fs::create_dir(&empty_dir).unwrap();
-    for p in [&empty_file, &text_file, &empty_dir] {
+    for (p, why) in [
+        (&empty_file, "no events"),
+        // Named on the command line, plain text is refused before it is read (issue 23).
+        (&text_file, "does not look like a log"),
+        (&empty_dir, "no events"),
+    ] {
         let out = check(&[p.to_str().unwrap()]);
         assert_eq!(out.status.code(), Some(2), "{}", p.display());
         assert!(
-            String::from_utf8_lossy(&out.stderr).contains("no events"),
+            String::from_utf8_lossy(&out.stderr).contains(why),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );

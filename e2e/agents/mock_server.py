@@ -342,20 +342,25 @@ def main():
     ap.add_argument("--scenario", required=True)
     ap.add_argument("--marker-dir", required=True)
     ap.add_argument("--log", required=True)
-    ap.add_argument("--port-file", required=True, help="the chosen port is written here")
+    ap.add_argument("--port-file", help="the chosen port is written here")
+    ap.add_argument("--port", type=int, default=0,
+                    help="listen on this port (default: any free one, see --port-file)")
     ap.add_argument("--event-delay", type=float, default=0.02)
     ap.add_argument("--tool-pause", type=float, default=1.0,
                     help="pause after a complete tool call, and before a cut (seconds)")
     a = ap.parse_args()
     os.makedirs(a.marker_dir, exist_ok=True)
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
     srv.daemon_threads = True
     srv.state = State(a.provider, a.scenario, a.marker_dir, a.log, a.event_delay,
                       a.tool_pause)
-    tmp = a.port_file + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(str(srv.server_address[1]))
-    os.replace(tmp, a.port_file)
+    if a.port_file:
+        tmp = a.port_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(str(srv.server_address[1]))
+        os.replace(tmp, a.port_file)
+    print(f"mock {a.provider} ({a.scenario}) on http://127.0.0.1:{srv.server_address[1]}",
+          flush=True)
     try:
         srv.serve_forever()
     except KeyboardInterrupt:

@@ -5,8 +5,11 @@
 //! read only when its content starts like a log: its first line (after decompression and
 //! leading whitespace) is a JSON object on one line (`{"...`: native events, provider chunks,
 //! gemini-cli records) or a server-sent-events field (`data:`, `event:`, `id:`, `retry:` or a
-//! `:` comment). Everything else (source code, Markdown, pretty-printed JSON such as schemas,
+//! `:` comment), or it is gemini-cli's telemetry outfile (pretty-printed objects that name its
+//! records). Everything else (source code, Markdown, pretty-printed JSON such as schemas,
 //! images) is skipped and listed, so `check examples/` reads the logs and not the `.rs` files.
+//! A file named on the command line that does not start like a log is refused with the reason
+//! ([`not_a_log`]) unless its format is given.
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -69,16 +72,54 @@ pub fn looks_like_log(head: &[u8]) -> bool {
         .any(|field| first_line.starts_with(field))
 }
 
+/// Whether `head` starts like a log or is gemini-cli's pretty-printed telemetry outfile (its
+/// records named in the first bytes: the format sniffer decides it before the input ends).
+fn starts_like_log(head: &[u8]) -> bool {
+    looks_like_log(head)
+        || crate::decode::detect::sniff(head, false)
+            == Some(crate::decode::Format::GeminiCliTelemetry)
+}
+
+fn head_of(path: &Path) -> Option<Vec<u8>> {
+    let mut head = Vec::new();
+    match open(path).and_then(|r| r.take(HEAD_BYTES).read_to_end(&mut head)) {
+        Ok(_) => Some(head),
+        // A gzip stream cut inside the first 4 KiB still says what it is by what came out.
+        Err(_) if !head.is_empty() => Some(head),
+        Err(_) => None,
+    }
+}
+
 /// Whether a file found in a directory should be read (see the module docs). Unreadable files
 /// are kept, so that `check` reports them rather than skipping them silently.
 pub fn is_log_file(path: &Path) -> bool {
-    let mut head = Vec::new();
-    match open(path).and_then(|r| r.take(HEAD_BYTES).read_to_end(&mut head)) {
-        Ok(_) => looks_like_log(&head),
-        // A gzip stream cut inside the first 4 KiB still says what it is by what came out.
-        Err(_) if !head.is_empty() => looks_like_log(&head),
-        Err(_) => true,
+    head_of(path).is_none_or(|head| starts_like_log(&head))
+}
+
+/// Why a file named on the command line is not read as a log: `None` when it starts like one
+/// (or cannot be read: that is reported as unreadable), else the reason, quoting its first line.
+pub fn not_a_log(path: &Path) -> Option<String> {
+    let head = head_of(path)?;
+    if starts_like_log(&head) {
+        return None;
     }
+    let text = String::from_utf8_lossy(&head);
+    let first = text
+        .trim_start_matches('\u{feff}')
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    let quoted: String = first.chars().take(60).collect();
+    let more = if first.chars().count() > 60 {
+        "…"
+    } else {
+        ""
+    };
+    Some(format!(
+        "its first line is neither a JSON object on one line nor a server-sent event \
+         (`{quoted}{more}`)"
+    ))
 }
 
 #[cfg(test)]
@@ -98,6 +139,11 @@ mod tests {
         assert!(!looks_like_log(b"# Title\n"));
         assert!(!looks_like_log(b"{\n  \"$schema\": \"x\"\n}\n"));
         assert!(!looks_like_log(b"\x89PNG\r\n"));
+        // gemini-cli's telemetry outfile: pretty-printed records that name themselves.
+        assert!(starts_like_log(
+            b"{\n  \"attributes\": {\n    \"event.name\": \"gemini_cli.api_request\"\n  }\n}\n"
+        ));
+        assert!(!starts_like_log(b"{\n  \"$schema\": \"x\"\n}\n"));
     }
 
     #[test]

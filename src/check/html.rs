@@ -86,6 +86,8 @@ struct Row {
     kinds: u32,
     /// 0 none, else 1 + the most severe finding's rank.
     severity: u8,
+    /// Where the turn came from (file and first line, stream or session).
+    source: String,
 }
 
 struct Kept {
@@ -148,6 +150,7 @@ impl HtmlReport {
                 wasted: r.wasted_cost_usd,
                 kinds: r.findings.iter().fold(0, |acc, f| acc | kind_bit(f.kind)),
                 severity,
+                source: super::human::turn_from(r).unwrap_or_default(),
             });
             Some(self.rows.len() - 1)
         } else {
@@ -197,7 +200,8 @@ impl HtmlReport {
                     r.wasted,
                     r.kinds,
                     r.severity,
-                    with_timeline.contains(&i)
+                    with_timeline.contains(&i),
+                    r.source
                 ])
             })
             .collect();
@@ -275,6 +279,24 @@ fn summary_html(s: &Summary, seen: u64) -> String {
         h.push_str("<li>no findings</li>");
     }
     h.push_str("</ul>");
+    let blind = super::human::blind_spot_sentences(s);
+    if !blind.is_empty() {
+        h.push_str(r#"<ul class="blind-spots">"#);
+        for sentence in blind {
+            let _ = write!(
+                h,
+                r#"<li class="warning"><b>BLIND SPOT</b> {}</li>"#,
+                esc(&sentence)
+            );
+        }
+        if s.blind_spots.iter().any(|b| b.cannot_show == "cuts") {
+            h.push_str(
+                "<li class=\"warning\">No input can show a cut stream: no finding about one \
+                 could be raised, so \u{201c}no findings\u{201d} is not \u{201c}healthy\u{201d}.</li>",
+            );
+        }
+        h.push_str("</ul>");
+    }
     if s.unpriced_attempts > 0 {
         let _ = write!(
             h,
@@ -365,6 +387,13 @@ fn turn_section(r: &TurnReport, row: Option<usize>) -> String {
         usd(r.cost_usd),
         usd(r.wasted_cost_usd)
     );
+    if let Some(from) = super::human::turn_from(r) {
+        let _ = write!(
+            h,
+            r#"<p class="meta source">from <code>{}</code></p>"#,
+            esc(&from)
+        );
+    }
     let findings = timeline::by_severity(r);
     if !findings.is_empty() {
         h.push_str(r#"<ul class="findings">"#);

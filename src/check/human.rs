@@ -89,6 +89,17 @@ fn first_same_effect(report: &TurnReport, f: &Finding) -> Option<(u32, String)> 
 /// What proves a finding, as a sentence. Quotes attempt text only when the report carries it
 /// (it does only when the input held it and content capture is on).
 pub fn explain(f: &Finding, report: &TurnReport) -> String {
+    explain_with(f, Some(report))
+}
+
+/// [`explain`] for a finding as it becomes known, before its turn's report exists (`run`'s
+/// live view): the same sentences, without what only the report holds (quoted text, the
+/// first call of a duplicate, the attempt count).
+pub fn explain_live(f: &Finding) -> String {
+    explain_with(f, None)
+}
+
+fn explain_with(f: &Finding, report: Option<&TurnReport>) -> String {
     match f.kind {
         FindingKind::AbandonedToolExecuted => {
             let when = if f.evidence.contains("after") {
@@ -121,7 +132,7 @@ pub fn explain(f: &Finding, report: &TurnReport) -> String {
             }
             s
         }
-        FindingKind::DuplicateEffect => match first_same_effect(report, f) {
+        FindingKind::DuplicateEffect => match report.and_then(|r| first_same_effect(r, f)) {
             Some((n, id)) => format!(
                 "{} from {} repeats the effect of call {id} from attempt {n} (same tool, same \
                  arguments): it happened twice",
@@ -155,7 +166,7 @@ pub fn explain(f: &Finding, report: &TurnReport) -> String {
                 ),
                 other => format!("the user saw {}'s abandoned text ({other})", attempt(f)),
             };
-            if let Some(text) = f.attempt.and_then(|n| attempt_text(report, n)) {
+            if let Some(text) = report.zip(f.attempt).and_then(|(r, n)| attempt_text(r, n)) {
                 s.push_str(&format!(": '{}'", clip(text, 60)));
             }
             s
@@ -182,13 +193,53 @@ pub fn explain(f: &Finding, report: &TurnReport) -> String {
                 .strip_prefix("executed although its attempt ")
                 .unwrap_or(&f.evidence)
         ),
-        FindingKind::RetryCapExceeded => format!(
-            "{} (the turn has {})",
-            f.evidence,
-            count(report.attempts.len() as u64, "attempt", "attempts")
-        ),
+        FindingKind::RetryCapExceeded => match report {
+            Some(r) => format!(
+                "{} (the turn has {})",
+                f.evidence,
+                count(r.attempts.len() as u64, "attempt", "attempts")
+            ),
+            None => f.evidence.clone(),
+        },
         FindingKind::IncompleteTurn => f.evidence.clone(),
     }
+}
+
+/// Where a turn came from, for a person: `examples/bookstore/naive.jsonl:1`, with the
+/// session when the input does not name it (`<stdin>:3, session 7f3a…`).
+pub fn turn_from(r: &TurnReport) -> Option<String> {
+    let source = r.source.as_ref()?;
+    let mut s = source.to_string();
+    if let Some(session) = &r.session
+        && !source.input.contains(session.as_str())
+    {
+        s.push_str(", session ");
+        s.push_str(session);
+    }
+    Some(s)
+}
+
+/// The summary's blind spots as sentences, one per input kind and advice:
+/// "gemini-cli-stream-json cannot show attempts, cuts: add gemini-cli's telemetry file …".
+pub fn blind_spot_sentences(summary: &super::Summary) -> Vec<String> {
+    let mut groups: Vec<(&str, &str, Vec<&str>)> = Vec::new();
+    for b in &summary.blind_spots {
+        let what = match b.cannot_show.as_str() {
+            "displayed_text" => "the displayed text",
+            other => other,
+        };
+        match groups
+            .iter_mut()
+            .find(|(k, a, _)| *k == b.input_kind && *a == b.add)
+        {
+            Some((_, _, sights)) => sights.push(what),
+            None => groups.push((&b.input_kind, &b.add, vec![what])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(kind, add, sights)| format!("{kind} cannot show {}: {add}", sights.join(", ")))
+        .collect()
 }
 
 #[cfg(test)]

@@ -145,6 +145,10 @@ pub(super) fn run(
         let _ = w.join();
     }
     summary.inputs = opened;
+    // Sharding reads native inputs only.
+    for _ in 0..opened {
+        summary.saw_input(crate::coverage::InputKind::Native);
+    }
     if finals < SHARDS {
         summary
             .unreadable_inputs

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::Summary;
-use super::human::{count, explain, thousands, usd};
+use super::human::{self, blind_spot_sentences, count, explain, thousands, usd};
 use crate::finding::{FindingKind, Severity};
 use crate::report::{AttemptReport, TurnReport};
 use crate::sanitize::display;
@@ -156,6 +156,9 @@ pub fn turn_text_styled(report: &TurnReport, style: Style) -> String {
         usd(report.cost_usd),
         usd(report.wasted_cost_usd),
     );
+    if let Some(from) = human::turn_from(report) {
+        let _ = writeln!(s, "  from {}", display(&from));
+    }
     for a in &report.attempts {
         let _ = writeln!(s, "{}", attempt_line(a));
     }
@@ -273,6 +276,7 @@ pub fn summary_text_styled(summary: &Summary, style: Style) -> String {
             let _ = writeln!(s, "  warning: {n} {what}");
         }
     }
+    coverage_lines(summary, style, &mut s);
     if !summary.unreadable_inputs.is_empty() {
         let _ = writeln!(
             s,
@@ -281,6 +285,27 @@ pub fn summary_text_styled(summary: &Summary, style: Style) -> String {
         );
     }
     s
+}
+
+/// What the inputs cannot show, one line per input kind and advice, and, when no input can
+/// show cuts, what that means for the findings above.
+fn coverage_lines(summary: &Summary, style: Style, s: &mut String) {
+    for sentence in blind_spot_sentences(summary) {
+        let _ = writeln!(
+            s,
+            "  {} {}",
+            style.severity_word("blind spot:", Severity::Warning),
+            display(&sentence)
+        );
+    }
+    if summary.blind_spots.iter().any(|b| b.cannot_show == "cuts") {
+        let _ = writeln!(
+            s,
+            "  {} no input can show a cut stream, so no finding about one (unfinished or \
+             abandoned executions, spliced text) could be raised: \"none\" is not \"healthy\"",
+            style.severity_word("warning:", Severity::Warning),
+        );
+    }
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use retryscope::check::{self, BadLine, CheckObserver, CheckOptions, InputSpec, human, render};
 use retryscope::correlate::CorrelatorConfig;
 use retryscope::cost::PriceTable;
+use retryscope::coverage::Sight;
 use retryscope::finding::Severity;
 use retryscope::report::TurnReport;
 use retryscope::sanitize::display;
@@ -22,13 +23,14 @@ use retryscope::sink::traces::{Protocol, TraceExportConfig, TraceSink};
 /// Flags of `check`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Exit status: 0 fine; 1 a finding at or above --fail-on; 2 unusable \
+    after_help = "Exit status: 0 fine; 1 a finding at or above --fail-on, or a sight --require-coverage asks for that no input has; 2 unusable \
 arguments or an unreadable input.\n\nAttempts are numbered as in the log's `attempt` field, \
 from 0: attempt 0 is the first try, attempt 1 the first retry."
 )]
 pub struct CheckArgs {
     /// Files (gzip-compressed too), directories (their files that start like logs, recursively)
-    /// or `-` for stdin.
+    /// or `-` for stdin. A named file that does not start like a log is refused (exit 2) unless
+    /// --format is given.
     #[arg(value_name = "FILE|DIR|-", required = true)]
     inputs: Vec<String>,
     /// Print JSON lines: one object per turn, then a `{"summary": ...}` line.
@@ -47,6 +49,14 @@ pub struct CheckArgs {
     /// Exit 1 when a finding at or above this severity exists (info, warning, high, critical).
     #[arg(long, value_name = "SEVERITY")]
     fail_on: Option<Severity>,
+    /// Exit 1 when no input can show these (attempts, cuts, executions, displayed_text;
+    /// comma-separated) [default with no value: cuts]. A gate with --fail-on then cannot
+    /// pass on inputs that could never have shown the finding (gemini-cli's stream-json alone
+    /// cannot show a cut stream).
+    #[arg(long, value_name = "WHAT", num_args = 0..=1, require_equals = true, value_delimiter = ',',
+          default_missing_value = "cuts",
+          value_parser = ["attempts", "cuts", "executions", "displayed_text"])]
+    require_coverage: Option<Vec<String>>,
     /// Price table in LiteLLM's model_prices_and_context_window.json format, layered over the
     /// built-in one (a model in both takes this file's price).
     #[arg(long, value_name = "FILE")]
@@ -362,6 +372,25 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         ..CorrelatorConfig::default()
     };
     let specs: Vec<InputSpec> = args.inputs.iter().map(|a| InputSpec::parse(a)).collect();
+    // A file named here is read whatever its name, but one that does not start like a log
+    // (a README, source code) is refused with the reason: reading it would build turns from
+    // whatever JSON it quotes. --format says "read it anyway".
+    if args.format == retryscope::decode::Format::Auto {
+        for spec in &specs {
+            if let InputSpec::Path(p) = spec
+                && p.is_file()
+                && let Some(why) = check::files::not_a_log(p)
+            {
+                eprintln!(
+                    "retryscope: error: {} does not look like a log: {}; give --format to read it \
+                     anyway",
+                    display(&p.display().to_string()),
+                    display(&why)
+                );
+                return Ok(ExitCode::from(2));
+            }
+        }
+    }
     let (inputs, skipped) = check::expand_inputs_listing_skipped(&specs);
     if !skipped.is_empty() {
         let shown: Vec<String> = skipped
@@ -470,6 +499,22 @@ fn report_and_status(
             summary.inputs, summary.lines, summary.bad_lines
         );
         return Ok(ExitCode::from(2));
+    }
+    if let Some(required) = &args.require_coverage {
+        let missing: Vec<&str> = Sight::ALL
+            .into_iter()
+            .filter(|s| required.iter().any(|r| r == s.as_str()) && !summary.can_show(*s))
+            .map(Sight::words)
+            .collect();
+        if !missing.is_empty() {
+            eprintln!(
+                "retryscope: coverage: no input can show {} (--require-coverage): \
+                 a finding about them could not have been raised; see the summary's blind spots \
+                 for what to add",
+                missing.join(" or ")
+            );
+            return Ok(ExitCode::from(1));
+        }
     }
     if let Some(threshold) = args.fail_on
         && summary.max_severity().is_some_and(|s| s >= threshold)

@@ -296,7 +296,11 @@ async fn serve(cfg: RunConfig, traces: Option<TraceExportConfig>) -> anyhow::Res
         tracing::info!(
             prefix = %u.prefix,
             upstream = %retryscope::sanitize::display(&u.url),
-            inject = ?u.inject.as_ref().or(cfg.proxy.inject.as_ref()).map(|r| (r.point.as_str(), r.how.as_str(), r.matches.to_string())),
+            inject = %u
+                .inject
+                .as_ref()
+                .or(cfg.proxy.inject.as_ref())
+                .map_or_else(|| "none".to_owned(), |r| format!("{} by {}, matching {}", r.point.as_str(), r.how.as_str(), r.matches)),
             "proxy route"
         );
     }

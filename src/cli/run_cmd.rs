@@ -126,6 +126,18 @@ pub struct RunArgs {
     /// the findings file aside and start over; without this flag `run` refuses to start.
     #[arg(long)]
     reset_checkpoint: bool,
+    /// How findings on stdout are written: json (one JSON line each), human (one coloured
+    /// sentence each, as `check` prints them, and a summary line), or auto: human on a
+    /// terminal, json otherwise.
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = ["auto", "human", "json"])]
+    output: String,
+    /// With human output: print findings at or above this severity (info, warning, high,
+    /// critical); the rest are counted in the summary line.
+    #[arg(long, value_name = "SEVERITY", default_value = "high")]
+    min_severity: retryscope::finding::Severity,
+    /// With human output: a summary line this often (seconds; 0: only at the stop).
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    summary_every: u64,
 }
 
 /// Flags of `validate`.
@@ -229,6 +241,7 @@ fn merge(args: &RunArgs) -> anyhow::Result<(RunConfig, Sources)> {
         }
     }
     cfg.reset_checkpoint = args.reset_checkpoint;
+    cfg.live_view = live_view(args);
     cfg.validate()?;
     preflight(&cfg)?;
     let receiving = cfg.otlp_receiver.listen.is_some() || cfg.otlp_receiver.grpc_listen.is_some();
@@ -244,6 +257,29 @@ fn merge(args: &RunArgs) -> anyhow::Result<(RunConfig, Sources)> {
         ..Sources::default()
     };
     Ok((cfg, sources))
+}
+
+/// The live view's settings when findings on stdout are for a person.
+fn live_view(args: &RunArgs) -> Option<retryscope::sink::live_view::LiveViewSettings> {
+    use std::io::IsTerminal;
+    let terminal = std::io::stdout().is_terminal();
+    let human = match args.output.as_str() {
+        "human" => true,
+        "json" => false,
+        _ => terminal,
+    };
+    let no_color = std::env::var("NO_COLOR").ok();
+    let term = std::env::var("TERM").ok();
+    human.then(|| retryscope::sink::live_view::LiveViewSettings {
+        color: retryscope::check::render::color_choice(
+            "auto",
+            terminal,
+            no_color.as_deref(),
+            term.as_deref(),
+        ),
+        min_severity: args.min_severity,
+        summary_every: (args.summary_every > 0).then(|| Duration::from_secs(args.summary_every)),
+    })
 }
 
 /// The configuration of a NATS collector: the same flags, without file sources.
@@ -344,6 +380,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         return super::collect_cmd::run(cfg, &args);
     }
     let (cfg, sources) = merge(&args)?;
+    if !sources.any() {
+        // Before anything is started or logged ("serving /metrics" and then this read as if
+        // the collector had run).
+        return Err(retryscope::run::RunError::NoSource.into());
+    }
     let traces = trace_config(&cfg)?;
     let exit_on_eof = args.exit_on_eof;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -391,16 +432,20 @@ async fn serve(
             )
         })?;
     match listener.local_addr() {
-        Ok(addr) => tracing::info!(%addr, "serving /metrics"),
+        Ok(addr) => {
+            tracing::info!(%addr, live_page = %format!("http://{addr}/ui"), "serving /metrics")
+        }
         Err(_) => tracing::info!(addr = %cfg.metrics_addr, "serving /metrics"),
     }
     let ready = Arc::new(AtomicBool::new(false));
     let shutdown = Arc::new(AtomicBool::new(false));
     let (stop_server_tx, stop_server_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(retryscope::server::serve(
+    let page = retryscope::sink::live_page::SharedPage::default();
+    let server = tokio::spawn(retryscope::server::serve_with_page(
         listener,
         metrics.clone(),
         ready.clone(),
+        Some(page.clone()),
         async move {
             let _ = stop_server_rx.await;
         },
@@ -437,7 +482,7 @@ async fn serve(
         ),
         None => None,
     };
-    let engine = Engine::new(cfg, sources, metrics.clone(), traces);
+    let engine = Engine::new(cfg, sources, metrics.clone(), traces).with_live_page(page);
     let engine_shutdown = shutdown.clone();
     // The receiver accepts once the engine is ready (the spool is open and replayed).
     let receiver = receiver.map(|r| r.start_when(ready.clone()));

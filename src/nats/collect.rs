@@ -332,7 +332,7 @@ async fn take(sh: &mut Shared<'_>, p: u32, lease_rev: u64) -> Result<Owned, Nats
     let (stored, state_rev) = state::load(&sh.states, p).await?;
     let metrics = Metrics::new(Default::default())
         .map_err(|e| NatsError::new("registering partition metrics", e))?;
-    let (ingest, seq, now_ms, tick_ms) = match stored {
+    let (mut ingest, seq, now_ms, tick_ms) = match stored {
         Some(s) => {
             metrics
                 .restore(&s.metrics)
@@ -356,6 +356,8 @@ async fn take(sh: &mut Shared<'_>, p: u32, lease_rev: u64) -> Result<Owned, Nats
             0,
         ),
     };
+    // Shipped lines are numbered from where the shipper started: turns name the input only.
+    ingest.without_origin_lines();
     let name = format!("retryscope-p{p}");
     let _ = sh.events.delete_consumer(&name).await;
     let consumer: PullConsumer = sh

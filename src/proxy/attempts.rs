@@ -32,8 +32,8 @@ use super::history::{Api, Request};
 mod calls;
 mod line;
 mod next_request;
-mod retry_match;
 mod place;
+mod retry_match;
 
 use crate::decode::EnvelopeDecoder;
 use crate::decode::native::ProviderChunk;
@@ -240,7 +240,7 @@ impl Tracker {
         let full = fps.last().copied();
         if let Some(of) = self.match_retry(request, &fps, retry_count) {
             let background = request.is_some_and(|r| r.background);
-            return self.retry(of, api, model, full, background, now_ms);
+            return self.retry(of, api, full, background, now_ms);
         }
         // The previous call of the conversation: the response a Responses request continues
         // on the server (its input is all new), or the longest earlier history this one
@@ -292,7 +292,7 @@ impl Tracker {
             now_ms,
             Fields::TurnStart {
                 provider: api.provider(),
-                model,
+                requested_model: model,
                 session: &conversation,
                 agent: self.client,
                 wire_only: true,
@@ -303,7 +303,7 @@ impl Tracker {
             "attempt_start",
             Some(0),
             now_ms,
-            Fields::AttemptStart { model },
+            Fields::AttemptStart { model: None },
         );
         self.remember(
             tid.clone(),
@@ -347,13 +347,13 @@ impl Tracker {
     }
 
     /// Another attempt of an earlier call (`retry_match`): its `retry` (with the partial
-    /// output a continuation carries) and `attempt_start` (with the model asked for, which a
-    /// fallback changes).
+    /// output a continuation carries) and `attempt_start`. The attempt's model is the one its
+    /// response names (a fallback's new model, answered), as for every attempt: one model name
+    /// per call, never the requested alias.
     fn retry(
         &mut self,
         of: RetryOf,
         api: Api,
-        model: Option<&str>,
         full: Option<u64>,
         background: bool,
         now_ms: i64,
@@ -406,7 +406,7 @@ impl Tracker {
             "attempt_start",
             Some(attempt),
             now_ms,
-            Fields::AttemptStart { model },
+            Fields::AttemptStart { model: None },
         );
         AttemptRef {
             turn: tid,

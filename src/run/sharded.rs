@@ -130,6 +130,8 @@ fn new_ingest(
     };
     // gemini-cli's telemetry outfile and stream-json of one session become one turn.
     ingest.join_sessions_from(held);
+    // A tail's line numbers count from where it started reading: turns name the file only.
+    ingest.without_origin_lines();
     if !join_otlp {
         ingest.otlp_unjoined();
     }

@@ -13,7 +13,9 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use crate::correlate::Output;
 use crate::finding::Finding;
+use crate::sink::live_view::LiveView;
 
 /// Where findings go.
 #[derive(Debug)]
@@ -22,6 +24,8 @@ pub enum FindingsSink {
     Off,
     /// Standard output.
     Stdout(BufWriter<io::Stdout>),
+    /// Standard output, for a person: sentences and summaries ([`LiveView`]).
+    Human(Box<LiveView>),
     /// A file, appended to.
     File {
         /// The path.
@@ -90,10 +94,13 @@ impl FindingsSink {
     /// Write one finding as a JSON line, handed to the kernel at once: a finding is visible (on
     /// stdout, in the file) as soon as it is known. An error means it is queued, not lost.
     pub fn write(&mut self, finding: &Finding) -> io::Result<()> {
+        if let FindingsSink::Human(view) = self {
+            return view.finding(finding);
+        }
         let mut line = serde_json::to_vec(finding).map_err(io::Error::other)?;
         line.push(b'\n');
         match self {
-            FindingsSink::Off => Ok(()),
+            FindingsSink::Off | FindingsSink::Human(_) => Ok(()),
             FindingsSink::Stdout(w) => {
                 w.write_all(&line)?;
                 w.flush()
@@ -146,7 +153,7 @@ impl FindingsSink {
     /// Flush queued lines.
     pub fn flush(&mut self) -> io::Result<()> {
         match self {
-            FindingsSink::Off => Ok(()),
+            FindingsSink::Off | FindingsSink::Human(_) => Ok(()),
             FindingsSink::Stdout(w) => w.flush(),
             FindingsSink::File { .. } => self.drain(),
         }
@@ -167,6 +174,21 @@ impl FindingsSink {
                 Ok(Some(*offset))
             }
             _ => Ok(None),
+        }
+    }
+
+    /// The live view, when findings go to a person.
+    pub fn view(&mut self) -> Option<&mut LiveView> {
+        match self {
+            FindingsSink::Human(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Every output, for the live view's counts.
+    pub fn observe(&mut self, o: &Output) {
+        if let Some(v) = self.view() {
+            v.observe(o);
         }
     }
 

@@ -147,6 +147,8 @@ struct Inner {
     >,
     /// Agents whose zero finding series (every kind, `tool=""`) exist.
     agents_touched: crate::fasthash::FastSet<String>,
+    /// The input kinds read since start, for `retryscope_input_blind_spots`.
+    coverage: crate::coverage::Coverage,
 }
 
 impl Inner {
@@ -163,6 +165,7 @@ impl Inner {
             base: Baselines::default(),
             touched: Default::default(),
             agents_touched: Default::default(),
+            coverage: Default::default(),
         };
         inner.preregister();
         inner
@@ -192,6 +195,14 @@ impl Inner {
         }
         for kind in FILE_ERROR_KINDS {
             t.touch(F::FileErrors as usize, &[kind]);
+        }
+        for kind in crate::coverage::InputKind::ALL {
+            for sight in kind.sights().missing() {
+                t.touch(
+                    F::InputBlindSpots as usize,
+                    &[kind.as_str(), sight.as_str()],
+                );
+            }
         }
         for s in Source::ALL {
             let s = s.as_str();
@@ -482,6 +493,27 @@ impl Metrics {
         inner
             .table
             .set(F::OpenTurns as usize, &[], open_turns as f64);
+    }
+
+    /// A stream of `kind` was read: `retryscope_input_blind_spots` counts, per kind and sight
+    /// it cannot show, the streams of that kind read since start, unless another kind read
+    /// shows that sight (then 0).
+    pub fn saw_input_kind(&self, kind: crate::coverage::InputKind) {
+        let mut inner = lock(&self.inner);
+        let inner = &mut *inner;
+        inner.coverage.add(kind);
+        let all = inner.coverage.sights();
+        for k in crate::coverage::InputKind::ALL {
+            let n = inner.coverage.streams(k);
+            for sight in k.sights().missing() {
+                let v = if all.has(sight) { 0 } else { n };
+                inner.table.set(
+                    F::InputBlindSpots as usize,
+                    &[k.as_str(), sight.as_str()],
+                    v as f64,
+                );
+            }
+        }
     }
 
     /// Set `retryscope_files_watched`.

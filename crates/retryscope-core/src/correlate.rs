@@ -207,6 +207,8 @@ pub struct Correlator {
     seq_hint: Option<u64>,
     /// The current input (see [`Correlator::next_input`]).
     input: u32,
+    /// Where the next events come from: a turn they open records it ([`Correlator::set_origin`]).
+    origin: Option<(Arc<str>, Option<u64>)>,
 }
 
 impl Correlator {
@@ -223,6 +225,16 @@ impl Correlator {
             seq: 0,
             seq_hint: None,
             input: 0,
+            origin: None,
+        }
+    }
+
+    /// The next events come from `input` (at `line`, when it has lines): a turn one of them
+    /// opens records it as its source. Cheap per line: the name is shared, not copied.
+    pub fn set_origin(&mut self, input: &Arc<str>, line: Option<u64>) {
+        match &mut self.origin {
+            Some((name, l)) if Arc::ptr_eq(name, input) => *l = line,
+            origin => *origin = Some((input.clone(), line)),
         }
     }
 
@@ -286,7 +298,13 @@ impl Correlator {
                 None => self.seq + 1,
             };
             self.stats.turns_opened += 1;
-            let mut state = Box::new(TurnState::new(turn_id.to_owned(), self.seq, now_ms));
+            let source = self.origin.as_ref().map(|(input, line)| {
+                Box::new(turn::Origin {
+                    input: input.clone(),
+                    line: *line,
+                })
+            });
+            let mut state = Box::new(TurnState::new(turn_id.to_owned(), self.seq, now_ms, source));
             let mut env = turn::Env {
                 cfg: &self.cfg,
                 stats: &mut self.stats,

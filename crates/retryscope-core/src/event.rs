@@ -59,8 +59,11 @@ pub struct Usage {
 pub enum EventKind<'a> {
     /// A turn begins; carries turn-level metadata.
     TurnStart {
-        /// Requested model.
+        /// The model, as the log names it (for a provider stream: the answered one).
         model: Option<Cow<'a, str>>,
+        /// The model the request asked for, when the log tells it apart from the answered
+        /// one (`retryscope proxy`: an alias such as `claude-sonnet-4-5`).
+        requested_model: Option<Cow<'a, str>>,
         /// Provider name (`openai`, `anthropic`, `gemini`, ...).
         provider: Option<Cow<'a, str>>,
         /// Client session id (never used as a metric label).
@@ -216,6 +219,7 @@ impl Event<'_> {
         let kind = match self.kind {
             EventKind::TurnStart {
                 model,
+                requested_model,
                 provider,
                 session,
                 agent,
@@ -223,6 +227,7 @@ impl Event<'_> {
                 wire_only,
             } => EventKind::TurnStart {
                 model: own_opt(model),
+                requested_model: own_opt(requested_model),
                 provider: own_opt(provider),
                 session: own_opt(session),
                 agent: own_opt(agent),

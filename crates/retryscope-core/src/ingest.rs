@@ -94,6 +94,7 @@ pub enum Note<'a> {
         outcome: Result<LineOutcome, DecodeError>,
     },
     /// A stream's format was decided (sniffed or forced), before its first line is decoded.
+    /// A forced format is told with the stream's first line.
     Format {
         /// The stream.
         source: Source,
@@ -101,6 +102,8 @@ pub enum Note<'a> {
         name: &'a str,
         /// The format.
         format: Format,
+        /// Forced by the caller (`--format`, the OTLP receiver), not sniffed.
+        forced: bool,
     },
 }
 
@@ -121,9 +124,15 @@ enum Decoding {
 
 struct Stream {
     name: String,
+    /// The name, shared with the turns it opens ([`Pipeline::set_origin`]).
+    origin: Arc<str>,
+    /// Its line numbers count from the top of the input ([`Ingest::without_origin_lines`]).
+    lines_known: bool,
     source: Source,
     lines: u64,
     format: Option<Format>,
+    /// Its format was told in a [`Note::Format`].
+    announced: bool,
     decoding: Decoding,
 }
 
@@ -139,6 +148,9 @@ pub struct Ingest {
     by_name: [FastMap<String, StreamId>; Source::ALL.len()],
     /// Outputs of one client session held to be joined ([`Ingest::join_sessions`]).
     joiner: Option<Arc<Mutex<SessionJoiner>>>,
+    /// Turns record the line that opened them (off where line numbers count from where
+    /// reading started, not from the top of the file: a live tail resumed or started at the end).
+    origin_lines: bool,
     /// Whether OTLP streams' gemini-cli records are held for the join too (default); off when
     /// no stream-json can come ([`Ingest::otlp_unjoined`]).
     join_otlp: bool,
@@ -165,6 +177,7 @@ impl Ingest {
             free: Vec::new(),
             by_name: Default::default(),
             joiner: None,
+            origin_lines: true,
             join_otlp: true,
         }
     }
@@ -191,6 +204,12 @@ impl Ingest {
         self.join_otlp = false;
     }
 
+    /// Turns record their input but not the line that opened them: for live tails, whose
+    /// line numbers count from where reading started (a checkpoint, the end of the file).
+    pub fn without_origin_lines(&mut self) {
+        self.origin_lines = false;
+    }
+
     /// What the session joiner holds, for a checkpoint (`None` when sessions are not joined
     /// or nothing is held).
     pub fn joined_snapshot(&self) -> Option<JoinerSnapshot> {
@@ -209,6 +228,7 @@ impl Ingest {
             Err(_) => return,
         };
         if !events.is_empty() {
+            self.pipeline.set_origin(&joined_origin(), None);
             self.pipeline.observe_events(&mut events, out);
         }
     }
@@ -284,9 +304,12 @@ impl Ingest {
         };
         let stream = Stream {
             name: name.to_owned(),
+            origin: Arc::from(name),
+            lines_known: self.origin_lines,
             source,
             lines: 0,
             format,
+            announced: false,
             decoding,
         };
         let id = match self.free.pop() {
@@ -325,6 +348,18 @@ impl Ingest {
         };
         stream.lines = number.unwrap_or(stream.lines + 1);
         let number = stream.lines;
+        if !stream.announced
+            && let Some(format) = stream.format
+            && self.pipeline.shard().is_none_or(Shard::primary)
+        {
+            stream.announced = true;
+            note(Note::Format {
+                source: stream.source,
+                name: &stream.name,
+                format,
+                forced: true,
+            });
+        }
         if let Decoding::Sniffing(held) = &mut stream.decoding {
             held.head.extend_from_slice(bytes);
             held.head.push(b'\n');
@@ -430,6 +465,8 @@ impl Ingest {
         self.by_name[stream.source as usize].remove(&stream.name);
         self.free.push(id.0);
         if let Decoding::Provider(mut decoder) = stream.decoding {
+            let line = stream.lines_known.then_some(stream.lines);
+            self.pipeline.set_origin(&stream.origin, line);
             self.pipeline.stream_end(decoder.as_mut(), arrival_ms, out);
         }
     }
@@ -444,6 +481,7 @@ impl Ingest {
             && !j.is_empty()
         {
             let mut events = j.finish();
+            self.pipeline.set_origin(&joined_origin(), None);
             self.pipeline.observe_events(&mut events, out);
         }
         self.pipeline.close_all(out);
@@ -475,6 +513,7 @@ impl Ingest {
             return;
         };
         stream.format = Some(format);
+        stream.announced = true;
         let Decoding::Sniffing(held) = std::mem::replace(&mut stream.decoding, decoding) else {
             return;
         };
@@ -483,6 +522,7 @@ impl Ingest {
                 source: stream.source,
                 name: &stream.name,
                 format,
+                forced: false,
             });
         }
         for (number, bytes) in held.lines {
@@ -497,6 +537,12 @@ impl Ingest {
             );
         }
     }
+}
+
+/// The source of turns joined from a gemini-cli session's telemetry and stream-json (the
+/// session id tells which).
+fn joined_origin() -> Arc<str> {
+    Arc::from("gemini-cli session (telemetry and stream-json joined)")
 }
 
 fn decoding_for(format: Format, name: &str) -> Decoding {
@@ -524,6 +570,7 @@ fn decode_line(
     note: &mut dyn FnMut(Note<'_>),
 ) {
     let shard = pipeline.shard();
+    pipeline.set_origin(&stream.origin, stream.lines_known.then_some(number));
     let outcome = match &mut stream.decoding {
         Decoding::Native if bytes.iter().all(u8::is_ascii_whitespace) => return,
         Decoding::Native

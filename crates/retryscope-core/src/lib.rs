@@ -11,6 +11,7 @@
 pub mod bounds;
 pub mod correlate;
 pub mod cost;
+pub mod coverage;
 pub mod decode;
 pub mod effect;
 pub mod event;

@@ -158,6 +158,11 @@ impl Pipeline {
         &self.correlator
     }
 
+    /// Where the next events come from (see [`Correlator::set_origin`]).
+    pub fn set_origin(&mut self, input: &std::sync::Arc<str>, line: Option<u64>) {
+        self.correlator.set_origin(input, line);
+    }
+
     /// Input counters so far.
     pub fn counters(&self) -> &InputCounters {
         &self.counters

@@ -254,6 +254,27 @@ pub struct AttemptReport {
     pub timeline_dropped: u32,
 }
 
+/// Where a turn came from: the input (a file's path, `<stdin>`, an OTLP stream
+/// `otlp:<service>/<session>`, the proxy's feed, or a joined gemini-cli session) and the line
+/// of that input that opened it, when it has lines of its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnSource {
+    /// The input's name.
+    pub input: String,
+    /// The 1-based line that opened the turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u64>,
+}
+
+impl std::fmt::Display for TurnSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{line}", self.input),
+            None => f.write_str(&self.input),
+        }
+    }
+}
+
 /// One closed turn.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TurnReport {
@@ -261,6 +282,10 @@ pub struct TurnReport {
     pub turn: String,
     /// Model (the turn's, else the last attempt's).
     pub model: Option<String>,
+    /// The model the request asked for, when the log tells it apart from `model` (the proxy:
+    /// `model` is the answered one, this the request's, often an alias).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_model: Option<String>,
     /// Provider.
     pub provider: Option<String>,
     /// Agent name.
@@ -269,6 +294,9 @@ pub struct TurnReport {
     /// Client session id.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
+    /// Where the turn came from (its input and first line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<TurnSource>,
     /// W3C traceparent the turn joins.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,

@@ -94,6 +94,43 @@ fn label_x(x: f64, gap: f64, room: f64) -> String {
     }
 }
 
+/// Height of each extra row of the executions lane.
+const EXEC_ROW: f64 = 20.0;
+
+/// The row of each execution with a time (in drawing order: attempts, then their
+/// executions), and how many rows: an execution whose marker or label would overlap one
+/// already placed goes one row down, so two executions at the same time (gemini-cli runs the
+/// abandoned call and the retry's together) are both visible.
+fn exec_rows(r: &TurnReport, sc: &Scale) -> (Vec<usize>, usize) {
+    // Horizontal span each row is taken up to.
+    let mut taken: Vec<Vec<(f64, f64)>> = Vec::new();
+    let mut rows = Vec::new();
+    for a in &r.attempts {
+        for e in &a.executed {
+            let Some(ts) = e.ts_ms else { continue };
+            let x = sc.x(ts);
+            // The marker and its label, "name · attempt n" at ~6.5 px a character.
+            let label = (e.name.chars().count() + 12) as f64 * 6.5 + 9.0;
+            let span = if x + 9.0 + 180.0 > WIDTH {
+                (x - label, x + 6.0)
+            } else {
+                (x - 6.0, x + label)
+            };
+            let row = taken
+                .iter()
+                .position(|spans| spans.iter().all(|(a, b)| span.1 < *a || span.0 > *b))
+                .unwrap_or(taken.len());
+            if row == taken.len() {
+                taken.push(Vec::new());
+            }
+            taken[row].push(span);
+            rows.push(row);
+        }
+    }
+    let n = taken.len().max(1);
+    (rows, n)
+}
+
 fn lane_y(i: usize) -> f64 {
     TOP + i as f64 * LANE
 }
@@ -126,7 +163,9 @@ pub fn svg(r: &TurnReport) -> String {
     let sc = Scale { t0, t1 };
     let lanes = r.attempts.len();
     let exec_y = lane_y(lanes);
-    let axis_y = exec_y + LANE;
+    let (exec_rows, rows) = exec_rows(r, &sc);
+    let extra = (rows.saturating_sub(1)) as f64 * EXEC_ROW;
+    let axis_y = exec_y + LANE + extra;
     let height = axis_y + 28.0;
     let mut s = String::new();
     let _ = write!(
@@ -179,12 +218,14 @@ pub fn svg(r: &TurnReport) -> String {
         r#"<g class="lane lane-exec"><rect class="lane-bg" x="{GUTTER}" y="{:.1}" width="{:.1}" height="{:.1}"/><text class="lane-label" x="8" y="{:.1}">tool executions</text></g>"#,
         exec_y + 6.0,
         WIDTH - GUTTER - RIGHT,
-        LANE - 12.0,
+        LANE - 12.0 + extra,
         exec_y + LANE / 2.0 + 4.0
     );
+    let mut row_of = exec_rows.into_iter();
     for (i, a) in r.attempts.iter().enumerate() {
         for e in &a.executed {
             let Some(ts) = e.ts_ms else { continue };
+            let row = row_of.next().unwrap_or(0);
             let x = sc.x(ts);
             let from = a
                 .timeline
@@ -200,7 +241,7 @@ pub fn svg(r: &TurnReport) -> String {
                 "exec"
             };
             let ly = lane_y(i) + LANE / 2.0;
-            let ey = exec_y + LANE / 2.0;
+            let ey = exec_y + LANE / 2.0 + row as f64 * EXEC_ROW;
             let _ = write!(
                 s,
                 r#"<g class="{cls}" data-attempt="{n}" data-call="{id}"><title>{name} (call {id}) executed, from attempt {n}{status}</title><path class="exec-link" d="M{from:.1} {ly:.1} L{x:.1} {ey:.1}"/><rect x="{rx:.1}" y="{ry:.1}" width="12" height="12" rx="2"/><text class="exec-label"{tx} y="{ty:.1}">{name} · attempt {n}</text></g>"#,

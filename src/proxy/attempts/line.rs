@@ -21,8 +21,9 @@ pub(super) enum Fields<'a> {
     None {},
     TurnStart {
         provider: &'a str,
+        /// The request's model: the turn's `model` is the one the response names.
         #[serde(skip_serializing_if = "Option::is_none")]
-        model: Option<&'a str>,
+        requested_model: Option<&'a str>,
         session: &'a str,
         agent: &'a str,
         /// Always true: the proxy sees the wire, never the client's display.

@@ -87,6 +87,8 @@ families! {
         "Lines that could not be decoded, by reason.";
     UnknownEvents => "retryscope_unknown_events_total", Counter, ["source"],
         "Events of a type this version does not know (skipped).";
+    InputBlindSpots => "retryscope_input_blind_spots", Gauge, ["input_kind", "cannot_show"],
+        "Inputs read since start that cannot show cannot_show (attempts, cuts, executions, displayed_text), when no other input read shows it (0 otherwise).";
     OpenTurns => "retryscope_open_turns", Gauge, [],
         "Turns currently open in the correlator.";
     EvictedTurns => "retryscope_evicted_turns_total", Counter, [],

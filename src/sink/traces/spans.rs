@@ -360,7 +360,14 @@ fn root_attributes(r: &TurnReport, calls: usize) -> Vec<KeyValue> {
     let mut a = vec![KeyValue::new(attr::OPERATION_NAME, "invoke_agent")];
     push_opt(&mut a, attr::AGENT_NAME, r.agent.as_deref());
     push_opt(&mut a, attr::PROVIDER_NAME, r.provider.as_deref());
-    push_opt(&mut a, attr::REQUEST_MODEL, r.model.as_deref());
+    push_opt(
+        &mut a,
+        attr::REQUEST_MODEL,
+        r.requested_model.as_deref().or(r.model.as_deref()),
+    );
+    if r.requested_model.is_some() {
+        push_opt(&mut a, attr::RESPONSE_MODEL, r.model.as_deref());
+    }
     push_opt(&mut a, attr::CONVERSATION_ID, r.session.as_deref());
     a.extend([
         KeyValue::new(attr::TURN_ID, r.turn.clone()),
@@ -378,6 +385,12 @@ fn root_attributes(r: &TurnReport, calls: usize) -> Vec<KeyValue> {
     }
     if let Some(chars) = r.output_chars {
         a.push(KeyValue::new(attr::TURN_OUTPUT_CHARS, int(chars)));
+    }
+    if let Some(source) = &r.source {
+        a.push(KeyValue::new(attr::TURN_SOURCE, source.input.clone()));
+        if let Some(line) = source.line {
+            a.push(KeyValue::new(attr::TURN_SOURCE_LINE, int(line)));
+        }
     }
     a
 }
@@ -400,7 +413,13 @@ fn call_attributes(
 ) -> Vec<KeyValue> {
     let mut kv = vec![KeyValue::new(attr::OPERATION_NAME, "chat")];
     push_opt(&mut kv, attr::PROVIDER_NAME, r.provider.as_deref());
-    push_opt(&mut kv, attr::REQUEST_MODEL, model);
+    match r.requested_model.as_deref() {
+        Some(requested) => {
+            kv.push(KeyValue::new(attr::REQUEST_MODEL, requested.to_owned()));
+            push_opt(&mut kv, attr::RESPONSE_MODEL, model);
+        }
+        None => push_opt(&mut kv, attr::REQUEST_MODEL, model),
+    }
     let last = attempts.last();
     if let Some(reason) = last.and_then(|a| a.finish_reason.clone()) {
         kv.push(KeyValue::new(

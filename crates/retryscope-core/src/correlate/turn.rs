@@ -20,21 +20,35 @@ use crate::effect::{canonical_args, effect_key, json_string};
 use crate::event::{EffectClass, Event, EventKind, Usage};
 use crate::finding::Finding;
 use crate::report::{
-    AttemptReport, CallReport, CloseReason, ExecReport, MarkKind, Outcome, TurnReport, TurnStatus,
-    UsageReport, UsageSource,
+    AttemptReport, CallReport, CloseReason, ExecReport, MarkKind, Outcome, TurnReport, TurnSource,
+    TurnStatus, UsageReport, UsageSource,
 };
 use crate::rules;
 
 /// Canonical arguments longer than this are not kept (their key still is).
 const MAX_KEPT_ARGS_BYTES: usize = 1024;
 
+/// The input and line that opened a turn (a [`TurnSource`] once reported).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    pub input: std::sync::Arc<str>,
+    pub line: Option<u64>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TurnState {
     id: String,
     opened_seq: u64,
     model: Option<Sym>,
+    /// The model the request asked for, when told apart (`turn_start` `requested_model`).
+    /// Boxed: rare (the proxy's turns), and open turns are the correlator's memory.
+    #[serde(default)]
+    requested_model: Option<Box<Sym>>,
     provider: Option<Sym>,
     session: Option<String>,
+    /// Where the turn came from (see [`TurnSource`]); boxed, the name shared with its stream.
+    #[serde(default)]
+    source: Option<Box<Origin>>,
     agent: Option<Sym>,
     traceparent: Option<String>,
     first_ms: Option<i64>,
@@ -58,13 +72,15 @@ pub struct TurnState {
 }
 
 impl TurnState {
-    pub fn new(id: String, opened_seq: u64, now_ms: i64) -> Self {
+    pub fn new(id: String, opened_seq: u64, now_ms: i64, source: Option<Box<Origin>>) -> Self {
         TurnState {
             id,
             opened_seq,
             model: None,
+            requested_model: None,
             provider: None,
             session: None,
+            source,
             agent: None,
             traceparent: None,
             first_ms: None,
@@ -146,6 +162,7 @@ impl TurnState {
         match &ev.kind {
             EventKind::TurnStart {
                 model,
+                requested_model,
                 provider,
                 session,
                 agent,
@@ -154,6 +171,11 @@ impl TurnState {
             } => {
                 self.wire_only |= *wire_only;
                 set_sym(&mut self.model, model, env.interner);
+                if let Some(m) = requested_model
+                    && !m.is_empty()
+                {
+                    self.requested_model = Some(Box::new(env.interner.get(m)));
+                }
                 set_sym(&mut self.provider, provider, env.interner);
                 set_if(&mut self.session, session);
                 set_sym(&mut self.agent, agent, env.interner);
@@ -644,9 +666,14 @@ impl TurnState {
         TurnReport {
             turn: self.id,
             model: labels.model,
+            requested_model: self.requested_model.map(|m| m.as_ref().to_string()),
             provider: self.provider.map(|p| p.to_string()),
             agent: self.agent.map(|a| a.to_string()),
             session: self.session,
+            source: self.source.map(|o| TurnSource {
+                input: o.input.to_string(),
+                line: o.line,
+            }),
             traceparent: self.traceparent,
             status,
             closed_by,

@@ -323,6 +323,7 @@ impl StreamDecoder for Decoder {
                         agent: None,
                         traceparent: None,
                         wire_only: false,
+                        requested_model: None,
                     },
                 );
                 let s = self.sessions.entry(sid.clone()).or_default();

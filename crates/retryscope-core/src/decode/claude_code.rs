@@ -412,6 +412,7 @@ impl Decoder {
                 agent: Some(owned(agent)),
                 traceparent: None,
                 wire_only: false,
+                requested_model: None,
             },
         );
     }

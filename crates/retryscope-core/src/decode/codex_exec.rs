@@ -139,6 +139,7 @@ impl Decoder {
                 agent: Some(Cow::Borrowed("codex")),
                 traceparent: None,
                 wire_only: false,
+                requested_model: None,
             },
         );
     }

@@ -124,6 +124,7 @@ impl Decoder {
                 agent: Some(Cow::Borrowed("gemini-cli")),
                 traceparent: None,
                 wire_only: false,
+                requested_model: None,
             },
         );
     }

@@ -223,6 +223,7 @@ impl Decoder {
                 agent: Some(Cow::Owned(agent.to_owned())),
                 traceparent: None,
                 wire_only: false,
+                requested_model: None,
             },
         ));
         lane.cur = Some(Call {

@@ -215,6 +215,7 @@ struct Fields<'a> {
     agent: Option<Cow<'a, str>>,
     traceparent: Option<Cow<'a, str>>,
     wire_only: Option<bool>,
+    requested_model: Option<Cow<'a, str>>,
     request_id: Option<Cow<'a, str>>,
     reason: Option<Cow<'a, str>>,
     prefill: Option<Cow<'a, str>>,
@@ -275,6 +276,7 @@ impl<'de> Visitor<'de> for FieldsVisitor {
                 "agent" => f.agent = opt_str(&mut map)?,
                 "traceparent" => f.traceparent = opt_str(&mut map)?,
                 "wire_only" => f.wire_only = map.next_value()?,
+                "requested_model" => f.requested_model = opt_str(&mut map)?,
                 "request_id" => f.request_id = opt_str(&mut map)?,
                 "reason" => f.reason = opt_str(&mut map)?,
                 "prefill" => f.prefill = opt_str(&mut map)?,
@@ -345,6 +347,7 @@ impl<'a> Fields<'a> {
         let kind = match ty_ref {
             "turn_start" => EventKind::TurnStart {
                 model: self.model,
+                requested_model: self.requested_model,
                 provider: self.provider,
                 session: self.session,
                 agent: self.agent,

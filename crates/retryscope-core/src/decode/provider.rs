@@ -266,6 +266,7 @@ impl Ctx {
                 agent: self.agent.map(Cow::Borrowed),
                 traceparent: None,
                 wire_only: false,
+                requested_model: None,
             },
         );
     }

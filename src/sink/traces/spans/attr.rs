@@ -14,6 +14,8 @@ pub const OPERATION_NAME: &str = "gen_ai.operation.name";
 pub const PROVIDER_NAME: &str = "gen_ai.provider.name";
 /// Requested model (semconv).
 pub const REQUEST_MODEL: &str = "gen_ai.request.model";
+/// The model that answered, when the log tells it apart from the requested one (semconv).
+pub const RESPONSE_MODEL: &str = "gen_ai.response.model";
 /// Agent name (semconv).
 pub const AGENT_NAME: &str = "gen_ai.agent.name";
 /// Client session id (semconv).
@@ -54,6 +56,10 @@ pub const TURN_RETRIES: &str = "retryscope.turn.retries";
 pub const TURN_CALLS: &str = "retryscope.turn.model_calls";
 /// Characters of the turn's logged output.
 pub const TURN_OUTPUT_CHARS: &str = "retryscope.turn.output_chars";
+/// The input the turn came from: a file path, `<stdin>`, an OTLP stream, the proxy's feed.
+pub const TURN_SOURCE: &str = "retryscope.turn.source";
+/// The line of that input that opened the turn.
+pub const TURN_SOURCE_LINE: &str = "retryscope.turn.source_line";
 /// USD: the span's own cost, its children's included (attempt; model call: its attempts;
 /// root: the turn's).
 pub const COST_USD: &str = "retryscope.cost_usd";

@@ -117,9 +117,7 @@ fn a_tool_result_says_how_the_call_ended() {
     let exec = evs
         .iter()
         .find_map(|e| match &e.kind {
-            EventKind::ToolExec { status, result, .. } => {
-                Some((status.clone(), result.clone()))
-            }
+            EventKind::ToolExec { status, result, .. } => Some((status.clone(), result.clone())),
             _ => None,
         })
         .expect("tool_exec");

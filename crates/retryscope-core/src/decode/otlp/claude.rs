@@ -119,6 +119,7 @@ impl Claude {
                         agent: Some(Cow::Borrowed("claude-code")),
                         traceparent: None,
                         wire_only: false,
+                        requested_model: None,
                     },
                 ));
                 (turn, 0)

@@ -107,6 +107,7 @@ impl Codex {
                     agent: Some(Cow::Borrowed("codex")),
                     traceparent: None,
                     wire_only: false,
+                    requested_model: None,
                 },
             ));
             self.cur = Some(Call {

@@ -142,6 +142,7 @@ impl GenAi {
                         agent: attr_str(a, "gen_ai.agent.name").map(|n| Cow::Owned(n.to_owned())),
                         traceparent: None,
                         wire_only: false,
+                        requested_model: None,
                     },
                 ));
                 (turn, 0)
