@@ -382,7 +382,8 @@ impl Engine {
     /// Load the checkpoint. An unusable one stops the start, unless `--reset-checkpoint`
     /// moves it and the findings file aside (then: start over).
     fn load_checkpoint(&self, path: &std::path::Path) -> Result<Option<Checkpoint>, RunError> {
-        match Checkpoint::load(path) {
+        let loaded = Checkpoint::load(path).and_then(|cp| self.check_spool_position(path, cp));
+        match loaded {
             Err(checkpoint::CheckpointError::Unusable { why, .. }) if self.cfg.reset_checkpoint => {
                 let findings = (!matches!(self.cfg.findings_out.as_str(), "" | "-"))
                     .then(|| std::path::Path::new(&self.cfg.findings_out));
@@ -402,6 +403,31 @@ impl Engine {
                 Ok(None)
             }
             other => Ok(other?),
+        }
+    }
+
+    /// A checkpoint whose OTLP spool position lies past the end of the spool is unusable: it
+    /// was not written against this spool.
+    fn check_spool_position(
+        &self,
+        path: &std::path::Path,
+        cp: Option<Checkpoint>,
+    ) -> Result<Option<Checkpoint>, checkpoint::CheckpointError> {
+        let (Some(dir), Some(pos)) = (
+            self.cfg.data_dir.as_ref(),
+            cp.as_ref().and_then(|c| c.otlp_spool),
+        ) else {
+            return Ok(cp);
+        };
+        match crate::source::otlp::spool_check_position(
+            &dir.join(crate::source::otlp::SPOOL_DIR),
+            pos,
+        ) {
+            Ok(()) => Ok(cp),
+            Err(why) => Err(checkpoint::CheckpointError::Unusable {
+                path: path.display().to_string(),
+                why,
+            }),
         }
     }
 

@@ -11,7 +11,9 @@ use anyhow::Context;
 use clap::Args;
 
 use retryscope::config::RunConfig;
-use retryscope::internal_events::{InternalEvent, ProxyCut, ProxyUpstreamError};
+use retryscope::internal_events::{
+    InternalEvent, ProxyAnswerUnobserved, ProxyCut, ProxyUpstreamError,
+};
 use retryscope::proxy::{
     self, How, InjectRule, LineSink, Point, Proxy, ProxyNote, Tracker, UpstreamSettings,
 };
@@ -276,6 +278,7 @@ async fn serve(cfg: RunConfig, traces: Option<TraceExportConfig>) -> anyhow::Res
     let notes = Box::new(move |n: ProxyNote| match n {
         ProxyNote::Cut { point, how } => ProxyCut { point, how }.emit(&notes_metrics),
         ProxyNote::UpstreamError => ProxyUpstreamError.emit(&notes_metrics),
+        ProxyNote::Unobserved => ProxyAnswerUnobserved.emit(&notes_metrics),
     });
     let proxy = Arc::new(Proxy::new(&cfg.proxy, tracker, notes)?);
     for u in &cfg.proxy.upstream {

@@ -36,8 +36,15 @@ use super::settings::ProxySettings;
 /// The body the proxy answers with.
 pub type ProxyBody = Either<ObservedBody, Full<Bytes>>;
 
-/// Largest stream event the framer holds (a bigger one is forwarded but not decoded).
-const MAX_FRAME: usize = 8 << 20;
+/// Largest stream event, or non-streaming answer, the framer holds (a bigger one is forwarded
+/// but not decoded; see `ProxyNote::Unobserved`).
+pub const MAX_FRAME: usize = 8 << 20;
+
+/// How long an idle upstream connection is kept for reuse.
+pub const UPSTREAM_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Most idle upstream connections kept per upstream host.
+pub const UPSTREAM_MAX_IDLE_PER_HOST: usize = 16;
 
 /// Milliseconds since the Unix epoch (event times of the lines the proxy writes).
 pub fn now_ms() -> i64 {
@@ -59,6 +66,8 @@ pub enum ProxyNote {
     },
     /// The upstream could not be reached or failed mid-body.
     UpstreamError,
+    /// A non-streaming answer over the frame cap was passed through without being observed.
+    Unobserved,
 }
 
 /// The proxy: routes, the upstream client, the tracker.
@@ -172,7 +181,13 @@ fn client(
         .enable_http1()
         .enable_http2()
         .wrap_connector(http);
-    Ok(Client::builder(TokioExecutor::new()).build(https))
+    // Idle connections expire (the pool's timer runs the expiry: without it, idle connections
+    // were never closed) and at most a few are kept per host.
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_timer(hyper_util::rt::TokioTimer::new())
+        .pool_idle_timeout(UPSTREAM_IDLE)
+        .pool_max_idle_per_host(UPSTREAM_MAX_IDLE_PER_HOST)
+        .build(https))
 }
 
 /// Serve until `shutdown` resolves. Each connection speaks HTTP/1.1 or HTTP/2 (prior

@@ -90,7 +90,7 @@ impl FindingsSink {
     /// Write one finding as a JSON line, handed to the kernel at once: a finding is visible (on
     /// stdout, in the file) as soon as it is known. An error means it is queued, not lost.
     pub fn write(&mut self, finding: &Finding) -> io::Result<()> {
-        let mut line = serde_json::to_vec(finding).map_err(io::Error::other)?;
+        let mut line = crate::sanitize::to_json_vec(finding).map_err(io::Error::other)?;
         line.push(b'\n');
         match self {
             FindingsSink::Off => Ok(()),

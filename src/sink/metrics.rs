@@ -208,6 +208,7 @@ impl Inner {
             F::OtlpDropped,
             F::OtlpFailures,
             F::ProxyUpstreamErrors,
+            F::ProxyUnobserved,
         ] {
             t.touch(f as usize, &[]);
         }
@@ -480,6 +481,11 @@ impl Metrics {
     /// Count an upstream failure of `retryscope proxy`.
     pub fn inc_proxy_upstream_errors(&self) {
         lock(&self.inner).add(F::ProxyUpstreamErrors, &[], 1.0);
+    }
+
+    /// Count a non-streaming answer `retryscope proxy` passed through unobserved.
+    pub fn inc_proxy_unobserved(&self) {
+        lock(&self.inner).add(F::ProxyUnobserved, &[], 1.0);
     }
 
     /// Count one successful checkpoint write.

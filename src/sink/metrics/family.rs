@@ -121,6 +121,8 @@ families! {
         "Streams `retryscope proxy` cut on purpose (--inject), by cut point and how.";
     ProxyUpstreamErrors => "retryscope_proxy_upstream_errors_total", Counter, [],
         "Upstream requests of `retryscope proxy` that failed to connect or broke mid-body.";
+    ProxyUnobserved => "retryscope_proxy_unobserved_answers_total", Counter, [],
+        "Non-streaming answers over the proxy's 8 MiB cap, passed to the client unobserved.";
     LabelOverflow => "retryscope_label_overflow_total", Counter, ["label"],
         "Label values replaced by \"other\" because the label reached its cap.";
     BuildInfo => "retryscope_build_info", Gauge, ["version"],
