@@ -323,6 +323,7 @@ impl Engine {
                     read_from: self.cfg.read_from,
                     max_line_bytes: self.cfg.max_line_bytes,
                     rotate_wait: Duration::from_secs(self.cfg.rotate_wait_secs),
+                    partial_line_wait: Duration::from_millis(self.cfg.partial_line_wait_ms),
                     // Listing directories and stat'ing every match at each 100 ms poll cost a
                     // third of a core with 5,000 idle files; new files can wait a second.
                     rescan_every: Duration::from_secs(1),
@@ -466,6 +467,14 @@ impl Engine {
                 ingest.line(stream, None, line.bytes, Some(now), out, &mut |n| {
                     Ingested(n).emit(metrics)
                 });
+                if line.unterminated {
+                    // The writer stopped without a newline: whatever record the line belongs
+                    // to ends with it, as at the end of a file `check` reads (an SSE event
+                    // without its blank line is dispatched). Every format skips an empty line.
+                    ingest.line(stream, None, b"", Some(now), out, &mut |n| {
+                        Ingested(n).emit(metrics)
+                    });
+                }
             },
             &mut TailerReport {
                 metrics,
