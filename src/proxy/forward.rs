@@ -40,9 +40,6 @@ pub type ProxyBody = Either<ObservedBody, Full<Bytes>>;
 /// but not decoded; see `ProxyNote::Unobserved`).
 pub const MAX_FRAME: usize = 8 << 20;
 
-/// How long an idle upstream connection is kept for reuse.
-pub const UPSTREAM_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
-
 /// Most idle upstream connections kept per upstream host.
 pub const UPSTREAM_MAX_IDLE_PER_HOST: usize = 16;
 
@@ -108,7 +105,10 @@ impl Proxy {
         };
         Ok(Proxy {
             routes,
-            client: client(settings.ca_file.as_deref())?,
+            client: client(
+                settings.ca_file.as_deref(),
+                std::time::Duration::from_secs(settings.upstream_idle_secs.max(1)),
+            )?,
             tracker: Mutex::new(tracker),
             recorder,
             notes,
@@ -146,6 +146,7 @@ impl Proxy {
 /// the system's roots plus `ca_file` (PEM), or plain HTTP.
 fn client(
     ca_file: Option<&std::path::Path>,
+    idle: std::time::Duration,
 ) -> Result<Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>, ProxyError> {
     use rustls_pki_types::CertificateDer;
     use rustls_pki_types::pem::PemObject;
@@ -181,11 +182,11 @@ fn client(
         .enable_http1()
         .enable_http2()
         .wrap_connector(http);
-    // Idle connections expire (the pool's timer runs the expiry: without it, idle connections
-    // were never closed) and at most a few are kept per host.
+    // Idle connections expire after `idle` (the pool's timer runs the expiry: without it, idle
+    // connections were never closed) and at most a few are kept per host.
     Ok(Client::builder(TokioExecutor::new())
         .pool_timer(hyper_util::rt::TokioTimer::new())
-        .pool_idle_timeout(UPSTREAM_IDLE)
+        .pool_idle_timeout(idle)
         .pool_max_idle_per_host(UPSTREAM_MAX_IDLE_PER_HOST)
         .build(https))
 }
