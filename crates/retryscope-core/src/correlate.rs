@@ -326,14 +326,29 @@ impl Correlator {
 
     /// Close every open turn (end of input), oldest first.
     pub fn close_all(&mut self, out: &mut Vec<Output>) {
+        self.close_all_batched(usize::MAX, out, &mut |_| {});
+    }
+
+    /// [`Correlator::close_all`], handing `out` to `drain` after every `batch` turns closed,
+    /// so the reports of every open turn never exist at once (100,000 open turns closed in
+    /// one go held 100,000 reports: as much memory again as the turns).
+    pub fn close_all_batched(
+        &mut self,
+        batch: usize,
+        out: &mut Vec<Output>,
+        drain: &mut dyn FnMut(&mut Vec<Output>),
+    ) {
         let mut ids: Vec<(u64, String)> = self
             .turns
             .values()
             .map(|t| (t.opened_seq(), t.id().to_owned()))
             .collect();
         ids.sort();
-        for (_, id) in ids {
+        for (i, (_, id)) in ids.into_iter().enumerate() {
             self.close(id, CloseReason::EndOfInput, out);
+            if (i + 1) % batch.max(1) == 0 {
+                drain(out);
+            }
         }
     }
 
