@@ -363,6 +363,7 @@ fn an_unterminated_last_line_is_read_after_quiet_and_never_twice() {
         }
     };
     let child = run(metrics);
+    let guard = KillOnPanic(child.id());
     // The turn closes (idle timeout) as completed: its message_stop was read.
     wait_for(metrics, "retryscope_turns_total{", 1.0);
     assert_eq!(
@@ -391,10 +392,12 @@ fn an_unterminated_last_line_is_read_after_quiet_and_never_twice() {
     assert_eq!(scrape(metrics, "retryscope_bad_lines_total"), 0.0);
     let read = scrape(metrics, "retryscope_events_read_total{source=\"file\"}");
     let (status, err) = stop(child, "-TERM");
+    std::mem::forget(guard);
     assert!(status.success(), "{err}");
     // A restart from the checkpoint reads nothing again.
     let metrics = free_port();
     let child = run(metrics);
+    let guard = KillOnPanic(child.id());
     wait_for(metrics, "retryscope_turns_total{", 2.0);
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(
@@ -403,7 +406,19 @@ fn an_unterminated_last_line_is_read_after_quiet_and_never_twice() {
     );
     assert_eq!(scrape(metrics, "retryscope_turns_total{"), 2.0);
     let (status, err) = stop(child, "-TERM");
+    std::mem::forget(guard);
     assert!(status.success(), "{err}");
     let found = std::fs::read_to_string(&findings).unwrap_or_default();
     assert!(!found.contains("incomplete_turn"), "{found}");
+}
+
+/// Kills a child process left running when the test fails before stopping it.
+struct KillOnPanic(u32);
+
+impl Drop for KillOnPanic {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-9", &self.0.to_string()])
+            .status();
+    }
 }

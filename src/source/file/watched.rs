@@ -425,13 +425,14 @@ mod tests {
         read(&mut w, &mut lines);
         assert_eq!(lines, [(b"one".to_vec(), 4)]);
         let quiet = std::time::Duration::from_millis(50);
+        let mut fstats = PollStats::default();
         let mut on = |l: Line<'_>| lines.push((l.bytes.to_vec(), l.end_offset));
         // Not quiet long enough yet.
         w.last_change = Instant::now();
-        assert!(!w.flush_partial(quiet, 1024, &mut on, &mut stats));
+        assert!(!w.flush_partial(quiet, 1024, &mut on, &mut fstats));
         std::thread::sleep(quiet * 2);
-        assert!(w.flush_partial(quiet, 1024, &mut on, &mut stats));
-        assert!(!w.flush_partial(quiet, 1024, &mut on, &mut stats), "once");
+        assert!(w.flush_partial(quiet, 1024, &mut on, &mut fstats));
+        assert!(!w.flush_partial(quiet, 1024, &mut on, &mut fstats), "once");
         assert_eq!(
             w.checkpoint().offset,
             6,
