@@ -1,9 +1,9 @@
 //! Memory per open turn in `retryscope check` (issue 24): a log of never-ending turns (each a
 //! `turn_start`, an `attempt_start` and a tool call, no text; modelled on the agents' lines),
 //! more of them than `--max-open-turns` keeps, checked by the real binary with its default
-//! sharded engine and with `--single-thread`. Prints the peak RSS and the bytes per open turn
-//! (peak minus the peak of checking one turn, divided by the turns held open). Prints figures;
-//! asserts nothing.
+//! sharded engine and with `--single-thread`. Prints the peak RSS (GNU time's `%M`) and the
+//! bytes per open turn (peak minus the peak of checking one turn, divided by the turns held
+//! open). Prints figures; asserts nothing.
 //!
 //! ```sh
 //! cargo build --release --example bench_open_turns && \
@@ -54,34 +54,30 @@ fn write_log(path: &Path, turns: usize) {
     w.flush().expect("flush");
 }
 
-/// Peak RSS (KiB) and wall time of `retryscope check --json ARGS FILE`.
+/// Peak RSS (KiB) and wall time of `retryscope check --json ARGS FILE`: the child's maximum
+/// resident set as the kernel reports it at exit (GNU time's `%M`; sampling VmHWM could miss
+/// the last milliseconds, where the turns open at the end are closed).
 fn peak_of(args: &[&str], file: &Path) -> (u64, Duration) {
     let start = Instant::now();
-    let mut child = Command::new(binary())
+    let out = Command::new("/usr/bin/time")
+        .args(["-f", "peak-rss-kib %M"])
+        .arg(binary())
         .args(["check", "--json"])
         .args(args)
         .arg(file)
         .stdout(Stdio::null())
-        .spawn()
-        .expect("build the binary first (cargo build --release)");
-    let status = format!("/proc/{}/status", child.id());
-    let mut hwm = 0;
-    loop {
-        if let Ok(s) = std::fs::read_to_string(&status)
-            && let Some(v) = s
-                .lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<u64>().ok())
-        {
-            hwm = hwm.max(v);
-        }
-        if child.try_wait().expect("wait").is_some() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    (hwm, start.elapsed())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("GNU time (/usr/bin/time) and the binary (cargo build --release)");
+    let took = start.elapsed();
+    let text = String::from_utf8_lossy(&out.stderr);
+    let kib = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("peak-rss-kib "))
+        .filter_map(|v| v.trim().parse().ok())
+        .next_back()
+        .unwrap_or_else(|| panic!("no peak RSS in: {text}"));
+    (kib, took)
 }
 
 fn main() {

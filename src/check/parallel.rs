@@ -87,7 +87,8 @@ pub(super) fn run(
     let mut result_rxs = Vec::new();
     let mut workers = Vec::new();
     for shard in 0..SHARDS {
-        let (tx, rx) = sync_channel::<Message>(8);
+        // Two batches in flight per worker: each can hold thousands of evicted turns' reports.
+        let (tx, rx) = sync_channel::<Message>(2);
         result_rxs.push(rx);
         let cfg = cfg.clone();
         let prices = prices.clone();

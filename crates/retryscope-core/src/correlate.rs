@@ -338,14 +338,12 @@ impl Correlator {
         out: &mut Vec<Output>,
         drain: &mut dyn FnMut(&mut Vec<Output>),
     ) {
-        let mut ids: Vec<(u64, String)> = self
-            .turns
-            .values()
-            .map(|t| (t.opened_seq(), t.id().to_owned()))
-            .collect();
-        ids.sort();
-        for (i, (_, id)) in ids.into_iter().enumerate() {
-            self.close(id, CloseReason::EndOfInput, out);
+        // Moved out of the table (no copy of any id), oldest first.
+        let mut open: Vec<(String, Box<TurnState>)> =
+            std::mem::take(&mut self.turns).into_iter().collect();
+        open.sort_unstable_by_key(|(_, t)| t.opened_seq());
+        for (i, (id, state)) in open.into_iter().enumerate() {
+            self.close_state(id, state, CloseReason::EndOfInput, out);
             if (i + 1) % batch.max(1) == 0 {
                 drain(out);
             }
@@ -355,13 +353,20 @@ impl Correlator {
     fn evict_oldest(&mut self, out: &mut Vec<Output>) {
         // Evict about 1% at once so a full table does not scan on every new turn.
         let batch = (self.cfg.max_open_turns / 100).max(1);
-        let mut by_age: Vec<(i64, u64, String)> = self
+        // Only the evicted ids are copied, and only they are sorted (a copy of every open id at
+        // each eviction cost ~80 bytes per open turn at the peak).
+        let mut by_age: Vec<(i64, u64, &str)> = self
             .turns
             .values()
-            .map(|t| (t.last_arrival_ms(), t.opened_seq(), t.id().to_owned()))
+            .map(|t| (t.last_arrival_ms(), t.opened_seq(), t.id()))
             .collect();
-        by_age.sort();
-        for (_, _, id) in by_age.into_iter().take(batch) {
+        if by_age.len() > batch {
+            by_age.select_nth_unstable(batch);
+            by_age.truncate(batch);
+        }
+        by_age.sort_unstable();
+        let evicted: Vec<String> = by_age.into_iter().map(|(_, _, id)| id.to_owned()).collect();
+        for id in evicted {
             self.stats.evicted_turns += 1;
             self.close(id, CloseReason::Evicted, out);
         }
@@ -371,6 +376,16 @@ impl Correlator {
         let Some(state) = self.turns.remove(&id) else {
             return;
         };
+        self.close_state(id, state, reason, out);
+    }
+
+    fn close_state(
+        &mut self,
+        id: String,
+        state: Box<TurnState>,
+        reason: CloseReason,
+        out: &mut Vec<Output>,
+    ) {
         self.stats.turns_closed += 1;
         let report = state.close(reason, &self.prices, self.cfg.capture_content, out);
         out.push(Output::TurnClosed(Box::new(report)));
