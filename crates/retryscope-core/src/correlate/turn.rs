@@ -46,7 +46,8 @@ pub struct TurnState {
     attempts: Vec<AttemptState>,
     /// Non-read executions by effect key: (key, attempt, call id).
     effects: Vec<(String, u32, String)>,
-    output: Option<OutputState>,
+    /// Boxed: most open turns have no output yet (one pointer instead of ~100 bytes each).
+    output: Option<Box<OutputState>>,
     /// An attempt whose text followed an earlier attempt's text with no render reset between.
     no_reset_attempt: Option<(u32, u32)>,
     /// The log sees provider traffic, not the display (`turn_start` `wire_only`): no render
@@ -166,11 +167,11 @@ impl TurnState {
                 }
             }
             EventKind::Output { text } => {
-                self.output = Some(OutputState::new(
+                self.output = Some(Box::new(OutputState::new(
                     text,
                     &self.attempts,
                     env.cfg.text_prefix_bytes,
-                ));
+                )));
             }
             EventKind::Retry { reason } => {
                 let n = ev
@@ -620,7 +621,7 @@ impl TurnState {
                 .as_ref()
                 .filter(|_| capture_content)
                 .map(|o| o.text.prefix.clone()),
-            output_chars: self.output.map(|o| o.text.chars),
+            output_chars: self.output.as_ref().map(|o| o.text.chars),
             started_ms: self.first_ms,
             ended_ms: self.last_ms,
             attempts,
