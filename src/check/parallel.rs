@@ -32,7 +32,9 @@ use crate::turn_route;
 /// Workers; fixed (not the core count) so that results never depend on the machine.
 const SHARDS: usize = 2;
 /// Global lines per result batch (the same boundaries in every worker).
-const BATCH_LINES: u64 = 8192;
+/// 2,048: results in flight (thousands of evicted turns' reports per batch under a full
+/// `--max-open-turns`) stay a small part of the memory the open turns take.
+const BATCH_LINES: u64 = 2048;
 
 enum Item {
     Turn(Box<TurnReport>),

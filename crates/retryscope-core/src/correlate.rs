@@ -353,20 +353,28 @@ impl Correlator {
     fn evict_oldest(&mut self, out: &mut Vec<Output>) {
         // Evict about 1% at once so a full table does not scan on every new turn.
         let batch = (self.cfg.max_open_turns / 100).max(1);
-        // Only the evicted ids are copied, and only they are sorted (a copy of every open id at
-        // each eviction cost ~80 bytes per open turn at the peak).
-        let mut by_age: Vec<(i64, u64, &str)> = self
+        // The ages alone are gathered (16 bytes per open turn; a copy of every open id at each
+        // eviction cost ~80), the `batch` oldest found by selection, and only their ids copied.
+        let mut ages: Vec<(i64, u64)> = self
             .turns
             .values()
-            .map(|t| (t.last_arrival_ms(), t.opened_seq(), t.id()))
+            .map(|t| (t.last_arrival_ms(), t.opened_seq()))
             .collect();
-        if by_age.len() > batch {
-            by_age.select_nth_unstable(batch);
-            by_age.truncate(batch);
-        }
-        by_age.sort_unstable();
-        let evicted: Vec<String> = by_age.into_iter().map(|(_, _, id)| id.to_owned()).collect();
-        for id in evicted {
+        let newest_evicted = if ages.len() > batch {
+            *ages.select_nth_unstable(batch - 1).1
+        } else {
+            ages.iter().copied().max().unwrap_or((i64::MAX, u64::MAX))
+        };
+        drop(ages);
+        let mut evicted: Vec<(i64, u64, String)> = self
+            .turns
+            .values()
+            .map(|t| (t.last_arrival_ms(), t.opened_seq(), t))
+            .filter(|(ms, seq, _)| (*ms, *seq) <= newest_evicted)
+            .map(|(ms, seq, t)| (ms, seq, t.id().to_owned()))
+            .collect();
+        evicted.sort_unstable();
+        for (_, _, id) in evicted {
             self.stats.evicted_turns += 1;
             self.close(id, CloseReason::Evicted, out);
         }

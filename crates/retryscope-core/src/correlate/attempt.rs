@@ -112,7 +112,8 @@ pub struct AttemptState {
     pub args_chars: u64,
     pub calls: Vec<CallState>,
     pub execs: Vec<ExecState>,
-    pub usage: Option<Usage>,
+    /// Boxed: an attempt still streaming has none yet (one pointer instead of ~50 bytes).
+    pub usage: Option<Box<Usage>>,
     pub usage_model: Option<Sym>,
     /// Timeline marks, only when the correlator keeps them (boxed: one pointer otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -390,7 +390,7 @@ impl TurnState {
             EventKind::Usage { usage, model } => {
                 let attempt = &mut self.attempts[idx];
                 attempt.mark(env.cfg.timeline, MarkKind::Usage, ts, 0, None);
-                attempt.usage = Some(*usage);
+                attempt.usage = Some(Box::new(*usage));
                 set_sym(&mut attempt.usage_model, model, env.interner);
             }
             EventKind::Finish { reason } => {
@@ -700,7 +700,7 @@ impl TurnState {
     /// Reported usage, or an estimate for attempts cut before their usage arrived.
     fn billed_usage(&self, i: usize) -> UsageReport {
         let a = &self.attempts[i];
-        if let Some(tokens) = a.usage {
+        if let Some(tokens) = a.usage.as_deref().copied() {
             return UsageReport {
                 tokens,
                 source: UsageSource::Reported,
@@ -719,7 +719,7 @@ impl TurnState {
             .enumerate()
             .filter(|(j, other)| *j != i && other.usage.is_some())
             .min_by_key(|(j, _)| (j.abs_diff(i), *j))
-            .and_then(|(_, other)| other.usage)
+            .and_then(|(_, other)| other.usage.as_deref().copied())
             .map(|u| (u.input_tokens, u.cached_input_tokens));
         let output = estimate_tokens(a.text.chars + a.args_chars);
         if input.is_none() && output == 0 {
