@@ -3,7 +3,8 @@
 //! more of them than `--max-open-turns` keeps, checked by the real binary with its default
 //! sharded engine and with `--single-thread`. Prints the peak RSS (GNU time's `%M`) and the
 //! bytes per open turn (peak minus the peak of checking one turn, divided by the turns held
-//! open). Prints figures; asserts nothing.
+//! open), and the slope between the cap and half of it (what one more open turn costs, without
+//! the fixed costs a one-turn run does not have). Prints figures; asserts nothing.
 //!
 //! ```sh
 //! cargo build --release --example bench_open_turns && \
@@ -103,20 +104,31 @@ fn main() {
         cap.min(turns)
     );
     let cap_s = cap.to_string();
+    let half_s = (cap / 2).to_string();
     let (base, _) = peak_of(&[], &one);
-    for (what, extra) in [
-        ("sharded (default)", vec!["--max-open-turns", &cap_s]),
-        (
-            "--single-thread",
-            vec!["--max-open-turns", &cap_s, "--single-thread"],
-        ),
-    ] {
-        let (peak, took) = peak_of(&extra, &log);
-        let per_turn = (peak.saturating_sub(base) as f64 * 1024.0) / cap.min(turns) as f64;
+    for (what, single) in [("sharded (default)", false), ("--single-thread", true)] {
+        let args = |cap: &str| {
+            let mut v = vec!["--max-open-turns".to_owned(), cap.to_owned()];
+            if single {
+                v.push("--single-thread".to_owned());
+            }
+            v
+        };
+        let full = args(&cap_s);
+        let (peak, took) = peak_of(&full.iter().map(String::as_str).collect::<Vec<_>>(), &log);
+        let half = args(&half_s);
+        let (peak_half, _) = peak_of(&half.iter().map(String::as_str).collect::<Vec<_>>(), &log);
+        let held = cap.min(turns) as f64;
+        let per_turn = (peak.saturating_sub(base) as f64 * 1024.0) / held;
+        // The slope between two caps: what one more open turn costs, without fixed costs
+        // (threads, buffers) that a one-turn run does not have.
+        let slope =
+            (peak.saturating_sub(peak_half) as f64 * 1024.0) / (held - (cap / 2).min(turns) as f64);
         println!(
-            "check --json {what}: peak RSS {:.1} MiB (one turn: {:.1} MiB) in {:.1} s: {per_turn:.0} bytes per open turn",
+            "check --json {what}: peak RSS {:.1} MiB (one turn: {:.1} MiB; half the cap: {:.1} MiB) in {:.1} s: {per_turn:.0} bytes per open turn, {slope:.0} bytes per added open turn",
             peak as f64 / 1024.0,
             base as f64 / 1024.0,
+            peak_half as f64 / 1024.0,
             took.as_secs_f64()
         );
     }
