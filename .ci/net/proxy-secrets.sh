@@ -35,7 +35,10 @@ PIDS+=($!)
 "$BIN" proxy --listen "127.0.0.1:$PX" --upstream "http://127.0.0.1:$UP" --record "$D/rec" \
   --metrics-addr "127.0.0.1:$MX" --findings-out "" 2>"$D/proxy.err" &
 PIDS+=($!)
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$MX/metrics" >/dev/null && break; sleep 0.1; done
+for _ in $(seq 100); do
+  python3 -c 'import sys,urllib.request; urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=2)' "$MX" 2>/dev/null && break
+  sleep 0.1
+done
 
 python3 - "$PX" "$D" <<'PY'
 import json, os, sys, time, urllib.request, secrets
