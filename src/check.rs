@@ -464,13 +464,39 @@ fn sequential(
         done_bytes += lines.consumed();
         observer.progress(done_bytes);
     }
-    ingest.close_all(&mut out, &mut |n| collect_bad(n, &mut bad, &mut kinds));
-    report(&mut bad, &mut kinds, &mut out, &mut summary, observer);
+    // Closed in batches, each reported before the next: the reports of every turn still open
+    // at the end never exist at once.
+    let bad = std::cell::RefCell::new(bad);
+    let kinds = std::cell::RefCell::new(kinds);
+    ingest.close_all_batched(
+        CLOSE_BATCH,
+        &mut out,
+        &mut |n| collect_bad(n, &mut bad.borrow_mut(), &mut kinds.borrow_mut()),
+        &mut |o| {
+            report(
+                &mut bad.borrow_mut(),
+                &mut kinds.borrow_mut(),
+                o,
+                &mut summary,
+                observer,
+            )
+        },
+    );
+    report(
+        &mut bad.borrow_mut(),
+        &mut kinds.borrow_mut(),
+        &mut out,
+        &mut summary,
+        observer,
+    );
     summary.finish(ingest.counters(), ingest.correlator());
     summary
 }
 
 /// Hand bad lines, then closed turns, to the observer.
+/// Turns closed at the end of input between two reports.
+pub(crate) const CLOSE_BATCH: usize = 1024;
+
 fn report(
     bad: &mut Vec<BadLine>,
     kinds: &mut Vec<InputKind>,

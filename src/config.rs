@@ -143,6 +143,9 @@ pub struct RunConfig {
     pub checkpoint_interval_secs: u64,
     /// Seconds a rotated-away file must stay idle at its end before it is released.
     pub rotate_wait_secs: u64,
+    /// Milliseconds a file must stay quiet before its unterminated last line is read (0:
+    /// never; such a line waits for its newline).
+    pub partial_line_wait_ms: u64,
     /// Findings as JSON lines: `-` for stdout, a file path, or empty to disable.
     pub findings_out: String,
     /// Threads that decode and correlate, each owning the turns whose id hashes to it
@@ -189,6 +192,7 @@ impl Default for RunConfig {
             poll_interval_ms: 100,
             checkpoint_interval_secs: 1,
             rotate_wait_secs: 5,
+            partial_line_wait_ms: 500,
             findings_out: "-".to_owned(),
             workers: None,
             prices: None,

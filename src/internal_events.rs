@@ -160,6 +160,20 @@ impl InternalEvent for ProxyUpstreamError {
     }
 }
 
+/// `retryscope proxy` passed a non-streaming answer larger than its frame cap to the client
+/// without observing it (never buffered whole).
+pub struct ProxyAnswerUnobserved;
+
+impl InternalEvent for ProxyAnswerUnobserved {
+    fn emit(self, metrics: &Metrics) {
+        metrics.inc_proxy_unobserved();
+        tracing::warn!(
+            cap_bytes = crate::proxy::MAX_FRAME,
+            "proxy: a non-streaming answer outgrew the cap; it is passed to the client unobserved"
+        );
+    }
+}
+
 /// A checkpoint was written.
 pub struct CheckpointWritten;
 

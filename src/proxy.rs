@@ -17,13 +17,14 @@ mod frames;
 mod history;
 mod inject;
 mod record;
+mod redact;
 mod route;
 mod settings;
 mod whole;
 
 pub use attempts::{AttemptRef, End, LineSink, Tracker, TrackerStats};
 pub use body::ObservedBody;
-pub use forward::{Proxy, ProxyBody, ProxyNote, now_ms, serve};
+pub use forward::{MAX_FRAME, Proxy, ProxyBody, ProxyNote, now_ms, serve};
 pub use frames::{Frame, Framer, Framing};
 pub use history::Api;
 pub use inject::{How, InjectRule, Match as InjectMatch, Point, Target as InjectTarget};

@@ -345,6 +345,7 @@ impl Engine {
                     read_from: self.cfg.read_from,
                     max_line_bytes: self.cfg.max_line_bytes,
                     rotate_wait: Duration::from_secs(self.cfg.rotate_wait_secs),
+                    partial_line_wait: Duration::from_millis(self.cfg.partial_line_wait_ms),
                     // Listing directories and stat'ing every match at each 100 ms poll cost a
                     // third of a core with 5,000 idle files; new files can wait a second.
                     rescan_every: Duration::from_secs(1),
@@ -404,7 +405,8 @@ impl Engine {
     /// Load the checkpoint. An unusable one stops the start, unless `--reset-checkpoint`
     /// moves it and the findings file aside (then: start over).
     fn load_checkpoint(&self, path: &std::path::Path) -> Result<Option<Checkpoint>, RunError> {
-        match Checkpoint::load(path) {
+        let loaded = Checkpoint::load(path).and_then(|cp| self.check_spool_position(path, cp));
+        match loaded {
             Err(checkpoint::CheckpointError::Unusable { why, .. }) if self.cfg.reset_checkpoint => {
                 let findings = (!matches!(self.cfg.findings_out.as_str(), "" | "-"))
                     .then(|| std::path::Path::new(&self.cfg.findings_out));
@@ -424,6 +426,31 @@ impl Engine {
                 Ok(None)
             }
             other => Ok(other?),
+        }
+    }
+
+    /// A checkpoint whose OTLP spool position lies past the end of the spool is unusable: it
+    /// was not written against this spool.
+    fn check_spool_position(
+        &self,
+        path: &std::path::Path,
+        cp: Option<Checkpoint>,
+    ) -> Result<Option<Checkpoint>, checkpoint::CheckpointError> {
+        let (Some(dir), Some(pos)) = (
+            self.cfg.data_dir.as_ref(),
+            cp.as_ref().and_then(|c| c.otlp_spool),
+        ) else {
+            return Ok(cp);
+        };
+        match crate::source::otlp::spool_check_position(
+            &dir.join(crate::source::otlp::SPOOL_DIR),
+            pos,
+        ) {
+            Ok(()) => Ok(cp),
+            Err(why) => Err(checkpoint::CheckpointError::Unusable {
+                path: path.display().to_string(),
+                why,
+            }),
         }
     }
 
@@ -462,6 +489,14 @@ impl Engine {
                 ingest.line(stream, None, line.bytes, Some(now), out, &mut |n| {
                     Ingested(n).emit(metrics)
                 });
+                if line.unterminated {
+                    // The writer stopped without a newline: whatever record the line belongs
+                    // to ends with it, as at the end of a file `check` reads (an SSE event
+                    // without its blank line is dispatched). Every format skips an empty line.
+                    ingest.line(stream, None, b"", Some(now), out, &mut |n| {
+                        Ingested(n).emit(metrics)
+                    });
+                }
             },
             &mut TailerReport {
                 metrics,

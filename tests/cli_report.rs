@@ -329,10 +329,10 @@ fn a_folder_contributes_its_logs_not_its_source_files() {
     assert_eq!(
         stderr(&out),
         format!(
-            "retryscope: skipped 7 files in the given folders that do not look like logs (the \
+            "retryscope: skipped 8 files in the given folders that do not look like logs (the \
              first line is neither a JSON object nor a server-sent event): {base}/bench_check.rs, \
-             {base}/bench_floor.rs, {base}/bench_nats.rs, {base}/bench_otlp.rs, {base}/bench_proxy.rs, \
-             …\n"
+             {base}/bench_floor.rs, {base}/bench_nats.rs, {base}/bench_open_turns.rs, \
+             {base}/bench_otlp.rs, …\n"
         )
     );
     // Named on the command line, a file that is not a log is refused (exit 2, the reason on

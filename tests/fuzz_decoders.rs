@@ -2,9 +2,13 @@
 //! each format, in process. No input may panic, every `--json` line must be valid JSON, and the
 //! text report must carry no raw terminal control character.
 //!
-//! Bounded for CI: `FUZZ_CASES` cases per decoder (default 48). Seeds are the recorded provider
-//! streams in `tests/fixtures/providers/` and the bookstore examples, mutated by byte flips,
-//! insertions of hostile bytes, duplications and cuts.
+//! Bounded for CI: `FUZZ_CASES` cases per decoder (default 48). Seeds are real recordings, per
+//! decoder (`seed_dirs`): the coding agents' (`tests/fixtures/agents/`: Claude Code, Codex,
+//! gemini-cli stream-json and telemetry, and their OTLP exports as the receiver writes them),
+//! the provider streams (`tests/fixtures/providers/`, `tests/fixtures/recorded/`, and
+//! `../shared/fixtures` when present) and the bookstore examples, mutated by byte flips,
+//! insertions of hostile bytes (terminal controls, C1, bidi, zero-width), duplications and
+//! cuts. A seed folder that is missing or empty fails the test.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,23 +29,207 @@ fn cases() -> u32 {
         .unwrap_or(48)
 }
 
-/// Seed files of a format: its recorded fixtures (the bookstore examples for native).
-fn seeds(format: Format) -> Vec<Vec<u8>> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir: PathBuf = match format {
-        Format::Native | Format::Auto => root.join("examples/bookstore"),
-        f => root.join("tests/fixtures/providers").join(f.as_str()),
-    };
-    let mut out: Vec<Vec<u8>> = std::fs::read_dir(&dir)
+/// Where a format's seeds are: a folder, and which of its files (by name suffix) are seeds.
+/// `agents/<client>/*/<file>` folders are given as `(client folder, file name)`.
+enum SeedDir {
+    /// Every file of the folder whose name ends with the suffix.
+    Files(&'static str, &'static str),
+    /// `<folder>/*/<name>`: one file per recorded scenario.
+    Scenarios(&'static str, &'static str),
+    /// `<folder>/otlp-*/otlp/*.json`: the OTLP bodies a client POSTed, as the receiver turns
+    /// them into lines (one seed per scenario).
+    Otlp(&'static str),
+    /// The same under `../shared/fixtures` (outside the repository: checked when present).
+    Shared(&'static str, &'static str),
+}
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn shared_root() -> Option<PathBuf> {
+    match std::env::var_os("RETRYSCOPE_SHARED_FIXTURES") {
+        Some(p) => Some(PathBuf::from(p)),
+        None => Some(root().join("../shared/fixtures")).filter(|p| p.is_dir()),
+    }
+}
+
+/// The real recordings each decoder is fuzzed from.
+fn seed_dirs(format: Format) -> Vec<SeedDir> {
+    use SeedDir::*;
+    let providers = |f: &'static str| Files(f, "");
+    match format {
+        Format::Native => vec![Files("examples/bookstore", ".jsonl")],
+        Format::Auto => vec![
+            Files("examples/bookstore", ".jsonl"),
+            Scenarios("tests/fixtures/agents/claude-code", "stream.jsonl"),
+            Scenarios("tests/fixtures/agents/codex", "exec.jsonl"),
+            Scenarios("tests/fixtures/agents/gemini-cli", "telemetry.log"),
+            Files("tests/fixtures/providers/anthropic", ""),
+            Files("tests/fixtures/providers/openai-chat", ""),
+        ],
+        Format::OpenAiChat => vec![
+            providers("tests/fixtures/providers/openai-chat"),
+            Shared("openai-chat", ""),
+        ],
+        Format::OpenAiResponses => vec![
+            providers("tests/fixtures/providers/openai-responses"),
+            Shared("openai-responses", ""),
+        ],
+        Format::Anthropic => vec![
+            providers("tests/fixtures/providers/anthropic"),
+            Files("tests/fixtures/recorded", ".sse"),
+            Shared("anthropic", ""),
+        ],
+        Format::Gemini => vec![
+            providers("tests/fixtures/providers/gemini"),
+            Shared("gemini", ".chunks.txt"),
+        ],
+        Format::GeminiCliResponses => vec![
+            providers("tests/fixtures/providers/gemini-cli-responses"),
+            Shared("gemini", ".responses"),
+        ],
+        Format::Acp => vec![providers("tests/fixtures/providers/acp")],
+        Format::GeminiCliTelemetry => {
+            vec![Scenarios(
+                "tests/fixtures/agents/gemini-cli",
+                "telemetry.log",
+            )]
+        }
+        Format::GeminiCliStreamJson => {
+            vec![Scenarios(
+                "tests/fixtures/agents/gemini-cli",
+                "stream.jsonl",
+            )]
+        }
+        Format::ClaudeCode => vec![
+            Scenarios("tests/fixtures/agents/claude-code", "stream.jsonl"),
+            Scenarios("tests/fixtures/agents/claude-code-partial", "stream.jsonl"),
+        ],
+        Format::CodexExec => vec![Scenarios("tests/fixtures/agents/codex", "exec.jsonl")],
+        Format::Otlp => vec![
+            Otlp("tests/fixtures/agents/claude-code"),
+            Otlp("tests/fixtures/agents/codex"),
+            Otlp("tests/fixtures/agents/gemini-cli"),
+        ],
+    }
+}
+
+fn files_in(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|entries| {
             entries
                 .flatten()
-                .filter_map(|e| std::fs::read(e.path()).ok())
+                .map(|e| e.path())
+                .filter(|p| p.is_file())
+                .filter(|p| {
+                    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                    name.ends_with(suffix)
+                        && !name.ends_with(".md")
+                        && !name.ends_with(".schema.json")
+                })
                 .collect()
         })
         .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The lines the OTLP receiver writes for one recorded export (its bodies, in order).
+fn otlp_lines(dir: &Path) -> Vec<u8> {
+    let mut text = Vec::new();
+    for f in files_in(&dir.join("otlp"), ".json") {
+        let body = std::fs::read(&f).unwrap_or_default();
+        let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let mut recs = Vec::new();
+        let converted = if name.contains("-v1-logs") {
+            retryscope::source::otlp::json::logs(&body, &mut recs)
+        } else if name.contains("-v1-traces") {
+            retryscope::source::otlp::json::spans(&body, &mut recs)
+        } else {
+            continue;
+        };
+        converted.unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        for r in recs {
+            text.extend_from_slice(&r.line);
+            text.push(b'\n');
+        }
+    }
+    text
+}
+
+/// Seed inputs of a format, from its real recordings. A seed folder in the repository that is
+/// missing or holds no seed fails the test (a fuzzer without seeds mutates nothing, as the
+/// gemini-cli telemetry one did); a shared folder is checked the same when the shared
+/// fixtures are present.
+fn seeds(format: Format) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for d in seed_dirs(format) {
+        let (what, found): (String, Vec<Vec<u8>>) = match d {
+            SeedDir::Files(dir, suffix) => (
+                format!("{dir}/*{suffix}"),
+                files_in(&root().join(dir), suffix)
+                    .iter()
+                    .filter_map(|p| std::fs::read(p).ok())
+                    .collect(),
+            ),
+            SeedDir::Scenarios(dir, name) => {
+                let scenarios = std::fs::read_dir(root().join(dir))
+                    .map(|e| e.flatten().map(|e| e.path()).collect::<Vec<_>>())
+                    .unwrap_or_default();
+                (
+                    format!("{dir}/*/{name}"),
+                    scenarios
+                        .iter()
+                        .filter_map(|s| std::fs::read(s.join(name)).ok())
+                        .collect(),
+                )
+            }
+            SeedDir::Otlp(dir) => {
+                let scenarios = std::fs::read_dir(root().join(dir))
+                    .map(|e| e.flatten().map(|e| e.path()).collect::<Vec<_>>())
+                    .unwrap_or_default();
+                (
+                    format!("{dir}/otlp-*/otlp"),
+                    scenarios
+                        .iter()
+                        .filter(|s| s.join("otlp").is_dir())
+                        .map(|s| otlp_lines(s))
+                        .filter(|l| !l.is_empty())
+                        .collect(),
+                )
+            }
+            SeedDir::Shared(dir, suffix) => {
+                let Some(shared) = shared_root() else {
+                    eprintln!("note: shared fixtures not found: {dir} seeds skipped");
+                    continue;
+                };
+                (
+                    format!("{}/{dir}/*{suffix}", shared.display()),
+                    files_in(&shared.join(dir), suffix)
+                        .iter()
+                        .filter_map(|p| std::fs::read(p).ok())
+                        .collect(),
+                )
+            }
+        };
+        assert!(
+            !found.is_empty(),
+            "no seed for {} in {what}: the folder is missing or empty",
+            format.as_str()
+        );
+        out.extend(found);
+    }
     out.push(Vec::new());
     out
+}
+
+/// Every decoder the factory has is fuzzed here, each with seeds (see [`seed_dirs`]).
+#[test]
+fn every_format_has_a_fuzz_target_and_seeds() {
+    for f in Format::ALL {
+        assert!(seeds(f).len() > 1, "{}", f.as_str());
+    }
 }
 
 const HOSTILE: &[&[u8]] = &[
@@ -59,6 +247,11 @@ const HOSTILE: &[&[u8]] = &[
     b"data: ",
     b"\\u0000",
     "é".as_bytes(),
+    "\u{202e}".as_bytes(),
+    "\u{2067}".as_bytes(),
+    "\u{200b}".as_bytes(),
+    "\u{2028}".as_bytes(),
+    "\u{feff}".as_bytes(),
 ];
 
 #[derive(Debug, Clone)]
@@ -112,7 +305,7 @@ struct Verify {
 fn no_raw_controls(text: &str) -> Result<(), String> {
     match text
         .chars()
-        .find(|c| (c.is_control() && *c != '\n') || ('\u{80}'..='\u{9f}').contains(c))
+        .find(|&c| c != '\n' && retryscope::sanitize::is_invisible(c))
     {
         Some(c) => Err(format!("raw control {c:?} in {text:?}")),
         None => Ok(()),
@@ -123,6 +316,9 @@ impl CheckObserver for Verify {
     fn turn(&mut self, report: &TurnReport) {
         self.turns += 1;
         let line = render::turn_json(report);
+        if let Err(e) = no_raw_controls(&line) {
+            panic!("--json: {e}");
+        }
         let parsed: serde_json::Value = serde_json::from_str(&line)
             .unwrap_or_else(|e| panic!("invalid --json line {e}: {line}"));
         assert!(parsed.is_object());
@@ -236,4 +432,24 @@ fn fuzz_acp() {
 #[test]
 fn fuzz_gemini_cli_telemetry() {
     fuzz(Format::GeminiCliTelemetry);
+}
+
+#[test]
+fn fuzz_gemini_cli_stream_json() {
+    fuzz(Format::GeminiCliStreamJson);
+}
+
+#[test]
+fn fuzz_claude_code() {
+    fuzz(Format::ClaudeCode);
+}
+
+#[test]
+fn fuzz_codex_exec() {
+    fuzz(Format::CodexExec);
+}
+
+#[test]
+fn fuzz_otlp() {
+    fuzz(Format::Otlp);
 }

@@ -1,8 +1,8 @@
 //! Issue 11 regressions for `retryscope run` as a real process: bad checkpoints, an unwritable
 //! data directory, a failed final checkpoint, hostile bytes in labels.
 
-use std::io::Read;
-use std::net::TcpListener;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -292,4 +292,133 @@ fn otlp_library_warnings_are_rate_limited() {
         (1..=3).contains(&library),
         "one line per 10 s, not one per failed export: {library}\n{stderr}"
     );
+}
+
+/// Issue 24.7: a recorded Anthropic SSE stream whose last line has no newline (the SDK's
+/// fixture ends so). `check` reads it as a clean turn; `run` never read the last line and
+/// reported `incomplete_turn`. Now it reads it once the file has been quiet
+/// (`--partial-line-wait-ms`), and a later completion of the line (its newline, then a second
+/// stream) is not a second copy of it, through a restart too.
+#[test]
+fn an_unterminated_last_line_is_read_after_quiet_and_never_twice() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/recorded/anthropic-sdk-python__basic_response.sse");
+    let body = std::fs::read(&fixture).unwrap();
+    assert_ne!(body.last(), Some(&b'\n'), "the recording ends mid-line");
+    // `check`: one clean turn.
+    let out = Command::new(env!("CARGO_BIN_EXE_retryscope"))
+        .args(["check", "--json", "--format", "anthropic"])
+        .arg(&fixture)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("\"status\":\"completed\""), "{text}");
+    assert!(!text.contains("incomplete_turn\":1"), "{text}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("stream.sse");
+    std::fs::write(&log, &body).unwrap();
+    let data = dir.path().join("data");
+    let findings = dir.path().join("findings.jsonl");
+    let metrics = free_port();
+    let run = |metrics: u16| {
+        Command::new(env!("CARGO_BIN_EXE_retryscope"))
+            .arg("run")
+            .arg(&log)
+            .args(["--format", "anthropic", "--idle-timeout-secs", "2"])
+            .args(["--partial-line-wait-ms", "300"])
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("--findings-out")
+            .arg(&findings)
+            .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let scrape = |port: u16, name: &str| -> f64 {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+            return -1.0;
+        };
+        let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let mut body = String::new();
+        let _ = s.read_to_string(&mut body);
+        body.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let wait_for = |port: u16, name: &str, want: f64| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let got = scrape(port, name);
+            if got >= want {
+                return got;
+            }
+            assert!(Instant::now() < deadline, "{name} stayed at {got}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let child = run(metrics);
+    let guard = KillOnPanic(child.id());
+    // The turn closes (idle timeout) as completed: its message_stop was read.
+    wait_for(metrics, "retryscope_turns_total{", 1.0);
+    assert_eq!(
+        scrape(
+            metrics,
+            "retryscope_turns_total{model=\"claude-3-opus-latest\",provider=\"anthropic\",status=\"completed\"}"
+        ),
+        1.0
+    );
+    // The writer completes the line and streams another message: the completion (an empty
+    // rest of line) is not a second copy of the line, and the next message is a turn of its own.
+    let mut more = b"\n\n".to_vec();
+    more.extend_from_slice(&body);
+    more.extend_from_slice(b"\n\n");
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log)
+        .and_then(|mut f| f.write_all(&more))
+        .unwrap();
+    let completed = "retryscope_turns_total{model=\"claude-3-opus-latest\",provider=\"anthropic\",status=\"completed\"}";
+    wait_for(metrics, completed, 2.0);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(scrape(metrics, completed), 2.0);
+    assert_eq!(scrape(metrics, "retryscope_turns_total{"), 2.0);
+    assert_eq!(scrape(metrics, "retryscope_after_close_events_total"), 0.0);
+    assert_eq!(scrape(metrics, "retryscope_bad_lines_total"), 0.0);
+    let read = scrape(metrics, "retryscope_events_read_total{source=\"file\"}");
+    let (status, err) = stop(child, "-TERM");
+    std::mem::forget(guard);
+    assert!(status.success(), "{err}");
+    // A restart from the checkpoint reads nothing again.
+    let metrics = free_port();
+    let child = run(metrics);
+    let guard = KillOnPanic(child.id());
+    wait_for(metrics, "retryscope_turns_total{", 2.0);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        scrape(metrics, "retryscope_events_read_total{source=\"file\"}"),
+        read
+    );
+    assert_eq!(scrape(metrics, "retryscope_turns_total{"), 2.0);
+    let (status, err) = stop(child, "-TERM");
+    std::mem::forget(guard);
+    assert!(status.success(), "{err}");
+    let found = std::fs::read_to_string(&findings).unwrap_or_default();
+    assert!(!found.contains("incomplete_turn"), "{found}");
+}
+
+/// Kills a child process left running when the test fails before stopping it.
+struct KillOnPanic(u32);
+
+impl Drop for KillOnPanic {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-9", &self.0.to_string()])
+            .status();
+    }
 }

@@ -8,7 +8,12 @@
 //! a bad line) or, for turns still open at end of input, the line that opened them.
 //! Merging by those tags reproduces the single-threaded output order. Turns are independent in
 //! the correlator, so results do not depend on which worker took which turn.
+//!
+//! Memory: `max_open_turns` is split between the workers (as `run --workers` does), and the
+//! turns still open at the end are closed and sent in batches, merged as they come (each
+//! worker's come in opening order): the reports of every open turn never exist at once.
 
+use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,7 +32,9 @@ use crate::turn_route;
 /// Workers; fixed (not the core count) so that results never depend on the machine.
 const SHARDS: usize = 2;
 /// Global lines per result batch (the same boundaries in every worker).
-const BATCH_LINES: u64 = 8192;
+/// 2,048: results in flight (thousands of evicted turns' reports per batch under a full
+/// `--max-open-turns`) stay a small part of the memory the open turns take.
+const BATCH_LINES: u64 = 2048;
 
 enum Item {
     Turn(Box<TurnReport>),
@@ -77,10 +84,13 @@ pub(super) fn run(
             .collect(),
     );
     let progress = Arc::new(AtomicU64::new(0));
+    let mut cfg = cfg;
+    cfg.max_open_turns = cfg.max_open_turns.div_ceil(SHARDS).max(1);
     let mut result_rxs = Vec::new();
     let mut workers = Vec::new();
     for shard in 0..SHARDS {
-        let (tx, rx) = sync_channel::<Message>(8);
+        // Two batches in flight per worker: each can hold thousands of evicted turns' reports.
+        let (tx, rx) = sync_channel::<Message>(2);
         result_rxs.push(rx);
         let cfg = cfg.clone();
         let prices = prices.clone();
@@ -97,47 +107,61 @@ pub(super) fn run(
     let mut stats = CorrelatorStats::default();
     let mut finals = 0;
     let mut opened = 0;
+    // Per worker: its end-of-input turns not yet merged (in opening order), whether it has
+    // begun sending them (its in-stream results are all in), and whether it has finished.
+    let mut tails: Vec<VecDeque<(u64, Item)>> = (0..SHARDS).map(|_| VecDeque::new()).collect();
+    let mut at_end = [false; SHARDS];
+    let mut ended = [false; SHARDS];
     loop {
-        let mut merged: Vec<(u8, u64, Item)> = Vec::new();
-        let mut done = 0;
-        for rx in &result_rxs {
+        let mut merged: Vec<(u64, Item)> = Vec::new();
+        for (w, rx) in result_rxs.iter().enumerate() {
+            if ended[w] {
+                continue;
+            }
             match rx.recv() {
-                Ok(Message::Batch(b)) => merged.extend(b.items),
+                Ok(Message::Batch(b)) => {
+                    for (phase, seq, item) in b.items {
+                        if phase == 0 {
+                            merged.push((seq, item));
+                        } else {
+                            at_end[w] = true;
+                            tails[w].push_back((seq, item));
+                        }
+                    }
+                }
                 Ok(Message::Done(f)) => {
                     counters.add(&f.counters);
                     stats.add(&f.stats);
                     opened = opened.max(f.opened);
                     finals += 1;
-                    done += 1;
+                    ended[w] = true;
                 }
-                Err(_) => done += 1,
+                Err(_) => ended[w] = true,
             }
         }
-        merged.sort_by_key(|(phase, seq, _)| (*phase, *seq));
-        for (_, _, item) in merged {
-            match item {
-                Item::Turn(report) => {
-                    summary.add_turn(&report);
-                    observer.turn(&report);
+        merged.sort_by_key(|(seq, _)| *seq);
+        for (_, item) in merged {
+            emit(item, &names, &mut summary, observer);
+        }
+        // End-of-input turns once every worker's in-stream results are in: a two-way merge
+        // that emits a turn only when no worker can still send one opened before it.
+        if (0..SHARDS).all(|w| at_end[w] || ended[w]) {
+            loop {
+                let next = (0..SHARDS)
+                    .filter_map(|w| tails[w].front().map(|(seq, _)| (*seq, w)))
+                    .min();
+                let Some((_, w)) = next else { break };
+                let blocked = (0..SHARDS).any(|v| v != w && !ended[v] && tails[v].is_empty());
+                if blocked {
+                    break;
                 }
-                Item::Bad {
-                    input,
-                    line,
-                    reason,
-                } => observer.bad_line(&BadLine {
-                    input: names.get(input).cloned().unwrap_or_default(),
-                    line,
-                    reason,
-                }),
-                Item::Unreadable { input, message } => {
-                    let name = names.get(input).cloned().unwrap_or_default();
-                    observer.unreadable(&name, &io::Error::other(message));
-                    summary.unreadable_inputs.push(name);
+                if let Some((_, item)) = tails[w].pop_front() {
+                    emit(item, &names, &mut summary, observer);
                 }
             }
         }
         observer.progress(progress.load(Ordering::Relaxed));
-        if done == SHARDS {
+        if ended.iter().all(|e| *e) {
             break;
         }
     }
@@ -156,6 +180,40 @@ pub(super) fn run(
     }
     summary.finish_with(&counters, stats);
     summary
+}
+
+/// Hand one merged result to the observer.
+fn emit(item: Item, names: &[String], summary: &mut Summary, observer: &mut dyn CheckObserver) {
+    match item {
+        Item::Turn(report) => {
+            summary.add_turn(&report);
+            observer.turn(&report);
+        }
+        Item::Bad {
+            input,
+            line,
+            reason,
+        } => observer.bad_line(&BadLine {
+            input: names.get(input).cloned().unwrap_or_default(),
+            line,
+            reason,
+        }),
+        Item::Unreadable { input, message } => {
+            let name = names.get(input).cloned().unwrap_or_default();
+            observer.unreadable(&name, &io::Error::other(message));
+            summary.unreadable_inputs.push(name);
+        }
+    }
+}
+
+/// The turns closed at end of input in `out`, tagged with the line that opened them.
+fn closed_at_end(out: &mut Vec<Output>) -> Vec<(u8, u64, Item)> {
+    out.drain(..)
+        .filter_map(|o| match o {
+            Output::TurnClosed(report) => Some((1, report.opened_seq, Item::Turn(report))),
+            _ => None,
+        })
+        .collect()
 }
 
 /// One worker: reads every input, correlates the lines of its shard, and sends a batch of
@@ -276,15 +334,14 @@ fn worker(
     if !flush(&mut items) {
         return;
     }
-    ingest.close_all(&mut out, &mut |_| {});
-    let items = out
-        .drain(..)
-        .filter_map(|o| match o {
-            Output::TurnClosed(report) => Some((1, report.opened_seq, Item::Turn(report))),
-            _ => None,
-        })
-        .collect();
-    let _ = results.send(Message::Batch(Batch { items }));
+    ingest.close_all_batched(super::CLOSE_BATCH, &mut out, &mut |_| {}, &mut |o| {
+        let _ = results.send(Message::Batch(Batch {
+            items: closed_at_end(o),
+        }));
+    });
+    let _ = results.send(Message::Batch(Batch {
+        items: closed_at_end(&mut out),
+    }));
     let _ = results.send(Message::Done(Box::new(Final {
         counters: ingest.counters().clone(),
         stats: ingest.correlator().stats(),

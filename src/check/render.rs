@@ -10,13 +10,13 @@ use crate::sanitize::display;
 
 /// JSON line of one turn.
 pub fn turn_json(report: &TurnReport) -> String {
-    serde_json::to_string(report).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    crate::sanitize::to_json_string(report).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
 }
 
 /// The `{"summary": {...}}` line.
 pub fn summary_json(summary: &Summary) -> String {
     let wrapped = serde_json::json!({ "summary": summary });
-    wrapped.to_string()
+    crate::sanitize::to_json_string(&wrapped).unwrap_or_default()
 }
 
 /// Whether to colour: `always` and `never` are what they say; `auto` colours a terminal

@@ -74,8 +74,8 @@ pub struct CheckArgs {
     /// Lines longer than this are skipped and counted.
     #[arg(long, default_value_t = 1 << 20, value_name = "N")]
     max_line_bytes: usize,
-    /// Open turns kept in memory (per worker); beyond it the least recently active is closed
-    /// early as incomplete, and counted (`evicted_turns`).
+    /// Open turns kept in memory (in all, split between the workers); beyond it the least
+    /// recently active is closed early as incomplete, and counted (`evicted_turns`).
     #[arg(long, default_value_t = 100_000, value_name = "N")]
     max_open_turns: usize,
     /// Show every turn in the text report [default: only turns with findings or retries].

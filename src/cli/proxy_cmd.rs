@@ -11,7 +11,9 @@ use anyhow::Context;
 use clap::Args;
 
 use retryscope::config::RunConfig;
-use retryscope::internal_events::{InternalEvent, ProxyCut, ProxyUpstreamError};
+use retryscope::internal_events::{
+    InternalEvent, ProxyAnswerUnobserved, ProxyCut, ProxyUpstreamError,
+};
 use retryscope::proxy::{
     self, How, InjectMatch, InjectRule, LineSink, Point, Proxy, ProxyNote, Tracker,
     UpstreamSettings,
@@ -290,6 +292,7 @@ async fn serve(cfg: RunConfig, traces: Option<TraceExportConfig>) -> anyhow::Res
         ProxyNote::UpstreamError => ProxyUpstreamError.emit(&notes_metrics),
         ProxyNote::Stream => notes_metrics.inc_proxy_streams(),
         ProxyNote::Held { nanos } => notes_metrics.observe_proxy_latency(nanos as f64 / 1e9),
+        ProxyNote::Unobserved => ProxyAnswerUnobserved.emit(&notes_metrics),
     });
     let proxy = Arc::new(Proxy::new(&cfg.proxy, tracker, notes)?);
     for u in &cfg.proxy.upstream {

@@ -45,6 +45,10 @@ pub struct RunArgs {
     /// Open turns kept in memory before the least recently active is evicted [default: 100000].
     #[arg(long, value_name = "N")]
     max_open_turns: Option<usize>,
+    /// Read a file's last line without its newline once the file has been quiet this long
+    /// (milliseconds; 0: wait for the newline) [default: 500].
+    #[arg(long, value_name = "MS")]
+    partial_line_wait_ms: Option<u64>,
     /// Threads that decode and correlate, sharded by turn (at most 8) [default: 1; more only
     /// pays for native logs on idle cores]
     #[arg(long, value_name = "N")]
@@ -190,6 +194,9 @@ fn merge(args: &RunArgs) -> anyhow::Result<(RunConfig, Sources)> {
     }
     if let Some(v) = args.max_open_turns {
         cfg.max_open_turns = v;
+    }
+    if let Some(v) = args.partial_line_wait_ms {
+        cfg.partial_line_wait_ms = v;
     }
     if let Some(v) = args.workers {
         cfg.workers = Some(v);

@@ -465,7 +465,8 @@ async fn deliver(
         if let Err(error) = sh.findings.write(f) {
             FindingWriteFailed { error: &error }.emit(&o.metrics);
         }
-        let body = serde_json::to_vec(f).map_err(|e| NatsError::new("encoding a finding", e))?;
+        let body =
+            crate::sanitize::to_json_vec(f).map_err(|e| NatsError::new("encoding a finding", e))?;
         let mut headers = HeaderMap::new();
         headers.insert("Nats-Msg-Id", format!("{id}-{i}").as_str());
         let ack = sh

@@ -57,7 +57,10 @@ impl Observer {
         self.ended = true;
         let now = now_ms();
         let mut t = self.proxy.tracker();
-        if self.decode && self.framer.framing() == Framing::Whole && how == End::Complete {
+        if self.decode && self.framer.unobserved() && how == End::Complete {
+            // Over the cap: the client got it whole, the tracker saw none of it.
+            t.complete_whole(&self.attempt, "unobserved", now);
+        } else if self.decode && self.framer.framing() == Framing::Whole && how == End::Complete {
             // A non-streaming answer: as the chunks its provider would have streamed; one
             // this proxy cannot reshape is recorded as finished.
             let (frame, _) = self.framer.finish();
@@ -278,7 +281,11 @@ impl Body for ObservedBody {
                         if let Some(obs) = &mut this.observer {
                             let held = std::time::Instant::now();
                             if obs.framer.framing() == Framing::Whole {
+                                let was = obs.framer.unobserved();
                                 obs.framer.push(&data);
+                                if !was && obs.framer.unobserved() {
+                                    (obs.proxy.notes)(ProxyNote::Unobserved);
+                                }
                             } else {
                                 let frames = obs.framer.push(&data);
                                 obs.chunks(&frames);

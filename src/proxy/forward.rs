@@ -36,8 +36,12 @@ use super::settings::ProxySettings;
 /// The body the proxy answers with.
 pub type ProxyBody = Either<ObservedBody, Full<Bytes>>;
 
-/// Largest stream event the framer holds (a bigger one is forwarded but not decoded).
-const MAX_FRAME: usize = 8 << 20;
+/// Largest stream event, or non-streaming answer, the framer holds (a bigger one is forwarded
+/// but not decoded; see `ProxyNote::Unobserved`).
+pub const MAX_FRAME: usize = 8 << 20;
+
+/// Most idle upstream connections kept per upstream host.
+pub const UPSTREAM_MAX_IDLE_PER_HOST: usize = 16;
 
 /// Milliseconds since the Unix epoch (event times of the lines the proxy writes).
 pub fn now_ms() -> i64 {
@@ -68,6 +72,8 @@ pub enum ProxyNote {
         /// Nanoseconds.
         nanos: u64,
     },
+    /// A non-streaming answer over the frame cap was passed through without being observed.
+    Unobserved,
 }
 
 /// The proxy: routes, the upstream client, the tracker.
@@ -108,7 +114,10 @@ impl Proxy {
         };
         Ok(Proxy {
             routes,
-            client: client(settings.ca_file.as_deref())?,
+            client: client(
+                settings.ca_file.as_deref(),
+                std::time::Duration::from_secs(settings.upstream_idle_secs.max(1)),
+            )?,
             tracker: Mutex::new(tracker),
             recorder,
             notes,
@@ -146,6 +155,7 @@ impl Proxy {
 /// the system's roots plus `ca_file` (PEM), or plain HTTP.
 fn client(
     ca_file: Option<&std::path::Path>,
+    idle: std::time::Duration,
 ) -> Result<Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>, ProxyError> {
     use rustls_pki_types::CertificateDer;
     use rustls_pki_types::pem::PemObject;
@@ -181,7 +191,13 @@ fn client(
         .enable_http1()
         .enable_http2()
         .wrap_connector(http);
-    Ok(Client::builder(TokioExecutor::new()).build(https))
+    // Idle connections expire after `idle` (the pool's timer runs the expiry: without it, idle
+    // connections were never closed) and at most a few are kept per host.
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_timer(hyper_util::rt::TokioTimer::new())
+        .pool_idle_timeout(idle)
+        .pool_max_idle_per_host(UPSTREAM_MAX_IDLE_PER_HOST)
+        .build(https))
 }
 
 /// Serve until `shutdown` resolves. Each connection speaks HTTP/1.1 or HTTP/2 (prior

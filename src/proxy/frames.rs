@@ -51,6 +51,9 @@ pub struct Framer {
     max_frame: usize,
     /// Frames dropped for their size.
     pub oversized: u64,
+    /// `Whole`: the document outgrew `max_frame`; it is passed through unobserved and nothing
+    /// more is held.
+    unobserved: bool,
 }
 
 impl Framer {
@@ -69,6 +72,7 @@ impl Framer {
             start: None,
             max_frame,
             oversized: 0,
+            unobserved: false,
         }
     }
 
@@ -77,8 +81,25 @@ impl Framer {
         self.framing
     }
 
+    /// Whether a `Whole` document outgrew the cap: it is not observed (its bytes still go to
+    /// the client), and [`Framer::finish`] gives no frame.
+    pub fn unobserved(&self) -> bool {
+        self.unobserved
+    }
+
     /// Feed bytes; returns the frames they complete.
     pub fn push(&mut self, bytes: &[u8]) -> Vec<Frame> {
+        if self.unobserved {
+            return Vec::new();
+        }
+        if self.framing == Framing::Whole && self.buf.len() + bytes.len() > self.max_frame {
+            // A document this large is not a model answer this proxy can reshape: stop holding
+            // it (an endless answer would otherwise grow without bound).
+            self.oversized += 1;
+            self.unobserved = true;
+            self.buf = Vec::new();
+            return Vec::new();
+        }
         self.buf.extend_from_slice(bytes);
         let mut out = Vec::new();
         match self.framing {
@@ -123,6 +144,7 @@ impl Framer {
                 (frame, std::mem::take(&mut self.buf))
             }
             Framing::JsonArray => (None, std::mem::take(&mut self.buf)),
+            Framing::Whole if self.unobserved => (None, Vec::new()),
             Framing::Whole => {
                 let bytes = std::mem::take(&mut self.buf);
                 let data = String::from_utf8_lossy(&bytes).into_owned();
@@ -302,6 +324,22 @@ mod tests {
         let (frames, _) = all(Framing::Whole, b"{\"candidates\":[]}", 3);
         assert_eq!(frames.len(), 1);
         assert_eq!(frames[0].data, "{\"candidates\":[]}");
+    }
+
+    #[test]
+    fn a_whole_document_over_the_cap_is_released_and_never_held_again() {
+        let mut f = Framer::new(Framing::Whole, 64);
+        assert!(f.push(&[b'{'; 40]).is_empty());
+        assert!(!f.unobserved());
+        assert!(f.push(&[b'x'; 40]).is_empty());
+        assert!(f.unobserved());
+        assert_eq!(f.oversized, 1);
+        for _ in 0..1000 {
+            f.push(&[b'x'; 4096]);
+        }
+        assert_eq!(f.buf.capacity(), 0, "nothing held after the cap");
+        assert_eq!(f.oversized, 1, "counted once per answer");
+        assert_eq!(f.finish(), (None, Vec::new()));
     }
 
     #[test]

@@ -4,9 +4,9 @@
 //! hands the pipeline (turns, attempts, each raw stream chunk in a `provider_chunk` envelope,
 //! cuts, executions read from the next request), so `retryscope check DIR` re-correlates the
 //! session exactly; `DIR/requests/<turn>.<attempt>.http` holds each attempt's request as sent
-//! (method, path, headers, body), with secrets replaced by `[redacted]`: the `authorization`,
-//! `proxy-authorization`, `x-api-key`, `x-goog-api-key`, `api-key` and `cookie` headers and
-//! `key=` query parameters. `check` skips the `.http` files (their first line is not JSON).
+//! (method, path, headers, body), with secrets replaced by `[redacted]` by the rules of
+//! `redact.rs` (headers and parameters by name and by value, keys of known shape in bodies and
+//! in the event lines written). `check` skips the `.http` files (their first line is not JSON).
 //! A recording is never overwritten: a name met again gets a numbered suffix.
 
 use std::fs::File;
@@ -18,31 +18,9 @@ use http::HeaderMap;
 
 use super::attempts::{AttemptRef, LineSink};
 
-/// Headers whose values are secrets.
-pub const SECRET_HEADERS: [&str; 6] = [
-    "authorization",
-    "proxy-authorization",
-    "x-api-key",
-    "x-goog-api-key",
-    "api-key",
-    "cookie",
-];
-
-/// `path?query` with the values of `key` parameters redacted.
+/// `path?query` with secret parameters redacted.
 pub fn redact_query(path_and_query: &str) -> String {
-    let Some((path, query)) = path_and_query.split_once('?') else {
-        return path_and_query.to_owned();
-    };
-    let parts: Vec<String> = query
-        .split('&')
-        .map(|kv| match kv.split_once('=') {
-            Some((k, _)) if k.eq_ignore_ascii_case("key") || k.eq_ignore_ascii_case("api_key") => {
-                format!("{k}=[redacted]")
-            }
-            _ => kv.to_owned(),
-        })
-        .collect();
-    format!("{path}?{}", parts.join("&"))
+    super::redact::query(path_and_query)
 }
 
 /// Where requests are written.
@@ -84,16 +62,13 @@ impl Recorder {
             .collect();
         let mut text = format!("{method} {} HTTP/1.1\r\n", redact_query(path_and_query));
         for (k, v) in headers {
-            let value = if SECRET_HEADERS.contains(&k.as_str()) {
-                "[redacted]".to_owned()
-            } else {
-                String::from_utf8_lossy(v.as_bytes()).into_owned()
-            };
+            let raw = String::from_utf8_lossy(v.as_bytes());
+            let value = super::redact::header_value(k.as_str(), &raw);
             text.push_str(&format!("{k}: {value}\r\n"));
         }
         text.push_str("\r\n");
         let mut bytes = text.into_bytes();
-        bytes.extend_from_slice(body);
+        bytes.extend_from_slice(&super::redact::body(body));
         if let Err(e) = write_new(&self.requests, &name, &bytes) {
             tracing::warn!(error = %e, "proxy: cannot record a request");
         }
@@ -152,7 +127,7 @@ impl LineSink for Tee {
     fn line(&mut self, line: Vec<u8>) {
         if let Ok(mut f) = self.file.lock() {
             let r = f
-                .write_all(&line)
+                .write_all(&super::redact::body(&line))
                 .and_then(|()| f.write_all(b"\n"))
                 .and_then(|()| f.flush());
             if let Err(e) = r {

@@ -5,6 +5,7 @@
 //! listen = "127.0.0.1:8788"
 //! record = "proxy-recording"          # optional: --record DIR
 //! ca_file = "/etc/ssl/extra-ca.pem"   # optional: another root for upstream TLS
+//! upstream_idle_secs = 30             # idle upstream connections are closed after this
 //!
 //! [[proxy.upstream]]
 //! prefix = "/anthropic"               # requests under this path go here, prefix stripped
@@ -55,6 +56,8 @@ pub struct ProxySettings {
     pub record: Option<PathBuf>,
     /// Extra root certificates (PEM) trusted for upstream TLS, besides the system's.
     pub ca_file: Option<PathBuf>,
+    /// Seconds an idle upstream connection is kept for reuse before it is closed.
+    pub upstream_idle_secs: u64,
     /// Largest request body forwarded, in bytes.
     pub max_request_bytes: usize,
 }
@@ -67,6 +70,7 @@ impl Default for ProxySettings {
             inject: None,
             record: None,
             ca_file: None,
+            upstream_idle_secs: 30,
             max_request_bytes: 64 << 20,
         }
     }

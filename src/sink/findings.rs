@@ -97,7 +97,7 @@ impl FindingsSink {
         if let FindingsSink::Human(view) = self {
             return view.finding(finding);
         }
-        let mut line = serde_json::to_vec(finding).map_err(io::Error::other)?;
+        let mut line = crate::sanitize::to_json_vec(finding).map_err(io::Error::other)?;
         line.push(b'\n');
         match self {
             FindingsSink::Off | FindingsSink::Human(_) => Ok(()),

@@ -235,6 +235,7 @@ impl Inner {
             F::NatsTakeovers,
             F::NatsCheckpointLag,
             F::NatsPublishFailures,
+            F::ProxyUnobserved,
         ] {
             t.touch(f as usize, &[]);
         }
@@ -555,6 +556,11 @@ impl Metrics {
     /// Count an upstream failure of `retryscope proxy`.
     pub fn inc_proxy_upstream_errors(&self) {
         lock(&self.inner).add(F::ProxyUpstreamErrors, &[], 1.0);
+    }
+
+    /// Count a non-streaming answer `retryscope proxy` passed through unobserved.
+    pub fn inc_proxy_unobserved(&self) {
+        lock(&self.inner).add(F::ProxyUnobserved, &[], 1.0);
     }
 
     /// Count one successful checkpoint write.

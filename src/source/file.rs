@@ -32,8 +32,12 @@
 //!   differ.
 //! - Deletion: a deleted file is drained through its open handle and released after
 //!   `rotate_wait` of idleness.
-//! - Partial lines are never delivered; a final unterminated line stays pending, and is dropped
-//!   if its file is released.
+//! - A final unterminated line is delivered once its file has been quiet for
+//!   `partial_line_wait` (OTel's filelog flushes after 500 ms too): a writer that ends without a
+//!   newline is not left unread. It is then consumed (the checkpoint is past it); whatever
+//!   completes it later is the next line, so nothing is delivered twice, before or after a
+//!   restart. With `partial_line_wait` zero such a line stays pending (dropped if its file is
+//!   released).
 //! - Lines longer than `max_line_bytes` (not counting `\n` or a `\r` before it) are skipped
 //!   without buffering them, and reported.
 //! - Memory: per file at most `max_line_bytes + 1` bytes of pending line, plus one shared read
@@ -112,6 +116,9 @@ pub struct FileTailerConfig {
     /// With `max_open_files` reached and files waiting, handles idle this long at their end are
     /// closed (parked) and reopened in turn.
     pub park_idle_after: Duration,
+    /// An unterminated last line is delivered once its file has been quiet this long
+    /// (zero: never).
+    pub partial_line_wait: Duration,
 }
 
 impl Default for FileTailerConfig {
@@ -127,6 +134,7 @@ impl Default for FileTailerConfig {
             rescan_every: Duration::ZERO,
             max_open_files: usize::MAX,
             park_idle_after: Duration::from_secs(2),
+            partial_line_wait: Duration::from_millis(500),
         }
     }
 }
@@ -157,6 +165,9 @@ pub struct Line<'a> {
     pub bytes: &'a [u8],
     /// Offset just after the line's newline: the checkpoint offset once this line is processed.
     pub end_offset: u64,
+    /// The file's last line, without its newline, delivered after the file stayed quiet
+    /// (`partial_line_wait`): a record (an SSE event) it belongs to ends here too.
+    pub unterminated: bool,
 }
 
 /// What one poll did.
@@ -324,6 +335,16 @@ impl FileTailer {
             );
             self.changed.checked(f.id, throttled);
             stats.throttled |= throttled;
+        }
+        if !self.config.partial_line_wait.is_zero() {
+            for f in &mut self.files {
+                f.flush_partial(
+                    self.config.partial_line_wait,
+                    self.config.max_line_bytes,
+                    on_line,
+                    &mut stats,
+                );
+            }
         }
         self.release_drained(events);
         stats

@@ -20,7 +20,7 @@ pub mod spool;
 pub use accept::{Outcome, Protocol, Receiver, ReceiverConfig, Signal};
 pub use queue::{Batch, Queue};
 pub use record::Record;
-pub use spool::{Spool, SpoolPos};
+pub use spool::{Spool, SpoolPos, check_position as spool_check_position};
 
 /// Name of the spool folder inside the data directory.
 pub const SPOOL_DIR: &str = "otlp-spool";

@@ -154,6 +154,41 @@ mod tests {
         assert!(limiter.allow(info_meta(), t0));
     }
 
+    #[test]
+    fn no_field_carries_an_invisible_character_raw() {
+        use std::sync::Arc;
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().map(|mut v| v.extend_from_slice(b)).ok();
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let out = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .fmt_fields(fields())
+            .with_ansi(false)
+            .with_writer(move || out.clone())
+            .finish();
+        let hostile = "f\x1b]0;t\x07\u{9b}2J\u{202e}\u{2067}\u{200b}\u{2028}\u{feff}.log";
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(path = %hostile, debug = ?hostile, "read {hostile}");
+        });
+        let text = String::from_utf8(buf.0.lock().map(|v| v.clone()).unwrap_or_default())
+            .unwrap_or_default();
+        assert!(text.contains("path=f"), "{text}");
+        let raw = text
+            .trim_end_matches('\n')
+            .chars()
+            .find(|&c| crate::sanitize::is_invisible(c));
+        assert_eq!(raw, None, "{text:?}");
+    }
+
     fn warn_meta() -> &'static Metadata<'static> {
         struct Cs;
         static CS: Cs = Cs;

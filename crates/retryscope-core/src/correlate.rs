@@ -346,27 +346,55 @@ impl Correlator {
 
     /// Close every open turn (end of input), oldest first.
     pub fn close_all(&mut self, out: &mut Vec<Output>) {
-        let mut ids: Vec<(u64, String)> = self
-            .turns
-            .values()
-            .map(|t| (t.opened_seq(), t.id().to_owned()))
-            .collect();
-        ids.sort();
-        for (_, id) in ids {
-            self.close(id, CloseReason::EndOfInput, out);
+        self.close_all_batched(usize::MAX, out, &mut |_| {});
+    }
+
+    /// [`Correlator::close_all`], handing `out` to `drain` after every `batch` turns closed,
+    /// so the reports of every open turn never exist at once (100,000 open turns closed in
+    /// one go held 100,000 reports: as much memory again as the turns).
+    pub fn close_all_batched(
+        &mut self,
+        batch: usize,
+        out: &mut Vec<Output>,
+        drain: &mut dyn FnMut(&mut Vec<Output>),
+    ) {
+        // Moved out of the table (no copy of any id), oldest first.
+        let mut open: Vec<(String, Box<TurnState>)> =
+            std::mem::take(&mut self.turns).into_iter().collect();
+        open.sort_unstable_by_key(|(_, t)| t.opened_seq());
+        for (i, (id, state)) in open.into_iter().enumerate() {
+            self.close_state(id, state, CloseReason::EndOfInput, out);
+            if (i + 1) % batch.max(1) == 0 {
+                drain(out);
+            }
         }
     }
 
     fn evict_oldest(&mut self, out: &mut Vec<Output>) {
         // Evict about 1% at once so a full table does not scan on every new turn.
         let batch = (self.cfg.max_open_turns / 100).max(1);
-        let mut by_age: Vec<(i64, u64, String)> = self
+        // The ages alone are gathered (16 bytes per open turn; a copy of every open id at each
+        // eviction cost ~80), the `batch` oldest found by selection, and only their ids copied.
+        let mut ages: Vec<(i64, u64)> = self
             .turns
             .values()
-            .map(|t| (t.last_arrival_ms(), t.opened_seq(), t.id().to_owned()))
+            .map(|t| (t.last_arrival_ms(), t.opened_seq()))
             .collect();
-        by_age.sort();
-        for (_, _, id) in by_age.into_iter().take(batch) {
+        let newest_evicted = if ages.len() > batch {
+            *ages.select_nth_unstable(batch - 1).1
+        } else {
+            ages.iter().copied().max().unwrap_or((i64::MAX, u64::MAX))
+        };
+        drop(ages);
+        let mut evicted: Vec<(i64, u64, String)> = self
+            .turns
+            .values()
+            .map(|t| (t.last_arrival_ms(), t.opened_seq(), t))
+            .filter(|(ms, seq, _)| (*ms, *seq) <= newest_evicted)
+            .map(|(ms, seq, t)| (ms, seq, t.id().to_owned()))
+            .collect();
+        evicted.sort_unstable();
+        for (_, _, id) in evicted {
             self.stats.evicted_turns += 1;
             self.close(id, CloseReason::Evicted, out);
         }
@@ -376,6 +404,16 @@ impl Correlator {
         let Some(state) = self.turns.remove(&id) else {
             return;
         };
+        self.close_state(id, state, reason, out);
+    }
+
+    fn close_state(
+        &mut self,
+        id: String,
+        state: Box<TurnState>,
+        reason: CloseReason,
+        out: &mut Vec<Output>,
+    ) {
         self.stats.turns_closed += 1;
         let report = state.close(reason, &self.prices, self.cfg.capture_content, out);
         out.push(Output::TurnClosed(Box::new(report)));

@@ -473,6 +473,18 @@ impl Ingest {
 
     /// End of all input: end every stream, then close every open turn.
     pub fn close_all(&mut self, out: &mut Vec<Output>, note: &mut dyn FnMut(Note<'_>)) {
+        self.close_all_batched(usize::MAX, out, note, &mut |_| {});
+    }
+
+    /// [`Ingest::close_all`], handing `out` to `drain` after every `batch` turns closed (see
+    /// [`crate::correlate::Correlator::close_all_batched`]).
+    pub fn close_all_batched(
+        &mut self,
+        batch: usize,
+        out: &mut Vec<Output>,
+        note: &mut dyn FnMut(Note<'_>),
+        drain: &mut dyn FnMut(&mut Vec<Output>),
+    ) {
         for i in 0..self.streams.len() {
             self.end(StreamId(i as u32), None, out, note);
         }
@@ -484,7 +496,7 @@ impl Ingest {
             self.pipeline.set_origin(&joined_origin(), None);
             self.pipeline.observe_events(&mut events, out);
         }
-        self.pipeline.close_all(out);
+        self.pipeline.close_all_batched(batch, out, drain);
     }
 
     /// Let idle turns time out.

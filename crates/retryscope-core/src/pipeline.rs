@@ -355,6 +355,17 @@ impl Pipeline {
 
     /// End of input: flush provider envelopes and close every open turn.
     pub fn close_all(&mut self, out: &mut Vec<Output>) {
+        self.close_all_batched(usize::MAX, out, &mut |_| {});
+    }
+
+    /// [`Pipeline::close_all`] with the turns closed in batches (see
+    /// [`Correlator::close_all_batched`]).
+    pub fn close_all_batched(
+        &mut self,
+        batch: usize,
+        out: &mut Vec<Output>,
+        drain: &mut dyn FnMut(&mut Vec<Output>),
+    ) {
         let mut events = std::mem::take(&mut self.scratch);
         self.envelope.finish(&mut events);
         if let Err(e) = self.observe_all(&mut events, None, out, false) {
@@ -363,7 +374,7 @@ impl Pipeline {
         self.scratch = events;
         let skips = std::mem::take(&mut self.envelope).skips();
         self.counters.skips.add(skips);
-        self.correlator.close_all(out);
+        self.correlator.close_all_batched(batch, out, drain);
     }
 
     /// Give the correlator back (for snapshots).

@@ -280,6 +280,7 @@ impl Watched {
                         path: &self.path,
                         bytes: &line[..len],
                         end_offset,
+                        unterminated: false,
                     });
                 }
                 self.pending.clear();
@@ -291,6 +292,47 @@ impl Watched {
             rest = &rest[i + 1..];
             pos = end_offset;
         }
+    }
+
+    /// Deliver the unterminated last line once the file has been quiet for `quiet` with it
+    /// read to its end (a writer that ends without a newline, or stopped mid-line). The bytes
+    /// are consumed: `offset` moves past them, so a checkpoint never delivers them twice, and
+    /// whatever completes the line later (the rest of it, or just its newline) is the next
+    /// line. An over-long line being skipped is not delivered. Returns whether one was.
+    pub(crate) fn flush_partial(
+        &mut self,
+        quiet: std::time::Duration,
+        max_line_bytes: usize,
+        on_line: &mut dyn FnMut(Line<'_>),
+        stats: &mut PollStats,
+    ) -> bool {
+        if self.pending.is_empty()
+            || self.skipping.is_some()
+            || !self.at_eof()
+            || self.last_change.elapsed() < quiet
+        {
+            return false;
+        }
+        // Written since the last read (not seen yet): read it first.
+        if self
+            .file
+            .metadata()
+            .map_or(true, |m| m.len() != self.read_pos)
+        {
+            return false;
+        }
+        let cr = self.pending.last() == Some(&b'\r');
+        let len = (self.pending.len() - usize::from(cr)).min(max_line_bytes);
+        stats.lines += 1;
+        on_line(Line {
+            path: &self.path,
+            bytes: &self.pending[..len],
+            end_offset: self.read_pos,
+            unterminated: true,
+        });
+        self.pending.clear();
+        self.offset = self.read_pos;
+        true
     }
 
     /// Bytes not yet consumed as lines (size at last poll minus offset).
@@ -356,6 +398,60 @@ mod tests {
         }
         assert_eq!(lines.len(), 9);
         assert_eq!(w.offset, input.len() as u64);
+    }
+
+    #[test]
+    fn an_unterminated_last_line_is_delivered_once_after_quiet_and_its_completion_is_not_doubled() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let mut f = File::create(&path).unwrap();
+        f.write_all(b"one\ntw").unwrap();
+        let mut w = watched(&path);
+        let mut stats = PollStats::default();
+        let mut chunk = vec![0u8; 64];
+        let mut lines: Vec<(Vec<u8>, u64)> = Vec::new();
+        let mut read = |w: &mut Watched, lines: &mut Vec<(Vec<u8>, u64)>| {
+            let mut on = |l: Line<'_>| lines.push((l.bytes.to_vec(), l.end_offset));
+            w.read(
+                &mut chunk,
+                1 << 20,
+                1024,
+                256,
+                &mut on,
+                &mut NoEvents,
+                &mut stats,
+            );
+        };
+        read(&mut w, &mut lines);
+        assert_eq!(lines, [(b"one".to_vec(), 4)]);
+        let quiet = std::time::Duration::from_millis(50);
+        let mut fstats = PollStats::default();
+        let mut on = |l: Line<'_>| lines.push((l.bytes.to_vec(), l.end_offset));
+        // Not quiet long enough yet.
+        w.last_change = Instant::now();
+        assert!(!w.flush_partial(quiet, 1024, &mut on, &mut fstats));
+        std::thread::sleep(quiet * 2);
+        assert!(w.flush_partial(quiet, 1024, &mut on, &mut fstats));
+        assert!(!w.flush_partial(quiet, 1024, &mut on, &mut fstats), "once");
+        assert_eq!(
+            w.checkpoint().offset,
+            6,
+            "consumed: a restart does not read it again"
+        );
+        // The writer completes the line later: only what follows is a (new) line.
+        f.write_all(b"o\nthree\n").unwrap();
+        read(&mut w, &mut lines);
+        let got: Vec<&[u8]> = lines.iter().map(|(l, _)| l.as_slice()).collect();
+        assert_eq!(got, [&b"one"[..], b"tw", b"o", b"three"]);
+        assert_eq!(w.checkpoint().offset, 14);
+        // A file still growing is read, not flushed.
+        f.write_all(b"fo").unwrap();
+        std::thread::sleep(quiet * 2);
+        let mut on = |l: Line<'_>| lines.push((l.bytes.to_vec(), l.end_offset));
+        assert!(
+            !w.flush_partial(quiet, 1024, &mut on, &mut stats),
+            "unread bytes"
+        );
     }
 
     #[test]

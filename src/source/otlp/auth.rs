@@ -73,18 +73,21 @@ impl Token {
         Ok(Token::new(token))
     }
 
-    /// Whether `authorization: Bearer <token>` carries this token. The comparison takes the
-    /// same time wherever the tokens differ (digests compared without an early exit).
+    /// Whether `authorization: Bearer <token>` carries this token. The scheme is
+    /// case-insensitive (RFC 7235 §2.1: `BEARER`, `bearer`), followed by one or more spaces.
+    /// The comparison takes the same time wherever the tokens differ (digests compared
+    /// without an early exit).
     pub fn matches_header(&self, header: Option<&[u8]>) -> bool {
         let Some(h) = header else {
             return false;
         };
-        let Some(given) = h
-            .strip_prefix(b"Bearer ")
-            .or_else(|| h.strip_prefix(b"bearer "))
-        else {
+        let Some(space) = h.iter().position(|&b| b == b' ') else {
             return false;
         };
+        let (scheme, given) = h.split_at(space);
+        if !scheme.eq_ignore_ascii_case(b"bearer") {
+            return false;
+        }
         let d = digest(given.trim_ascii());
         d.iter()
             .zip(self.digest.iter())
@@ -128,9 +131,66 @@ pub fn tls_config(
     Ok(Arc::new(config))
 }
 
+/// The warning to give at start for a listener on `addr`: beyond loopback without a token,
+/// anyone who can reach it can send records; with a token but without TLS, the token crosses
+/// the network in clear text, readable by anyone on the path. `None` on loopback.
+pub fn exposure_warning(
+    addr: &std::net::SocketAddr,
+    token: bool,
+    tls: bool,
+) -> Option<&'static str> {
+    match (addr.ip().is_loopback(), token, tls) {
+        (true, _, _) => None,
+        (false, false, _) => Some(
+            "listens beyond loopback without a token: anyone who can reach it can send records (set --otlp-listen-token-file)",
+        ),
+        (false, true, false) => Some(
+            "listens beyond loopback with a token but without TLS: the token crosses the network in clear text, readable by anyone on the path (set --otlp-tls-cert and --otlp-tls-key)",
+        ),
+        (false, true, true) => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_scheme_is_case_insensitive() {
+        let t = Token::new("s3cret");
+        for h in [
+            &b"BEARER s3cret"[..],
+            b"bEaReR s3cret",
+            b"Bearer  s3cret",
+            b"bearer s3cret",
+        ] {
+            assert!(t.matches_header(Some(h)), "{}", String::from_utf8_lossy(h));
+        }
+        assert!(!t.matches_header(Some(b"Basic s3cret")));
+        assert!(!t.matches_header(Some(b"Bearers3cret")));
+        assert!(!t.matches_header(Some(b"Bearer")));
+        assert!(!t.matches_header(Some(b"Token s3cret")));
+    }
+
+    #[test]
+    fn warns_for_a_cleartext_token_beyond_loopback_only() {
+        let lo: std::net::SocketAddr = "127.0.0.1:4318".parse().expect("addr");
+        let v6lo: std::net::SocketAddr = "[::1]:4318".parse().expect("addr");
+        let any: std::net::SocketAddr = "0.0.0.0:4318".parse().expect("addr");
+        let lan: std::net::SocketAddr = "10.1.2.3:4317".parse().expect("addr");
+        for a in [lo, v6lo] {
+            for (token, tls) in [(false, false), (true, false), (true, true)] {
+                assert_eq!(exposure_warning(&a, token, tls), None);
+            }
+        }
+        for a in [any, lan] {
+            assert!(
+                exposure_warning(&a, false, true).is_some_and(|w| w.contains("without a token"))
+            );
+            assert!(exposure_warning(&a, true, false).is_some_and(|w| w.contains("clear text")));
+            assert_eq!(exposure_warning(&a, true, true), None);
+        }
+    }
 
     #[test]
     fn bearer_token_matches_only_itself() {

@@ -102,11 +102,10 @@ impl Listeners {
         for (what, l) in [("OTLP/HTTP", &http), ("OTLP/gRPC", &grpc)] {
             if let Some((_, addr)) = l {
                 tracing::info!(%addr, tls = tls_http.is_some(), token = token.is_some(), "receiving {what}");
-                if !addr.ip().is_loopback() && token.is_none() {
-                    tracing::warn!(
-                        %addr,
-                        "{what} listens beyond loopback without a token: anyone who can reach it can send records (set --otlp-listen-token-file)"
-                    );
+                if let Some(why) =
+                    super::auth::exposure_warning(addr, token.is_some(), tls_http.is_some())
+                {
+                    tracing::warn!(%addr, "{what} {why}");
                 }
             }
         }

@@ -65,6 +65,49 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
 /// the position after its last record.
 pub type Replay = Vec<(Vec<Record>, SpoolPos)>;
 
+/// Whether the spool in `dir` can hold a checkpoint's position `pos`: `Err` with the reason
+/// when the position is past the end of what the spool holds (its segment shorter than the
+/// offset, or newer than every segment while pointing inside it). Such a checkpoint belongs
+/// to another spool (a data directory restored from elsewhere, or edited); reading on from it
+/// would skip or misread records.
+pub fn check_position(dir: &Path, pos: SpoolPos) -> Result<(), String> {
+    let present = match segments(dir) {
+        Ok(p) => p,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => {
+            return Err(format!(
+                "cannot list the OTLP spool in {}: {e}",
+                dir.display()
+            ));
+        }
+    };
+    if present.contains(&pos.segment) {
+        let path = segment_path(dir, pos.segment);
+        let len = std::fs::metadata(&path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+            .len();
+        if pos.offset > len {
+            return Err(format!(
+                "its OTLP spool position (segment {}, byte {}) is past the end of {} ({len} bytes)",
+                pos.segment,
+                pos.offset,
+                path.display()
+            ));
+        }
+    } else if pos.offset > 0 && present.last().is_none_or(|&last| last < pos.segment) {
+        return Err(format!(
+            "its OTLP spool position (segment {}, byte {}) is past the end of the spool in {} (last segment: {})",
+            pos.segment,
+            pos.offset,
+            dir.display(),
+            present
+                .last()
+                .map_or_else(|| "none".to_owned(), ToString::to_string)
+        ));
+    }
+    Ok(())
+}
+
 impl Spool {
     /// Open the spool in `dir`: read back what comes after `from` (acknowledged, not yet
     /// covered by a checkpoint) and start a new segment after the last one.

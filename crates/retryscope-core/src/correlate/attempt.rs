@@ -118,7 +118,8 @@ pub struct AttemptState {
     pub args_chars: u64,
     pub calls: Vec<CallState>,
     pub execs: Vec<ExecState>,
-    pub usage: Option<Usage>,
+    /// Boxed: an attempt still streaming has none yet (one pointer instead of ~50 bytes).
+    pub usage: Option<Box<Usage>>,
     pub usage_model: Option<Sym>,
     /// A continuation: the partial output it was asked to continue (boxed: one pointer
     /// otherwise).

@@ -60,7 +60,8 @@ pub struct TurnState {
     attempts: Vec<AttemptState>,
     /// Non-read executions by effect key: (key, attempt, call id).
     effects: Vec<(String, u32, String)>,
-    output: Option<OutputState>,
+    /// Boxed: most open turns have no output yet (one pointer instead of ~100 bytes each).
+    output: Option<Box<OutputState>>,
     /// An attempt whose text followed an earlier attempt's text with no render reset between.
     no_reset_attempt: Option<(u32, u32)>,
     /// The log sees provider traffic, not the display (`turn_start` `wire_only`): no render
@@ -189,11 +190,11 @@ impl TurnState {
                 }
             }
             EventKind::Output { text } => {
-                self.output = Some(OutputState::new(
+                self.output = Some(Box::new(OutputState::new(
                     text,
                     &self.attempts,
                     env.cfg.text_prefix_bytes,
-                ));
+                )));
             }
             EventKind::Retry { reason, prefill } => {
                 let n = ev
@@ -441,7 +442,7 @@ impl TurnState {
             EventKind::Usage { usage, model } => {
                 let attempt = &mut self.attempts[idx];
                 attempt.mark(env.cfg.timeline, MarkKind::Usage, ts, 0, None);
-                attempt.usage = Some(*usage);
+                attempt.usage = Some(Box::new(*usage));
                 set_sym(&mut attempt.usage_model, model, env.interner);
             }
             EventKind::Finish { reason } => {
@@ -685,7 +686,7 @@ impl TurnState {
                 .as_ref()
                 .filter(|_| capture_content)
                 .map(|o| o.text.prefix.clone()),
-            output_chars: self.output.map(|o| o.text.chars),
+            output_chars: self.output.as_ref().map(|o| o.text.chars),
             started_ms: self.first_ms,
             ended_ms: self.last_ms,
             attempts,
@@ -764,7 +765,7 @@ impl TurnState {
     /// Reported usage, or an estimate for attempts cut before their usage arrived.
     fn billed_usage(&self, i: usize) -> UsageReport {
         let a = &self.attempts[i];
-        if let Some(tokens) = a.usage {
+        if let Some(tokens) = a.usage.as_deref().copied() {
             return UsageReport {
                 tokens,
                 source: UsageSource::Reported,
@@ -783,7 +784,7 @@ impl TurnState {
             .enumerate()
             .filter(|(j, other)| *j != i && other.usage.is_some())
             .min_by_key(|(j, _)| (j.abs_diff(i), *j))
-            .and_then(|(_, other)| other.usage)
+            .and_then(|(_, other)| other.usage.as_deref().copied())
             .map(|u| (u.input_tokens, u.cached_input_tokens));
         let output = estimate_tokens(a.text.chars + a.args_chars);
         if input.is_none() && output == 0 {
