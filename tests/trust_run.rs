@@ -369,7 +369,7 @@ fn an_unterminated_last_line_is_read_after_quiet_and_never_twice() {
     assert_eq!(
         scrape(
             metrics,
-            "retryscope_turns_total{model=\"claude-3-opus-latest\",provider=\"anthropic\",status=\"completed\"}"
+            "retryscope_turns_total{agent=\"unknown\",model=\"claude-3-opus-latest\",provider=\"anthropic\",status=\"completed\"}"
         ),
         1.0
     );
@@ -383,7 +383,7 @@ fn an_unterminated_last_line_is_read_after_quiet_and_never_twice() {
         .open(&log)
         .and_then(|mut f| f.write_all(&more))
         .unwrap();
-    let completed = "retryscope_turns_total{model=\"claude-3-opus-latest\",provider=\"anthropic\",status=\"completed\"}";
+    let completed = "retryscope_turns_total{agent=\"unknown\",model=\"claude-3-opus-latest\",provider=\"anthropic\",status=\"completed\"}";
     wait_for(metrics, completed, 2.0);
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(scrape(metrics, completed), 2.0);
