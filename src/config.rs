@@ -159,6 +159,9 @@ pub struct RunConfig {
     pub otlp: OtlpSettings,
     /// The OTLP receiver.
     pub otlp_receiver: OtlpReceiverSettings,
+    /// Limits of every listener (`/metrics`, the OTLP receiver, the proxy): connection caps
+    /// and timeouts.
+    pub connections: crate::listener::Limits,
     /// The demo fleet (`--demo`).
     pub demo: DemoSettings,
     /// `retryscope proxy`: listener, upstreams, injection, recording.
@@ -192,6 +195,7 @@ impl Default for RunConfig {
             labels: MetricsConfig::default(),
             otlp: OtlpSettings::default(),
             otlp_receiver: OtlpReceiverSettings::default(),
+            connections: crate::listener::Limits::default(),
             demo: DemoSettings::default(),
             proxy: crate::proxy::ProxySettings::default(),
             reset_checkpoint: false,
@@ -302,6 +306,11 @@ impl RunConfig {
             return Err(ConfigError::Invalid(
                 "otlp_receiver.max_request_bytes and queue_bytes must be positive".to_owned(),
             ));
+        }
+        if let Some(name) = self.connections.zero_field() {
+            return Err(ConfigError::Invalid(format!(
+                "connections.{name} must be positive"
+            )));
         }
         if !(0.0..=1.0).contains(&self.demo.retry_rate) {
             return Err(ConfigError::Invalid(

@@ -22,7 +22,7 @@ mod whole;
 
 pub use attempts::{AttemptRef, End, LineSink, Tracker, TrackerStats};
 pub use body::ObservedBody;
-pub use forward::{Proxy, ProxyBody, ProxyNote, now_ms, serve};
+pub use forward::{Proxy, ProxyBody, ProxyNote, now_ms, serve, serve_gated};
 pub use frames::{Frame, Framer, Framing};
 pub use history::Api;
 pub use inject::{How, InjectRule, Point};

@@ -126,6 +126,8 @@ pub struct RunArgs {
     /// the findings file aside and start over; without this flag `run` refuses to start.
     #[arg(long)]
     reset_checkpoint: bool,
+    #[command(flatten)]
+    limits: super::limits_args::LimitArgs,
 }
 
 /// Flags of `validate`.
@@ -228,6 +230,7 @@ fn merge(args: &RunArgs) -> anyhow::Result<(RunConfig, Sources)> {
             to.clone_from(from);
         }
     }
+    args.limits.apply_to(&mut cfg.connections);
     cfg.reset_checkpoint = args.reset_checkpoint;
     cfg.validate()?;
     preflight(&cfg)?;
@@ -397,10 +400,11 @@ async fn serve(
     let ready = Arc::new(AtomicBool::new(false));
     let shutdown = Arc::new(AtomicBool::new(false));
     let (stop_server_tx, stop_server_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(retryscope::server::serve(
+    let server = tokio::spawn(retryscope::server::serve_limited(
         listener,
         metrics.clone(),
         ready.clone(),
+        cfg.connections.clone(),
         async move {
             let _ = stop_server_rx.await;
         },
@@ -430,6 +434,7 @@ async fn serve(
         Some(queue) => Some(
             retryscope::source::otlp::listen::Listeners::bind(
                 &cfg.otlp_receiver,
+                &cfg.connections,
                 queue.clone(),
                 metrics.clone(),
             )

@@ -221,6 +221,12 @@ impl Inner {
         }
         t.touch(F::OtlpQueueRecords as usize, &[]);
         t.touch(F::OtlpQueueBytes as usize, &[]);
+        for l in crate::listener::Name::ALL {
+            t.touch(F::ListenerOpen as usize, &[l.as_str()]);
+            for r in crate::listener::Reason::ALL {
+                t.touch(F::ListenerRefused as usize, &[l.as_str(), r.as_str()]);
+            }
+        }
         for p in crate::proxy::Point::ALL {
             for h in crate::proxy::How::ALL {
                 t.touch(F::ProxyCuts as usize, &[p.as_str(), h.as_str()]);
@@ -475,6 +481,19 @@ impl Metrics {
     /// Count a stream cut on purpose by `retryscope proxy`.
     pub fn inc_proxy_cut(&self, point: &'static str, how: &'static str) {
         lock(&self.inner).add(F::ProxyCuts, &[point, how], 1.0);
+    }
+
+    /// Count a connection refused or closed by a listener (both labels from closed sets in
+    /// [`crate::listener`]).
+    pub fn listener_connection_refused(&self, listener: &str, reason: &str) {
+        lock(&self.inner).add(F::ListenerRefused, &[listener, reason], 1.0);
+    }
+
+    /// Connections open on a listener.
+    pub fn set_listener_connections(&self, listener: &str, open: u64) {
+        lock(&self.inner)
+            .table
+            .set(F::ListenerOpen as usize, &[listener], open as f64);
     }
 
     /// Count an upstream failure of `retryscope proxy`.

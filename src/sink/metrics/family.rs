@@ -121,6 +121,10 @@ families! {
         "Streams `retryscope proxy` cut on purpose (--inject), by cut point and how.";
     ProxyUpstreamErrors => "retryscope_proxy_upstream_errors_total", Counter, [],
         "Upstream requests of `retryscope proxy` that failed to connect or broke mid-body.";
+    ListenerRefused => "retryscope_listener_connections_refused_total", Counter, ["listener", "reason"],
+        "Connections a listener (metrics, otlp_http, otlp_grpc, proxy) refused or closed: at accept over a cap (listener_cap, peer_cap), or later for a timeout (handshake_timeout, header_timeout, idle_timeout, body_timeout).";
+    ListenerOpen => "retryscope_listener_connections", Gauge, ["listener"],
+        "Connections open on a listener (metrics, otlp_http, otlp_grpc, proxy).";
     LabelOverflow => "retryscope_label_overflow_total", Counter, ["label"],
         "Label values replaced by \"other\" because the label reached its cap.";
     BuildInfo => "retryscope_build_info", Gauge, ["version"],

@@ -1,0 +1,283 @@
+//! Reading an OTLP request body under the receiver's limits, before anything is decoded: the
+//! body-read deadline, the size limit (as sent and decompressed, across every gRPC message of
+//! a request), and the memory the request will occupy, charged to the queue's reservation as
+//! bytes arrive, as they are inflated, and (from a scan of the body) for what decoding will
+//! build, so a request that cannot fit is refused before it is decoded.
+
+use std::io::Read;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+
+use super::accept::{Outcome, Rejection};
+use super::queue::{Refused, Reservation};
+
+/// The refusal for a reservation that cannot grow.
+pub fn refused(e: Refused) -> Rejection {
+    let outcome = match e {
+        Refused::TooLarge { .. } => Outcome::TooLarge,
+        Refused::Spool(_) => Outcome::SpoolError,
+        Refused::Full { .. } | Refused::Closed => Outcome::Busy,
+    };
+    Rejection::new(outcome, e.to_string())
+}
+
+fn too_large(limit: usize, what: &str) -> Rejection {
+    Rejection::new(
+        Outcome::TooLarge,
+        format!("the request body is larger than the limit of {limit} bytes ({what})"),
+    )
+}
+
+/// Why a body could not be read.
+pub enum ReadError {
+    /// Refused (size, memory, malformed).
+    Refused(Rejection),
+    /// Not received within the deadline.
+    TimedOut(Rejection),
+}
+
+/// The whole body, at most `limit` bytes, within `deadline`, each frame charged to `res`.
+pub async fn read<B>(
+    body: B,
+    limit: usize,
+    deadline: Duration,
+    res: &mut Reservation,
+) -> Result<Bytes, ReadError>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    let collect = async {
+        let mut body = body;
+        let mut out = bytes::BytesMut::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| {
+                Rejection::new(
+                    Outcome::Malformed,
+                    format!("cannot read the request body: {e}"),
+                )
+            })?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            if out.len() + data.len() > limit {
+                return Err(too_large(limit, "as sent"));
+            }
+            res.grow(data.len() as u64).map_err(refused)?;
+            out.extend_from_slice(&data);
+        }
+        Ok(out.freeze())
+    };
+    match tokio::time::timeout(deadline, collect).await {
+        Ok(r) => r.map_err(ReadError::Refused),
+        Err(_) => Err(ReadError::TimedOut(Rejection::new(
+            Outcome::TooSlow,
+            format!(
+                "the request body did not arrive within {} ms",
+                deadline.as_millis()
+            ),
+        ))),
+    }
+}
+
+/// Decompress gzip `data`, at most `limit` bytes out, each chunk charged to `res` as it is
+/// produced (never more than `limit` + one chunk in memory).
+pub fn gunzip(data: &[u8], limit: usize, res: &mut Reservation) -> Result<Vec<u8>, Rejection> {
+    let mut dec = flate2::read::GzDecoder::new(data);
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        let n = dec.read(&mut chunk).map_err(|e| {
+            Rejection::new(
+                Outcome::Malformed,
+                format!("the gzip data cannot be decompressed: {e}"),
+            )
+        })?;
+        if n == 0 {
+            return Ok(out);
+        }
+        if out.len() + n > limit {
+            return Err(too_large(limit, "decompressed"));
+        }
+        res.grow(n as u64).map_err(refused)?;
+        out.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// The gRPC messages of a body (`grpc-encoding: gzip` decompressed) framed uncompressed,
+/// `limit` bytes in all messages together, compressed or not.
+pub fn grpc_frames(
+    body: &[u8],
+    gzip: bool,
+    limit: usize,
+    res: &mut Reservation,
+) -> Result<Bytes, Rejection> {
+    let mut out = Vec::new();
+    let mut plain_total = 0usize;
+    let mut rest = body;
+    while !rest.is_empty() {
+        let bad = || Rejection::new(Outcome::Malformed, "a truncated gRPC message");
+        let (head, tail) = rest.split_at_checked(5).ok_or_else(bad)?;
+        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        let (msg, tail) = tail.split_at_checked(len).ok_or_else(bad)?;
+        rest = tail;
+        let room = limit.saturating_sub(plain_total);
+        let plain: std::borrow::Cow<'_, [u8]> = match (head[0], gzip) {
+            (0, _) => msg.into(),
+            (1, true) => gunzip(msg, room, res).map_err(|r| {
+                if r.outcome == Outcome::TooLarge {
+                    Rejection::new(
+                        Outcome::TooLarge,
+                        format!(
+                            "the request's messages together are larger than the limit of {limit} bytes (decompressed)"
+                        ),
+                    )
+                } else {
+                    r
+                }
+            })?
+            .into(),
+            _ => {
+                return Err(Rejection::new(
+                    Outcome::Malformed,
+                    "a compressed gRPC message without `grpc-encoding: gzip`",
+                ));
+            }
+        };
+        if plain.len() > room {
+            return Err(Rejection::new(
+                Outcome::TooLarge,
+                format!(
+                    "the request's messages together are larger than the limit of {limit} bytes"
+                ),
+            ));
+        }
+        plain_total += plain.len();
+        if head[0] == 0 {
+            res.grow(plain.len() as u64 + 5).map_err(refused)?;
+        }
+        out.push(0);
+        out.extend_from_slice(&(plain.len() as u32).to_be_bytes());
+        out.extend_from_slice(&plain);
+    }
+    Ok(out.into())
+}
+
+/// The bytes decoding a protobuf logs or trace request builds, at most: the message structs
+/// of every nested message (counted by walking the wire format, without decoding), a record
+/// struct and line per log record or span (the messages three levels down), and the text.
+pub fn protobuf_estimate(body: &[u8]) -> u64 {
+    let mut count = Counts::default();
+    walk(body, 0, &mut count);
+    let record = std::mem::size_of::<opentelemetry_proto::tonic::trace::v1::Span>()
+        .max(std::mem::size_of::<opentelemetry_proto::tonic::logs::v1::LogRecord>())
+        + std::mem::size_of::<super::record::Record>()
+        + RECORD_LINE_FLOOR;
+    2 * body.len() as u64 + count.messages * MESSAGE_COST + count.records * record as u64
+}
+
+/// The bytes decoding an OTLP/JSON request builds, at most: a JSON value per token that can
+/// start one (`{`, `[`, `,`, `:`), and the text twice (the parsed strings and the lines).
+pub fn json_estimate(body: &[u8]) -> u64 {
+    let tokens = body
+        .iter()
+        .filter(|b| matches!(b, b'{' | b'[' | b',' | b':'))
+        .count() as u64;
+    2 * body.len() as u64 + tokens * JSON_VALUE_COST
+}
+
+/// Bytes of a decoded nested message (a `KeyValue` with its `AnyValue`, a scope, ...).
+const MESSAGE_COST: u64 = 64;
+/// Bytes of a parsed JSON value with its place in a map or array.
+const JSON_VALUE_COST: u64 = 96;
+/// The shortest JSON line of a record plus its stream name.
+const RECORD_LINE_FLOOR: usize = 128;
+/// Nesting walked; deeper bytes are charged as if every two were a message.
+const MAX_DEPTH: usize = 10;
+
+#[derive(Default)]
+struct Counts {
+    messages: u64,
+    records: u64,
+}
+
+/// Count the length-delimited fields of `buf` (any of which may be a message) and, through
+/// those that parse as messages, theirs. Records are the fields at the path 1 → 2 → 2
+/// (`resource_logs.scope_logs.log_records`, `resource_spans.scope_spans.spans`).
+fn walk(buf: &[u8], depth: usize, count: &mut Counts) -> bool {
+    if depth >= MAX_DEPTH {
+        count.messages += buf.len() as u64 / 2;
+        return true;
+    }
+    let mut found = Vec::new();
+    let mut rest = buf;
+    while !rest.is_empty() {
+        let Some((key, n)) = varint(rest) else {
+            return false;
+        };
+        rest = &rest[n..];
+        let (field, wire) = (key >> 3, key & 7);
+        if field == 0 {
+            return false;
+        }
+        match wire {
+            0 => match varint(rest) {
+                Some((_, n)) => rest = &rest[n..],
+                None => return false,
+            },
+            1 | 5 => {
+                let w = if wire == 1 { 8 } else { 4 };
+                match rest.get(w..) {
+                    Some(r) => rest = r,
+                    None => return false,
+                }
+            }
+            2 => {
+                let Some((len, n)) = varint(rest) else {
+                    return false;
+                };
+                let Some(inner) = usize::try_from(len)
+                    .ok()
+                    .and_then(|len| rest.get(n..n.checked_add(len)?))
+                else {
+                    return false;
+                };
+                rest = &rest[n + inner.len()..];
+                found.push((field, inner));
+            }
+            _ => return false,
+        }
+    }
+    for (field, inner) in found {
+        count.messages += 1;
+        let on_path = (depth == 0 && field == 1) || (depth > 0 && depth < 3 && field == 2);
+        if depth == 2 && field == 2 {
+            count.records += 1;
+        }
+        let mut sub = Counts::default();
+        if walk(inner, depth + 1, &mut sub) {
+            count.messages += sub.messages;
+            if on_path {
+                count.records += sub.records;
+            }
+        }
+    }
+    true
+}
+
+fn varint(buf: &[u8]) -> Option<(u64, usize)> {
+    let mut v = 0u64;
+    for (i, b) in buf.iter().take(10).enumerate() {
+        v |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some((v, i + 1));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+#[path = "intake/tests.rs"]
+mod tests;
