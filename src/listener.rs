@@ -156,7 +156,10 @@ impl Limits {
     pub fn zero_field(&self) -> Option<&'static str> {
         [
             ("max_connections", self.max_connections as u64),
-            ("max_connections_per_peer", self.max_connections_per_peer as u64),
+            (
+                "max_connections_per_peer",
+                self.max_connections_per_peer as u64,
+            ),
             ("handshake_timeout_ms", self.handshake_timeout_ms),
             ("header_timeout_ms", self.header_timeout_ms),
             ("idle_timeout_ms", self.idle_timeout_ms),
@@ -316,10 +319,8 @@ pub async fn serve<F, Fut>(
         }
     }
     drop(listener);
-    let drained = tokio::time::timeout(drain, async {
-        while conns.join_next().await.is_some() {}
-    })
-    .await;
+    let drained =
+        tokio::time::timeout(drain, async { while conns.join_next().await.is_some() {} }).await;
     if drained.is_err() {
         conns.abort_all();
     }

@@ -159,10 +159,7 @@ fn a_stalled_pipeline_answers_retryable_and_after_draining_everything_arrives_on
         std::thread::sleep(Duration::from_millis(10));
     }
     let (_, queued) = queue.depth();
-    assert!(
-        queued <= limit,
-        "the queue stayed bounded: {queued} bytes"
-    );
+    assert!(queued <= limit, "the queue stayed bounded: {queued} bytes");
     // Then it drains, slowly.
     let mut seen: BTreeMap<String, u32> = BTreeMap::new();
     let mut batches = Vec::new();

@@ -153,7 +153,8 @@ impl Conn {
         let limits = &self.gate.limits;
         let (header, idle) = (limits.header_timeout(), limits.idle_timeout());
         let grace = header.min(Duration::from_secs(5));
-        let period = (header.min(idle) / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let period =
+            (header.min(idle) / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(conn);

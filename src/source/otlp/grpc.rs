@@ -44,8 +44,8 @@ use super::accept::{Outcome, Protocol, Receiver, Rejection, Signal};
 use super::http::stopped;
 use super::intake::{self, ReadError};
 use super::queue::Reservation;
-use crate::listener::{Gate, Limits, Name, Reason};
 use super::record;
+use crate::listener::{Gate, Limits, Name, Reason};
 
 /// The three services over one receiver.
 #[derive(Clone)]
@@ -232,7 +232,11 @@ pub async fn serve(
     rx: Arc<Receiver>,
     stop: watch::Receiver<bool>,
 ) {
-    let gate = Gate::new(Name::OtlpGrpc, Limits::default(), Some(rx.metrics().clone()));
+    let gate = Gate::new(
+        Name::OtlpGrpc,
+        Limits::default(),
+        Some(rx.metrics().clone()),
+    );
     serve_gated(listener, tls, rx, gate, stop).await;
 }
 

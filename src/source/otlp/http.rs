@@ -28,8 +28,8 @@ use tokio::sync::watch;
 use super::accept::{Outcome, Protocol, Receiver, Rejection, Signal};
 use super::intake::{self, ReadError};
 use super::queue::Reservation;
-use crate::listener::{Gate, Limits, Name, Reason};
 use super::record::{self, Record};
+use crate::listener::{Gate, Limits, Name, Reason};
 
 /// After stop, open connections get this long to finish their current request.
 const DRAIN: Duration = Duration::from_secs(5);
@@ -300,7 +300,10 @@ async fn handle(rx: &Receiver, gate: &Gate, req: Request<Incoming>) -> Response<
         }
     };
     drop(body);
-    match rx.accept(signal, protocol, records, points, Some(res)).await {
+    match rx
+        .accept(signal, protocol, records, points, Some(res))
+        .await
+    {
         Ok(()) => ok(protocol),
         Err(r) => error(protocol, &r),
     }
@@ -310,8 +313,17 @@ async fn handle(rx: &Receiver, gate: &Gate, req: Request<Incoming>) -> Response<
 pub type Tls = Option<tokio_rustls::TlsAcceptor>;
 
 /// Serve OTLP/HTTP on `listener` until `stop` turns true, with the default listener limits.
-pub async fn serve(listener: TcpListener, tls: Tls, rx: Arc<Receiver>, stop: watch::Receiver<bool>) {
-    let gate = Gate::new(Name::OtlpHttp, Limits::default(), Some(rx.metrics().clone()));
+pub async fn serve(
+    listener: TcpListener,
+    tls: Tls,
+    rx: Arc<Receiver>,
+    stop: watch::Receiver<bool>,
+) {
+    let gate = Gate::new(
+        Name::OtlpHttp,
+        Limits::default(),
+        Some(rx.metrics().clone()),
+    );
     serve_gated(listener, tls, rx, gate, stop).await;
 }
 

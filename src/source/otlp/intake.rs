@@ -171,9 +171,9 @@ pub fn grpc_frames(
 pub fn protobuf_estimate(body: &[u8]) -> u64 {
     let mut count = Counts::default();
     walk(body, 0, &mut count);
-    let record = std::mem::size_of::<opentelemetry_proto::tonic::trace::v1::Span>()
-        .max(std::mem::size_of::<opentelemetry_proto::tonic::logs::v1::LogRecord>())
-        + std::mem::size_of::<super::record::Record>()
+    let record = std::mem::size_of::<opentelemetry_proto::tonic::trace::v1::Span>().max(
+        std::mem::size_of::<opentelemetry_proto::tonic::logs::v1::LogRecord>(),
+    ) + std::mem::size_of::<super::record::Record>()
         + RECORD_LINE_FLOOR;
     2 * body.len() as u64 + count.messages * MESSAGE_COST + count.records * record as u64
 }

@@ -11,8 +11,8 @@
 //! and each batch carries the spool position after it, which the engine's checkpoint records.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::record::Record;
 use super::spool::{Spool, SpoolPos};

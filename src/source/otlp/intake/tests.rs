@@ -41,9 +41,17 @@ fn the_estimate_covers_what_real_requests_decode_to() {
     let est = protobuf_estimate(&wire);
     let n = out.len() as u64;
     assert!(n > 0);
-    assert!(est >= decoded_bytes(&out), "{est} < {}", decoded_bytes(&out));
+    assert!(
+        est >= decoded_bytes(&out),
+        "{est} < {}",
+        decoded_bytes(&out)
+    );
     // Not absurd: within 64 times the wire size.
-    assert!(est <= 64 * wire.len() as u64, "{est} vs {} wire", wire.len());
+    assert!(
+        est <= 64 * wire.len() as u64,
+        "{est} vs {} wire",
+        wire.len()
+    );
     out.clear();
     record::spans_from_proto(&spans, &mut out);
     let wire = spans.encode_to_vec();
@@ -146,7 +154,10 @@ fn inflation_is_bounded_across_all_messages_of_a_request() {
     let ok: Vec<u8> = [frame(true, &gz(b"abc")), frame(false, b"de")].concat();
     let mut res = queue.reserve();
     let out = grpc_frames(&ok, true, limit, &mut res).expect("ok");
-    assert_eq!(&out[..], &[frame(false, b"abc"), frame(false, b"de")].concat()[..]);
+    assert_eq!(
+        &out[..],
+        &[frame(false, b"abc"), frame(false, b"de")].concat()[..]
+    );
 }
 
 #[test]
