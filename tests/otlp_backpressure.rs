@@ -79,7 +79,7 @@ fn a_stalled_pipeline_answers_retryable_and_after_draining_everything_arrives_on
     // Room for a few requests only. A request in flight holds its body (twice over gRPC:
     // as sent and unframed) and the estimate of what decoding it builds.
     let wire = request(0).encode_to_vec().len() as u64;
-    let one = intake::protobuf_estimate(&request(0).encode_to_vec()) + 2 * wire;
+    let one = intake::protobuf_estimate(&request(0).encode_to_vec(), u64::MAX) + 2 * wire;
     let limit = 3 * one;
     let queue = Arc::new(Queue::new(limit));
     let rx = Arc::new(Receiver::new(

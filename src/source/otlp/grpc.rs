@@ -189,15 +189,19 @@ async fn route(
         .headers
         .remove("grpc-encoding")
         .is_some_and(|v| v.as_bytes() == b"gzip");
-    let body = match intake::grpc_frames(&raw, gzip, limit, &mut res) {
-        Ok(b) => b,
-        Err(r) => return refuse(r),
+    // Inflating and scanning take CPU: off the async workers.
+    let work = move || {
+        let body = intake::grpc_frames(&raw, gzip, limit, &mut res)?;
+        drop(raw);
+        let estimate = intake::protobuf_estimate(body.get(5..).unwrap_or_default(), res.limit());
+        res.grow(estimate).map_err(intake::refused)?;
+        Ok((body, res))
     };
-    drop(raw);
-    let estimate = intake::protobuf_estimate(body.get(5..).unwrap_or_default());
-    if let Err(e) = res.grow(estimate) {
-        return refuse(intake::refused(e));
-    }
+    let (body, res) = match tokio::task::spawn_blocking(work).await {
+        Ok(Ok(x)) => x,
+        Ok(Err(r)) => return refuse(r),
+        Err(_) => return refuse(Rejection::new(Outcome::Busy, "shutting down; retry later")),
+    };
     parts
         .extensions
         .insert(Held(Arc::new(std::sync::Mutex::new(Some(res)))));

@@ -145,8 +145,8 @@ async fn read_body(
     protocol: Protocol,
     rx: &Receiver,
     gate: &Gate,
-    res: &mut Reservation,
-) -> Result<Bytes, Rejection> {
+    mut res: Reservation,
+) -> Result<(Bytes, Reservation), Rejection> {
     let limit = rx.max_request_bytes();
     let gzip = match req.headers().get(CONTENT_ENCODING).map(|v| v.as_bytes()) {
         None | Some(b"identity") => false,
@@ -170,7 +170,7 @@ async fn read_body(
     {
         return Err(too_large(limit, "content-length"));
     }
-    let body = match intake::read(req.into_body(), limit, rx.body_timeout(), res).await {
+    let body = match intake::read(req.into_body(), limit, rx.body_timeout(), &mut res).await {
         Ok(b) => b,
         Err(ReadError::Refused(r)) => return Err(r),
         Err(ReadError::TimedOut(r)) => {
@@ -178,17 +178,24 @@ async fn read_body(
             return Err(r);
         }
     };
-    let body = if gzip {
-        Bytes::from(intake::gunzip(&body, limit, res)?)
-    } else {
-        body
+    // Inflating and scanning take CPU: off the async workers (so `/metrics` and other
+    // clients are served meanwhile).
+    let work = move || {
+        let body = if gzip {
+            Bytes::from(intake::gunzip(&body, limit, &mut res)?)
+        } else {
+            body
+        };
+        let estimate = match protocol {
+            Protocol::HttpProtobuf => intake::protobuf_estimate(&body, res.limit()),
+            _ => intake::json_estimate(&body),
+        };
+        res.grow(estimate).map_err(intake::refused)?;
+        Ok((body, res))
     };
-    let estimate = match protocol {
-        Protocol::HttpProtobuf => intake::protobuf_estimate(&body),
-        _ => intake::json_estimate(&body),
-    };
-    res.grow(estimate).map_err(intake::refused)?;
-    Ok(body)
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|_| Err(Rejection::new(Outcome::Busy, "shutting down; retry later")))
 }
 
 /// The records (and metric data points) of a body.
@@ -284,8 +291,7 @@ async fn handle(rx: &Receiver, gate: &Gate, req: Request<Incoming>) -> Response<
         rx.refused(signal, protocol, &r);
         return error(protocol, &r);
     }
-    let mut res = rx.reserve();
-    let body = match read_body(req, protocol, rx, gate, &mut res).await {
+    let (body, res) = match read_body(req, protocol, rx, gate, rx.reserve()).await {
         Ok(b) => b,
         Err(r) => {
             rx.refused(signal, protocol, &r);

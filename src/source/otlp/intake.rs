@@ -168,14 +168,20 @@ pub fn grpc_frames(
 /// The bytes decoding a protobuf logs or trace request builds, at most: the message structs
 /// of every nested message (counted by walking the wire format, without decoding), a record
 /// struct and line per log record or span (the messages three levels down), and the text.
-pub fn protobuf_estimate(body: &[u8]) -> u64 {
-    let mut count = Counts::default();
-    walk(body, 0, &mut count);
-    let record = std::mem::size_of::<opentelemetry_proto::tonic::trace::v1::Span>().max(
-        std::mem::size_of::<opentelemetry_proto::tonic::logs::v1::LogRecord>(),
-    ) + std::mem::size_of::<super::record::Record>()
-        + RECORD_LINE_FLOOR;
-    2 * body.len() as u64 + count.messages * MESSAGE_COST + count.records * record as u64
+/// The walk stops once the estimate passes `cap` (the request is refused then anyway).
+pub fn protobuf_estimate(body: &[u8], cap: u64) -> u64 {
+    let mut count = Counts {
+        record_cost: (std::mem::size_of::<opentelemetry_proto::tonic::trace::v1::Span>().max(
+            std::mem::size_of::<opentelemetry_proto::tonic::logs::v1::LogRecord>(),
+        ) + std::mem::size_of::<super::record::Record>()
+            + RECORD_LINE_FLOOR) as u64,
+        cap,
+        ..Counts::default()
+    };
+    if valid(body) {
+        walk(body, 0, true, &mut count);
+    }
+    2 * body.len() as u64 + count.cost()
 }
 
 /// The bytes decoding an OTLP/JSON request builds, at most: a JSON value per token that can
@@ -201,70 +207,93 @@ const MAX_DEPTH: usize = 10;
 struct Counts {
     messages: u64,
     records: u64,
+    record_cost: u64,
+    cap: u64,
 }
 
-/// Count the length-delimited fields of `buf` (any of which may be a message) and, through
-/// those that parse as messages, theirs. Records are the fields at the path 1 → 2 → 2
-/// (`resource_logs.scope_logs.log_records`, `resource_spans.scope_spans.spans`).
-fn walk(buf: &[u8], depth: usize, count: &mut Counts) -> bool {
-    if depth >= MAX_DEPTH {
-        count.messages += buf.len() as u64 / 2;
-        return true;
+impl Counts {
+    fn cost(&self) -> u64 {
+        self.messages
+            .saturating_mul(MESSAGE_COST)
+            .saturating_add(self.records.saturating_mul(self.record_cost))
     }
-    let mut found = Vec::new();
-    let mut rest = buf;
-    while !rest.is_empty() {
-        let Some((key, n)) = varint(rest) else {
-            return false;
-        };
-        rest = &rest[n..];
+}
+
+/// One field of a protobuf message: number, wire type, and the payload of a length-delimited
+/// field; `None` at the end, `Some(Err)` when the bytes are not a message.
+fn next_field<'a>(rest: &mut &'a [u8]) -> Option<Result<(u64, u64, &'a [u8]), ()>> {
+    if rest.is_empty() {
+        return None;
+    }
+    let field = (|| {
+        let (key, n) = varint(rest)?;
+        let mut r = &rest[n..];
         let (field, wire) = (key >> 3, key & 7);
         if field == 0 {
-            return false;
+            return None;
         }
-        match wire {
-            0 => match varint(rest) {
-                Some((_, n)) => rest = &rest[n..],
-                None => return false,
-            },
+        let payload: &[u8] = match wire {
+            0 => {
+                let (_, n) = varint(r)?;
+                r = &r[n..];
+                &[]
+            }
             1 | 5 => {
-                let w = if wire == 1 { 8 } else { 4 };
-                match rest.get(w..) {
-                    Some(r) => rest = r,
-                    None => return false,
-                }
+                r = r.get(if wire == 1 { 8 } else { 4 }..)?;
+                &[]
             }
             2 => {
-                let Some((len, n)) = varint(rest) else {
-                    return false;
-                };
-                let Some(inner) = usize::try_from(len)
-                    .ok()
-                    .and_then(|len| rest.get(n..n.checked_add(len)?))
-                else {
-                    return false;
-                };
-                rest = &rest[n + inner.len()..];
-                found.push((field, inner));
+                let (len, n) = varint(r)?;
+                let end = n.checked_add(usize::try_from(len).ok()?)?;
+                let p = r.get(n..end)?;
+                r = &r[end..];
+                p
             }
-            _ => return false,
+            _ => return None,
+        };
+        *rest = r;
+        Some((field, wire, payload))
+    })();
+    Some(field.ok_or(()))
+}
+
+/// Whether `buf` reads as a protobuf message (its fields only, not nested ones).
+fn valid(buf: &[u8]) -> bool {
+    let mut rest = buf;
+    loop {
+        match next_field(&mut rest) {
+            None => return true,
+            Some(Err(())) => return false,
+            Some(Ok(_)) => {}
         }
     }
-    for (field, inner) in found {
+}
+
+/// Count the length-delimited fields of a valid message `buf` (any of which may be a
+/// message) and, through those that read as messages, theirs. Records are the fields at the
+/// path 1 → 2 → 2 (`resource_logs.scope_logs.log_records`, `resource_spans.scope_spans.spans`).
+fn walk(buf: &[u8], depth: usize, on_path: bool, count: &mut Counts) {
+    if depth >= MAX_DEPTH {
+        count.messages += buf.len() as u64 / 2;
+        return;
+    }
+    let mut rest = buf;
+    while let Some(Ok((field, wire, payload))) = next_field(&mut rest) {
+        if wire != 2 {
+            continue;
+        }
         count.messages += 1;
-        let on_path = (depth == 0 && field == 1) || (depth > 0 && depth < 3 && field == 2);
-        if depth == 2 && field == 2 {
+        if on_path && depth == 2 && field == 2 {
             count.records += 1;
         }
-        let mut sub = Counts::default();
-        if walk(inner, depth + 1, &mut sub) {
-            count.messages += sub.messages;
-            if on_path {
-                count.records += sub.records;
-            }
+        if count.cost() > count.cap {
+            return;
+        }
+        let path = on_path && ((depth == 0 && field == 1) || (depth == 1 && field == 2));
+        if valid(payload) {
+            walk(payload, depth + 1, path, count);
         }
     }
-    true
 }
 
 fn varint(buf: &[u8]) -> Option<(u64, usize)> {

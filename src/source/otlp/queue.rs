@@ -116,6 +116,11 @@ impl Reservation {
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
+
+    /// The queue's bound (no reservation grows past it).
+    pub fn limit(&self) -> u64 {
+        self.queue.limit
+    }
 }
 
 impl Drop for Reservation {

@@ -38,7 +38,7 @@ fn the_estimate_covers_what_real_requests_decode_to() {
     let mut out = Vec::new();
     record::logs_from_proto(&logs, &mut out);
     let wire = logs.encode_to_vec();
-    let est = protobuf_estimate(&wire);
+    let est = protobuf_estimate(&wire, u64::MAX);
     let n = out.len() as u64;
     assert!(n > 0);
     assert!(
@@ -55,7 +55,7 @@ fn the_estimate_covers_what_real_requests_decode_to() {
     out.clear();
     record::spans_from_proto(&spans, &mut out);
     let wire = spans.encode_to_vec();
-    let est = protobuf_estimate(&wire);
+    let est = protobuf_estimate(&wire, u64::MAX);
     assert!(est >= decoded_bytes(&out));
     assert!(est <= 64 * wire.len() as u64);
 }
@@ -80,7 +80,7 @@ fn empty_records_are_charged_what_they_decode_to() {
     let n = 100_000;
     let wire = empty_records(n);
     assert!(wire.len() < 3 * n);
-    let est = protobuf_estimate(&wire);
+    let est = protobuf_estimate(&wire, u64::MAX);
     let req = ExportLogsServiceRequest::decode(&wire[..]).expect("decode");
     let mut out = Vec::new();
     record::logs_from_proto(&req, &mut out);
@@ -92,10 +92,10 @@ fn empty_records_are_charged_what_they_decode_to() {
 
 #[test]
 fn the_walk_is_not_fooled_by_nesting_or_garbage() {
-    assert_eq!(protobuf_estimate(b""), 0);
+    assert_eq!(protobuf_estimate(b"", u64::MAX), 0);
     // Garbage: never panics, charged at least twice its size.
     let junk: Vec<u8> = (0..10_000u32).map(|i| (i * 7919 % 251) as u8).collect();
-    assert!(protobuf_estimate(&junk) >= 2 * junk.len() as u64);
+    assert!(protobuf_estimate(&junk, u64::MAX) >= 2 * junk.len() as u64);
     // Deeply nested empty messages (field 1, length-delimited) are all charged.
     let mut msg = Vec::new();
     for _ in 0..1000 {
@@ -113,7 +113,7 @@ fn the_walk_is_not_fooled_by_nesting_or_garbage() {
         outer.extend_from_slice(&msg);
         msg = outer;
     }
-    assert!(protobuf_estimate(&msg) >= 500 * MESSAGE_COST);
+    assert!(protobuf_estimate(&msg, u64::MAX) >= 500 * MESSAGE_COST);
 }
 
 fn gz(data: &[u8]) -> Vec<u8> {
@@ -168,7 +168,9 @@ fn a_request_that_cannot_fit_is_refused_before_it_is_decoded() {
     res.grow(wire.len() as u64).expect("the body fits");
     // The estimate does not: refused as too large (not retryable), before any decoding,
     // although the queue is empty (it used to admit any request when empty).
-    let e = res.grow(protobuf_estimate(&wire)).expect_err("too large");
+    let e = res
+        .grow(protobuf_estimate(&wire, u64::MAX))
+        .expect_err("too large");
     assert!(matches!(e, Refused::TooLarge { .. }), "{e}");
     assert_eq!(refused(e).outcome, Outcome::TooLarge);
     // Reservations of requests in flight count against each other: retryable.
