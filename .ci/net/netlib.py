@@ -189,6 +189,7 @@ def tls_context(alpn):
 def connect(port, source="127.0.0.1", tls=None, timeout=10):
     s = socket.socket()
     s.settimeout(timeout)
+    s.setsockopt(socket.SOL_IP, 24, 1)  # IP_BIND_ADDRESS_NO_PORT
     s.bind((source, 0))
     s.connect(("127.0.0.1", port))
     if tls:

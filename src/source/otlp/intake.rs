@@ -51,7 +51,7 @@ where
 {
     let collect = async {
         let mut body = body;
-        let mut out = bytes::BytesMut::new();
+        let mut out = Vec::new();
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| {
                 Rejection::new(
@@ -65,10 +65,11 @@ where
             if out.len() + data.len() > limit {
                 return Err(too_large(limit, "as sent"));
             }
-            res.grow(data.len() as u64).map_err(refused)?;
+            // Charged by capacity: what the buffer really holds.
+            grow_charged(&mut out, data.len(), limit, res)?;
             out.extend_from_slice(&data);
         }
-        Ok(out.freeze())
+        Ok(Bytes::from(out))
     };
     match tokio::time::timeout(deadline, collect).await {
         Ok(r) => r.map_err(ReadError::Refused),
@@ -82,39 +83,91 @@ where
     }
 }
 
-/// Decompress gzip `data`, at most `limit` bytes out, each chunk charged to `res` as it is
-/// produced (never more than `limit` + one chunk in memory).
-pub fn gunzip(data: &[u8], limit: usize, res: &mut Reservation) -> Result<Vec<u8>, Rejection> {
-    let mut dec = flate2::read::GzDecoder::new(data);
-    let mut out = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
-    loop {
-        let n = dec.read(&mut chunk).map_err(|e| {
-            Rejection::new(
-                Outcome::Malformed,
-                format!("the gzip data cannot be decompressed: {e}"),
-            )
-        })?;
-        if n == 0 {
-            return Ok(out);
+/// Make room for `n` more bytes in `buf`, charging the new allocation before it is made and
+/// giving back the old one after (a reallocation holds both for a moment).
+/// The buffer never grows past `max` (the request's limit) by doubling.
+fn grow_charged(
+    buf: &mut Vec<u8>,
+    n: usize,
+    max: usize,
+    res: &mut Reservation,
+) -> Result<(), Rejection> {
+    let (len, cap) = (buf.len(), buf.capacity());
+    if len + n <= cap {
+        return Ok(());
+    }
+    let new_cap = (2 * cap).max(4096).min(max).max(len + n);
+    res.grow(new_cap as u64).map_err(refused)?;
+    buf.reserve_exact(new_cap - len);
+    res.release(cap as u64);
+    Ok(())
+}
+
+/// A buffer whose growth (its capacity) is charged to a reservation.
+struct Charged<'r> {
+    out: Vec<u8>,
+    max: usize,
+    res: &'r mut Reservation,
+}
+
+impl Charged<'_> {
+    fn extend(&mut self, data: &[u8]) -> Result<(), Rejection> {
+        grow_charged(&mut self.out, data.len(), self.max, self.res)?;
+        self.out.extend_from_slice(data);
+        Ok(())
+    }
+
+    /// Append gzip `data` decompressed, at most `room` bytes of it.
+    fn gunzip(&mut self, data: &[u8], room: usize, limit: usize) -> Result<usize, Rejection> {
+        let mut dec = flate2::read::GzDecoder::new(data);
+        let mut chunk = [0u8; 16 * 1024];
+        let mut total = 0usize;
+        loop {
+            let n = dec.read(&mut chunk).map_err(|e| {
+                Rejection::new(
+                    Outcome::Malformed,
+                    format!("the gzip data cannot be decompressed: {e}"),
+                )
+            })?;
+            if n == 0 {
+                return Ok(total);
+            }
+            total += n;
+            if total > room {
+                return Err(too_large(limit, "decompressed"));
+            }
+            self.extend(&chunk[..n])?;
         }
-        if out.len() + n > limit {
-            return Err(too_large(limit, "decompressed"));
-        }
-        res.grow(n as u64).map_err(refused)?;
-        out.extend_from_slice(&chunk[..n]);
     }
 }
 
+/// Decompress gzip `data`, at most `limit` bytes out, the buffer charged to `res` as it grows
+/// (never more than `limit` + one chunk decompressed).
+pub fn gunzip(data: &[u8], limit: usize, res: &mut Reservation) -> Result<Vec<u8>, Rejection> {
+    let mut c = Charged {
+        out: Vec::new(),
+        max: limit,
+        res,
+    };
+    c.gunzip(data, limit, limit)?;
+    Ok(c.out)
+}
+
 /// The gRPC messages of a body (`grpc-encoding: gzip` decompressed) framed uncompressed,
-/// `limit` bytes in all messages together, compressed or not.
+/// `limit` bytes in all messages together, compressed or not; the output charged to `res` as
+/// it grows.
 pub fn grpc_frames(
     body: &[u8],
     gzip: bool,
     limit: usize,
     res: &mut Reservation,
 ) -> Result<Bytes, Rejection> {
-    let mut out = Vec::new();
+    let mut c = Charged {
+        out: Vec::new(),
+        // The messages and their 5-byte headers (a few messages in practice).
+        max: limit.saturating_add(64),
+        res,
+    };
     let mut plain_total = 0usize;
     let mut rest = body;
     while !rest.is_empty() {
@@ -124,21 +177,23 @@ pub fn grpc_frames(
         let (msg, tail) = tail.split_at_checked(len).ok_or_else(bad)?;
         rest = tail;
         let room = limit.saturating_sub(plain_total);
-        let plain: std::borrow::Cow<'_, [u8]> = match (head[0], gzip) {
-            (0, _) => msg.into(),
-            (1, true) => gunzip(msg, room, res).map_err(|r| {
+        let at = c.out.len();
+        c.extend(&[0, 0, 0, 0, 0])?;
+        let n = match (head[0], gzip) {
+            (0, _) => {
+                if msg.len() > room {
+                    return Err(all_too_large(limit, ""));
+                }
+                c.extend(msg)?;
+                msg.len()
+            }
+            (1, true) => c.gunzip(msg, room, limit).map_err(|r| {
                 if r.outcome == Outcome::TooLarge {
-                    Rejection::new(
-                        Outcome::TooLarge,
-                        format!(
-                            "the request's messages together are larger than the limit of {limit} bytes (decompressed)"
-                        ),
-                    )
+                    all_too_large(limit, " (decompressed)")
                 } else {
                     r
                 }
-            })?
-            .into(),
+            })?,
             _ => {
                 return Err(Rejection::new(
                     Outcome::Malformed,
@@ -146,23 +201,17 @@ pub fn grpc_frames(
                 ));
             }
         };
-        if plain.len() > room {
-            return Err(Rejection::new(
-                Outcome::TooLarge,
-                format!(
-                    "the request's messages together are larger than the limit of {limit} bytes"
-                ),
-            ));
-        }
-        plain_total += plain.len();
-        if head[0] == 0 {
-            res.grow(plain.len() as u64 + 5).map_err(refused)?;
-        }
-        out.push(0);
-        out.extend_from_slice(&(plain.len() as u32).to_be_bytes());
-        out.extend_from_slice(&plain);
+        plain_total += n;
+        c.out[at + 1..at + 5].copy_from_slice(&(n as u32).to_be_bytes());
     }
-    Ok(out.into())
+    Ok(c.out.into())
+}
+
+fn all_too_large(limit: usize, how: &str) -> Rejection {
+    Rejection::new(
+        Outcome::TooLarge,
+        format!("the request's messages together are larger than the limit of {limit} bytes{how}"),
+    )
 }
 
 /// The bytes decoding a protobuf logs or trace request builds, at most: the message structs

@@ -112,6 +112,13 @@ impl Reservation {
         Ok(())
     }
 
+    /// Give back `n` of the bytes held (memory freed while the request goes on).
+    pub fn release(&mut self, n: u64) {
+        let n = n.min(self.bytes);
+        self.bytes -= n;
+        self.queue.reserved_bytes.fetch_sub(n, Ordering::SeqCst);
+    }
+
     /// Bytes held.
     pub fn bytes(&self) -> u64 {
         self.bytes
