@@ -1,14 +1,18 @@
 //! OTLP/gRPC (`run --otlp-grpc-listen`): the logs, trace and metrics `Export` services
 //! (opentelemetry-proto's tonic servers) over HTTP/2 without TLS (h2c) or with TLS.
 //!
-//! Requests compressed with `grpc-encoding: gzip` (gemini-cli's gRPC exporter compresses) are
-//! decompressed here, bounded like any request.
+//! The token is checked on the headers before any byte of the body is read. Requests
+//! compressed with `grpc-encoding: gzip` (gemini-cli's gRPC exporter compresses) are
+//! decompressed here, all their messages together bounded like any request, and charged to
+//! the queue with the estimate of what decoding builds before tonic decodes them
+//! ([`super::intake`]).
 //!
 //! Owns: the gRPC status of every outcome: OK; UNAVAILABLE when the queue is full, the
 //! collector is stopping or the spool cannot be written (retryable: the exporter retries);
-//! RESOURCE_EXHAUSTED when a message is over the size limit (checked here, before tonic reads
-//! it, with the limit in the message; not retried); INVALID_ARGUMENT for a body that is not an
-//! export request; UNAUTHENTICATED for a missing or wrong bearer token.
+//! RESOURCE_EXHAUSTED when a request is over the size limit or alone cannot fit in the queue
+//! (checked here, before tonic reads it, with the limit in the message; not retried);
+//! DEADLINE_EXCEEDED when the body does not arrive in time; INVALID_ARGUMENT for a body that
+//! is not an export request; UNAUTHENTICATED for a missing or wrong bearer token.
 
 use std::convert::Infallible;
 use std::sync::Arc;

@@ -3,9 +3,10 @@
 //! `content-encoding: gzip`; HTTP/1.1 on plain TCP or TLS.
 //!
 //! Owns: the HTTP status of every outcome. 200 with an empty export response (protobuf or
-//! JSON, as the request); 400 malformed, 401 token, 404 path, 405 method, 413 over the size
-//! limit (compressed and decompressed both bounded; the limit is in the message), 415 content
-//! type or encoding, 429 (`Retry-After`) when the queue is full, 503 (`Retry-After`) when
+//! JSON, as the request); 400 malformed, 401 token (checked before the body is read), 404
+//! path, 405 method, 408 body not received within the deadline, 413 over the size limit
+//! (compressed and decompressed both bounded; the limit is in the message) or alone too large
+//! for the queue, 415 content type or encoding, 429 (`Retry-After`) when the queue is full, 503 (`Retry-After`) when
 //! stopping or the spool cannot be written. Error bodies are a `google.rpc.Status` in the
 //! request's encoding.
 
