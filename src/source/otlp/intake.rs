@@ -268,9 +268,12 @@ impl Counts {
     }
 }
 
+/// A field's number, wire type and (length-delimited) payload.
+type Field<'a> = (u64, u64, &'a [u8]);
+
 /// One field of a protobuf message: number, wire type, and the payload of a length-delimited
 /// field; `None` at the end, `Some(Err)` when the bytes are not a message.
-fn next_field<'a>(rest: &mut &'a [u8]) -> Option<Result<(u64, u64, &'a [u8]), ()>> {
+fn next_field<'a>(rest: &mut &'a [u8]) -> Option<Result<Field<'a>, ()>> {
     if rest.is_empty() {
         return None;
     }
