@@ -28,6 +28,9 @@ pub struct ConnState {
     bytes_read: AtomicU64,
     requests: AtomicU64,
     inflight: AtomicUsize,
+    /// The watchdog has counted why it closes the connection (so hyper's own timeout error
+    /// that may follow is not counted again).
+    counted: std::sync::atomic::AtomicBool,
 }
 
 impl ConnState {
@@ -38,6 +41,7 @@ impl ConnState {
             bytes_read: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             inflight: AtomicUsize::new(0),
+            counted: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -133,6 +137,7 @@ impl Conn {
     pub fn note_error(&self, e: &(dyn std::error::Error + 'static)) {
         if e.downcast_ref::<hyper::Error>()
             .is_some_and(hyper::Error::is_timeout)
+            && !self.state.counted.swap(true, Ordering::SeqCst)
         {
             self.gate.count(Reason::HeaderTimeout);
         }
@@ -175,7 +180,9 @@ impl Conn {
                         continue;
                     }
                     if let Some(reason) = self.state.overdue(header, idle) {
-                        self.gate.count(reason);
+                        if !self.state.counted.swap(true, Ordering::SeqCst) {
+                            self.gate.count(reason);
+                        }
                         graceful(conn.as_mut());
                         closing = Some(Instant::now() + grace);
                     }
