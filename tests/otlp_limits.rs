@@ -15,6 +15,7 @@ use bytes::Bytes;
 use http_body::Frame;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use prost::Message;
 use retryscope::listener::{Gate, Limits, Name};
@@ -243,7 +244,7 @@ fn post(addr: SocketAddr, headers: &str, body: &[u8]) -> u16 {
 async fn a_request_whose_records_cannot_fit_is_refused_before_decoding_even_when_idle() {
     // Issue 24: a 7.8 KB gzip request of empty records was accepted into an empty queue and
     // decoded to 2.56 GiB. Here 1,000,000 empty records (2 MB, ~2 KB gzip'd) against 64 MiB.
-    let s = serve(4 << 20, 64 << 20).await;
+    let s = serve(16 << 20, 64 << 20).await;
     let body = gz(&empty_records(1_000_000));
     assert!(body.len() < 20_000, "{}", body.len());
     let addr = s.http;
@@ -259,6 +260,27 @@ async fn a_request_whose_records_cannot_fit_is_refused_before_decoding_even_when
     let full = http_body_util::Full::new(Bytes::from(frame(true, &gz(&empty_records(1_000_000)))));
     let (status, _) = grpc_call(s.grpc, full, Some("s3cret"), true).await;
     assert_eq!(status, "8");
+    // One record with 4,000,000 empty attributes (8 MB): its lines (32 MB) would fit the
+    // queue, but decoding it builds ~220 MB of messages first: refused before decoding.
+    let attrs = ExportLogsServiceRequest {
+        resource_logs: vec![ResourceLogs {
+            scope_logs: vec![ScopeLogs {
+                log_records: vec![LogRecord {
+                    attributes: vec![KeyValue::default(); 4_000_000],
+                    ..LogRecord::default()
+                }],
+                ..ScopeLogs::default()
+            }],
+            ..ResourceLogs::default()
+        }],
+    }
+    .encode_to_vec();
+    let addr = s.http;
+    let status = tokio::task::spawn_blocking(move || post(addr, "", &attrs))
+        .await
+        .expect("join");
+    assert_eq!(status, 413);
+    assert_eq!(requests(&s.metrics, "http_protobuf", "too_large"), 2.0);
     // A request that fits is accepted.
     let addr = s.http;
     let small = empty_records(10);
