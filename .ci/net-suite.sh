@@ -19,10 +19,12 @@ for case in .ci/net/${NET_CASES:-*}.sh; do
   work=$(mktemp -d "${TMPDIR:-/tmp}/retryscope-net.XXXXXX")
   t0=$(date +%s)
   echo "--- $name"
-  if BIN="$BIN" WORK="$work" timeout --kill-after=5 "$CASE_TIMEOUT" bash "$case"; then
+  BIN="$BIN" WORK="$work" timeout --kill-after=5 "$CASE_TIMEOUT" bash "$case"
+  rc=$?
+  if [ "$rc" -eq 0 ]; then
     passed=$((passed + 1)); verdict=passed
   else
-    failed=$((failed + 1)); verdict="FAILED (exit $?)"; failures+=("$name")
+    failed=$((failed + 1)); verdict="FAILED (exit $rc)"; failures+=("$name")
   fi
   echo "--- $name: $verdict in $(( $(date +%s) - t0 ))s"
   rm -rf "$work"
