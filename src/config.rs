@@ -331,6 +331,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn connection_limits_are_read_and_zero_is_refused() {
+        let cfg: RunConfig =
+            toml::from_str("[connections]\nmax_connections = 5\nbody_timeout_ms = 250\n").unwrap();
+        assert_eq!(cfg.connections.max_connections, 5);
+        assert_eq!(cfg.connections.body_timeout_ms, 250);
+        assert_eq!(cfg.connections.max_connections_per_peer, 256);
+        cfg.validate().unwrap();
+        let zero: RunConfig = toml::from_str("[connections]\nidle_timeout_ms = 0\n").unwrap();
+        let err = zero.validate().unwrap_err().to_string();
+        assert!(err.contains("connections.idle_timeout_ms"), "{err}");
+        let typo = toml::from_str::<RunConfig>("[connections]\nmax_conections = 1").unwrap_err();
+        assert!(typo.to_string().contains("max_conections"), "{typo}");
+    }
+
+    #[test]
     fn empty_file_is_all_defaults() {
         let cfg: RunConfig = toml::from_str("").unwrap();
         assert_eq!(cfg, RunConfig::default());
