@@ -14,9 +14,11 @@ What it checks (exit status 1 and one line per problem if anything fails):
      one name per line (# comments allowed); a raw /metrics scrape also works.
   4. Dashboard conventions: every panel has a description and a unit; every range is
      $__rate_interval; every selector filters job=~"$job" and instance=~"$instance", and
-     metrics with a model label also model=~"$model"; every $variable used is defined.
+     metrics with a model label also model=~"$model", with an agent label agent=~"$agent";
+     every $variable used is defined.
   5. Every alert has a runbook_url with the same base, whose anchor is a heading of
-     docs/runbook.md (GitHub heading slugs).
+     docs/runbook.md (GitHub heading slugs), and a severity of critical, high or warning.
+  6. Every alert name dashboards/alertmanager.yml routes or inhibits on exists in the rules.
 
 Standard library only; needs promtool on PATH (or --promtool).
 """
@@ -55,6 +57,13 @@ MODEL_METRICS = {
     "retryscope_billed_cost_usd_total",
     "retryscope_turn_duration_seconds",
     "retryscope_attempt_duration_seconds",
+}
+# Metrics that carry an `agent` label: their selectors must filter on $agent.
+AGENT_METRICS = {
+    "retryscope_turns_total",
+    "retryscope_retries_total",
+    "retryscope_findings_total",
+    "retryscope_billed_cost_usd_total",
 }
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
@@ -169,6 +178,8 @@ def lint_dashboard_expr(where, expr, problems):
                 base = base[: -len(suffix)]
         if base in MODEL_METRICS:
             required.append('model=~"$model"')
+        if base in AGENT_METRICS:
+            required.append('agent=~"$agent"')
         compact = re.sub(r"\s+", "", matchers)
         for r in required:
             if r not in compact:
@@ -299,6 +310,7 @@ def main():
     ap.add_argument("--dashboard", default=os.path.join(HERE, "retryscope.json"))
     ap.add_argument("--rules", default=os.path.join(HERE, "alerts.yml"))
     ap.add_argument("--runbook", default=os.path.join(REPO, "docs", "runbook.md"))
+    ap.add_argument("--alertmanager", default=os.path.join(HERE, "alertmanager.yml"))
     ap.add_argument("--promtool", default="promtool")
     args = ap.parse_args()
 
@@ -365,6 +377,19 @@ def main():
             problems.add(f"{args.rules}: {alert}", f"runbook_url anchor #{anchor} is not a heading of {args.runbook}")
     if len(bases) > 1:
         problems.add(args.rules, f"runbook_url bases differ: {sorted(bases)}")
+    with open(args.rules, encoding="utf-8") as f:
+        severities = re.findall(r"^\s*severity:\s*(\S+)\s*$", f.read(), re.M)
+    for sev in severities:
+        if sev not in ("critical", "high", "warning"):
+            problems.add(args.rules, f"severity {sev} is not critical, high or warning")
+
+    # 6. Alertmanager names only alerts that exist.
+    if os.path.exists(args.alertmanager):
+        with open(args.alertmanager, encoding="utf-8") as f:
+            am = f.read()
+        for name in sorted(set(re.findall(r"\bRetryscope\w+", am))):
+            if name not in alerts:
+                problems.add(args.alertmanager, f"names alert {name}, which {args.rules} does not define")
 
     unused = sorted(names - used)
     print(f"check-promql: {len(dash_items)} dashboard expressions, {len(rule_exprs)} alert expressions, "

@@ -113,17 +113,29 @@ impl InternalEvent for FormatChosen<'_> {
 }
 
 /// `retryscope proxy` cut a stream on purpose (`--inject`).
-pub struct ProxyCut {
+pub struct ProxyCut<'a> {
     /// Where: `after-tool-call`, `mid-word`, `before-finish`.
     pub point: &'static str,
     /// How: `reset`, `eof`, `error`.
     pub how: &'static str,
+    /// The request whose stream was cut.
+    pub target: Option<&'a crate::proxy::InjectTarget>,
 }
 
-impl InternalEvent for ProxyCut {
+impl InternalEvent for ProxyCut<'_> {
     fn emit(self, metrics: &Metrics) {
-        metrics.inc_proxy_cut(self.point, self.how);
-        tracing::info!(point = self.point, how = self.how, "proxy: injected a cut");
+        let tools = self.target.is_some_and(|t| t.tools);
+        metrics.inc_proxy_cut(self.point, self.how, tools);
+        let t = self.target;
+        tracing::info!(
+            point = self.point,
+            how = self.how,
+            method = t.map_or("", |t| t.method.as_str()),
+            path = %display(t.map_or("", |t| t.path.as_str())),
+            model = %display(t.and_then(|t| t.model.as_deref()).unwrap_or("")),
+            tools_offered = tools,
+            "proxy: injected a cut"
+        );
     }
 }
 

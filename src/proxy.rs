@@ -10,6 +10,7 @@
 
 mod attempts;
 mod body;
+mod client;
 mod conn;
 mod forward;
 mod frames;
@@ -25,7 +26,7 @@ pub use body::ObservedBody;
 pub use forward::{Proxy, ProxyBody, ProxyNote, now_ms, serve, serve_gated};
 pub use frames::{Frame, Framer, Framing};
 pub use history::Api;
-pub use inject::{How, InjectRule, Point};
+pub use inject::{How, InjectRule, Match as InjectMatch, Point, Target as InjectTarget};
 pub use record::{Recorder, Tee, redact_query};
 pub use settings::{ProxySettings, UpstreamSettings};
 

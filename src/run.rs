@@ -555,7 +555,7 @@ impl Engine {
         for o in live.out.drain(..) {
             self.metrics.observe(&o);
             match &o {
-                Output::Finding(f) => {
+                Output::Finding(f, _) => {
                     if let Err(error) = live.findings.write(f) {
                         FindingWriteFailed { error: &error }.emit(&self.metrics);
                     }

@@ -213,17 +213,20 @@ async fn metrics_endpoint_over_real_http() {
     let after = request(addr, "GET", "/metrics").await;
     assert_eq!(after.status, 200);
     let m = r#"model="claude-sonnet-4-5",provider="anthropic""#;
+    let am = r#"agent="help-desk",model="claude-sonnet-4-5",provider="anthropic""#;
     let tok = |tt: &str, o: &str, us: &str, n: u64| {
         format!(
             "retryscope_billed_tokens_total{{{m},token_type=\"{tt}\",attempt_outcome=\"{o}\",usage_source=\"{us}\"}} {n}"
         )
     };
     let finding = |k: &str, s: &str, t: &str, n: u64| {
-        format!("retryscope_findings_total{{kind=\"{k}\",severity=\"{s}\",tool=\"{t}\"}} {n}")
+        format!(
+            "retryscope_findings_total{{agent=\"help-desk\",kind=\"{k}\",severity=\"{s}\",tool=\"{t}\"}} {n}"
+        )
     };
     for line in [
-        format!("retryscope_retries_total{{{m},reason=\"connection_reset\"}} 1"),
-        format!("retryscope_turns_total{{{m},status=\"completed\"}} 1"),
+        format!("retryscope_retries_total{{{am},reason=\"connection_reset\"}} 1"),
+        format!("retryscope_turns_total{{{am},status=\"completed\"}} 1"),
         format!("retryscope_attempts_total{{{m},outcome=\"abandoned\"}} 1"),
         format!("retryscope_attempts_total{{{m},outcome=\"completed\"}} 1"),
         format!("retryscope_attempts_total{{{m},outcome=\"failed\"}} 0"),
@@ -244,9 +247,9 @@ async fn metrics_endpoint_over_real_http() {
         tok("output", "completed", "reported", 48),
         tok("reasoning", "completed", "reported", 0),
         format!(
-            "retryscope_billed_cost_usd_total{{{m},attempt_outcome=\"abandoned\"}} 0.0013751999999999998"
+            "retryscope_billed_cost_usd_total{{{am},attempt_outcome=\"abandoned\"}} 0.0013751999999999998"
         ),
-        format!("retryscope_billed_cost_usd_total{{{m},attempt_outcome=\"completed\"}} 0.0017052"),
+        format!("retryscope_billed_cost_usd_total{{{am},attempt_outcome=\"completed\"}} 0.0017052"),
         format!("retryscope_attempts_per_turn_count{{{m}}} 1"),
         format!("retryscope_attempts_per_turn_sum{{{m}}} 2"),
         format!("retryscope_turn_duration_seconds_sum{{{m}}} 4.6"),

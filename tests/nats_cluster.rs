@@ -425,6 +425,36 @@ fn turns_split_across_hosts_are_correlated_once_across_failover_and_a_server_res
         "the collector added later took partitions over"
     );
 
+    // The cluster series: c1 is dead, so c2 and c3 own every partition between them, and
+    // they took at least every partition once (c1's after its leases ended).
+    let parts: f64 = PARTITIONS.parse().unwrap();
+    let cluster = |m: &BTreeMap<String, f64>, name: &str| m.get(name).copied().unwrap_or(-1.0);
+    let mut seen = (0.0, 0.0);
+    wait_for(
+        "the owned partitions to add up",
+        Duration::from_secs(30),
+        || {
+            let (m2, m3) = (
+                scrape(port2).unwrap_or_default(),
+                scrape(port3).unwrap_or_default(),
+            );
+            seen = (
+                cluster(&m2, "retryscope_nats_partitions_owned")
+                    + cluster(&m3, "retryscope_nats_partitions_owned"),
+                cluster(&m2, "retryscope_nats_lease_takeovers_total")
+                    + cluster(&m3, "retryscope_nats_lease_takeovers_total"),
+            );
+            seen.0 == parts
+                && seen.1 >= parts
+                && cluster(&m2, "retryscope_nats_partitions") == parts
+                && cluster(&m3, "retryscope_nats_partitions") == parts
+                && cluster(&m2, "retryscope_checkpoint_writes_total") > 0.0
+                && cluster(&m3, "retryscope_nats_checkpoint_lag_messages") >= 0.0
+                && cluster(&m2, "retryscope_nats_findings_publish_failures_total") >= 0.0
+        },
+    );
+    assert_eq!(seen.0, parts, "partitions owned by c2 and c3");
+
     for p in [ship_a, ship_b, c2] {
         p.terminate();
     }

@@ -111,10 +111,15 @@ async fn naive_client_session_through_the_binary() {
     let proxy_addr = addr_in(&wait_for(&rx, "proxying"), "listen=");
 
     let user = json!({"role":"user","content":"My book arrived damaged, order ORD-7781."});
-    let first = json!({"model":"claude-sonnet-4-5","stream":true,"messages":[user]}).to_string();
+    // The agent offers its tool (a cut aims at requests that offer tools, by default).
+    let tools = json!([{"name":"issue_refund","input_schema":{"type":"object"}}]);
+    let first = json!({"model":"claude-sonnet-4-5","stream":true,"tools":tools,"messages":[user]})
+        .to_string();
     let headers = [
         ("x-api-key", "sk-ant-SECRET"),
         ("anthropic-version", "2023-06-01"),
+        // Claude Code's own User-Agent: the proxy's turns name it as their agent.
+        ("user-agent", "claude-cli/2.1.328 (external, sdk-cli)"),
     ];
     // The cut attempt: the client saw the refund call, then a reset.
     let a0 = post(proxy_addr, "/v1/messages", &first, &headers).await;
@@ -124,7 +129,7 @@ async fn naive_client_session_through_the_binary() {
     let a1 = post(proxy_addr, "/v1/messages", &first, &headers).await;
     assert_eq!(a1.ending, Ending::Clean);
     let spliced = "Checking order ORD-7781. Checking your order ORD-7781. ";
-    let next = json!({"model":"claude-sonnet-4-5","stream":true,"messages":[
+    let next = json!({"model":"claude-sonnet-4-5","stream":true,"tools":tools,"messages":[
         user,
         {"role":"assistant","content":[
             {"type":"text","text":spliced},
@@ -152,12 +157,22 @@ async fn naive_client_session_through_the_binary() {
     };
     assert!(
         metrics.contains(
-            "retryscope_proxy_injected_cuts_total{point=\"after-tool-call\",how=\"reset\"} 1"
+            "retryscope_proxy_injected_cuts_total{point=\"after-tool-call\",how=\"reset\",tools=\"true\"} 1"
         ),
         "{metrics}"
     );
-    assert!(metrics.contains("retryscope_retries_total{model=\"claude-sonnet-4-5\",provider=\"anthropic\",reason=\"injected_reset\"} 1"), "{metrics}");
-    assert!(metrics.contains("retryscope_findings_total{kind=\"abandoned_tool_executed\",severity=\"critical\",tool=\"issue_refund\"} 1"), "{metrics}");
+    // Three model requests forwarded; every chunk of the uncut ones was held and timed.
+    assert!(
+        metrics.contains("retryscope_proxy_streams_total 3\n"),
+        "{metrics}"
+    );
+    let held = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("retryscope_proxy_added_latency_seconds_count "))
+        .and_then(|v| v.parse::<u64>().ok());
+    assert!(held.is_some_and(|n| n > 0), "{metrics}");
+    assert!(metrics.contains("retryscope_retries_total{agent=\"claude-code\",model=\"claude-sonnet-4-5\",provider=\"anthropic\",reason=\"injected_reset\"} 1"), "{metrics}");
+    assert!(metrics.contains("retryscope_findings_total{agent=\"claude-code\",kind=\"abandoned_tool_executed\",severity=\"critical\",tool=\"issue_refund\"} 1"), "{metrics}");
 
     // SIGTERM: open turns close, every finding is written.
     let status = Command::new("sh")
@@ -243,4 +258,130 @@ fn without_an_upstream_it_says_so_and_exits_2() {
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// A title request (no tools, streamed) before the agent's call, as Claude Code sends one.
+fn title() -> Stream {
+    let events = [
+        json!({"type":"message_start","message":{"id":"msg_title","type":"message","role":"assistant","model":"claude-haiku-4-5","content":[],"usage":{"input_tokens":50,"output_tokens":1}}}),
+        json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+        json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Damaged book refund"}}),
+        json!({"type":"content_block_stop","index":0}),
+        json!({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":4}}),
+        json!({"type":"message_stop"}),
+    ];
+    Stream {
+        parts: events
+            .iter()
+            .map(|e| {
+                Bytes::from(format!(
+                    "event: {}\ndata: {e}\n\n",
+                    e["type"].as_str().unwrap_or("")
+                ))
+            })
+            .collect(),
+        ..attempt("title", "")
+    }
+}
+
+/// The proxy binary with `extra` flags in front of `mock`; its log lines and addresses.
+fn spawn_proxy(
+    mock: std::net::SocketAddr,
+    extra: &[&str],
+) -> (
+    std::process::Child,
+    std::sync::mpsc::Receiver<String>,
+    std::net::SocketAddr,
+    std::net::SocketAddr,
+) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_retryscope"))
+        .args([
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .arg("--upstream")
+        .arg(format!("http://{mock}"))
+        .args(extra)
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().expect("stderr");
+    std::thread::spawn(move || {
+        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let metrics_addr = addr_in(&wait_for(&rx, "serving /metrics"), "addr=");
+    let proxy_addr = addr_in(&wait_for(&rx, "proxying"), "listen=");
+    (child, rx, proxy_addr, metrics_addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cut_aims_at_requests_that_offer_tools_and_says_which_it_cut() {
+    let user = json!({"role":"user","content":"My book arrived damaged, order ORD-7781."});
+    let title_req = json!({"model":"claude-haiku-4-5","stream":true,"messages":[user]}).to_string();
+    let tools = json!([{"name":"issue_refund","input_schema":{"type":"object"}}]);
+    let agent_req =
+        json!({"model":"claude-sonnet-4-5","stream":true,"tools":tools,"messages":[user]})
+            .to_string();
+    for (flags, title_cut) in [
+        (&["--inject", "mid-word", "--inject-first", "1"][..], false),
+        (&["--inject", "mid-word", "--inject-match", "all"][..], true),
+    ] {
+        let mock = Mock::start(
+            vec![
+                title(),
+                attempt("toolu_c1", "Checking order ORD-7781. "),
+                attempt("toolu_c7", "Checking your order ORD-7781. "),
+            ],
+            None,
+        )
+        .await;
+        let (mut child, rx, proxy_addr, metrics_addr) = spawn_proxy(mock.addr, flags);
+        let t = post(proxy_addr, "/v1/messages", &title_req, &[]).await;
+        let a = post(proxy_addr, "/v1/messages", &agent_req, &[]).await;
+        let cut_line = wait_for(&rx, "proxy: injected a cut");
+        let metrics = {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            let got = proxy_support::get(metrics_addr, "/metrics").await;
+            String::from_utf8_lossy(&got.body).into_owned()
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        if title_cut {
+            // `all`: the side call takes the cut, the agent's call runs clean.
+            assert_eq!(
+                (t.ending, a.ending),
+                (Ending::Reset, Ending::Clean),
+                "{flags:?}: {cut_line}"
+            );
+            assert!(cut_line.contains("model=claude-haiku-4-5"), "{cut_line}");
+            assert!(cut_line.contains("tools_offered=false"), "{cut_line}");
+            assert!(metrics.contains("retryscope_proxy_injected_cuts_total{point=\"mid-word\",how=\"reset\",tools=\"false\"} 1"), "{metrics}");
+        } else {
+            // Default: the title passes whole and is not counted; the agent's call is cut.
+            assert_eq!(
+                (t.ending, a.ending),
+                (Ending::Clean, Ending::Reset),
+                "{flags:?}: {cut_line}"
+            );
+            assert!(String::from_utf8_lossy(&t.body).contains("Damaged book refund"));
+            for want in [
+                "method=\"POST\"",
+                "path=/v1/messages",
+                "model=claude-sonnet-4-5",
+                "tools_offered=true",
+            ] {
+                assert!(cut_line.contains(want), "{want}: {cut_line}");
+            }
+            assert!(metrics.contains("retryscope_proxy_injected_cuts_total{point=\"mid-word\",how=\"reset\",tools=\"true\"} 1"), "{metrics}");
+        }
+    }
 }

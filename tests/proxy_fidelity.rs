@@ -193,6 +193,7 @@ async fn recorded_session_is_what_check_reads() {
         first: Some(1),
         fraction: None,
         seed: 0,
+        matches: retryscope::proxy::InjectMatch::All,
     };
     // The recording is written by the tee the CLI puts in front of the engine's feed.
     let (addr, lines, _proxy) =
@@ -277,14 +278,14 @@ async fn non_streamed_answer_with_a_length_is_finished_and_its_call_known() {
     assert_eq!(bad, 0);
     let findings: Vec<_> = out
         .iter()
-        .filter(|o| matches!(o, Output::Finding(_)))
+        .filter(|o| matches!(o, Output::Finding(..)))
         .collect();
     // Only the last call (no answer streamed for it by the mock script's repeat) may be
     // incomplete; the first call is clean.
     assert!(
         findings
             .iter()
-            .all(|f| matches!(f, Output::Finding(f) if f.turn.ends_with("#2"))),
+            .all(|f| matches!(f, Output::Finding(f, _) if f.turn.ends_with("#2"))),
         "{findings:?}"
     );
 }

@@ -312,6 +312,7 @@ async fn check_cut(s: &Stream, point: Point, how: How) {
         first: Some(1),
         fraction: None,
         seed: 0,
+        matches: retryscope::proxy::InjectMatch::All,
     };
     let (addr, lines, proxy) = start_proxy(mock.addr, Some(rule), None).await;
     let req = request_for(&s.path, "My book arrived damaged, order ORD-7781.");

@@ -179,6 +179,7 @@ async fn h2c_listener_passes_streams_and_resets_only_the_cut_stream() {
         first: Some(1),
         fraction: None,
         seed: 0,
+        matches: retryscope::proxy::InjectMatch::All,
     };
     let (addr, lines) = proxy_to(format!("http://{}", mock.addr), None, Some(rule)).await;
     let mut send = h2c(addr).await;

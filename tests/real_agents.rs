@@ -58,10 +58,52 @@ struct Expected {
 /// Retries the client's output leaves no trace of (FORMATS.md): Claude Code retries an
 /// in-stream error right after `message_start` silently, Codex an HTTP error silently. The
 /// failed first attempt delivered no content, so nothing else depends on it.
-const SILENT_FIRST_ATTEMPT: [(&str, &str); 2] =
-    [("claude-code", "start-error"), ("codex", "start-status")];
+/// Qwen Code retries an HTTP error status silently too.
+const SILENT_FIRST_ATTEMPT: [(&str, &str); 3] = [
+    ("claude-code", "start-error"),
+    ("codex", "start-status"),
+    ("qwen-code", "start-status"),
+];
 
-fn expected(truth: &Value, silent_first: bool, sees_output: bool) -> Expected {
+/// When an input shows a spliced text (an abandoned attempt's text kept with the retry's).
+#[derive(Clone, Copy, PartialEq)]
+enum Splice {
+    /// Never: the input does not carry what the user saw or what the client kept.
+    Never,
+    /// When what the user saw carries the abandoned attempt's text.
+    Shown,
+    /// When a later request's history carries it (the client sent the splice back to the
+    /// model: a continuation that restarted). A request log, not a display.
+    History,
+    /// When the user saw it and the retry was not a continuation (Qwen Code's stream-json
+    /// prints a continuation's kept text as one message, never the cut part on its own).
+    ShownNotContinued,
+}
+
+impl From<bool> for Splice {
+    fn from(sees_output: bool) -> Self {
+        if sees_output {
+            Splice::Shown
+        } else {
+            Splice::Never
+        }
+    }
+}
+
+/// Whether a request after `r` sent the text of `r`'s attempt (its tag) back to the model.
+fn in_later_history(truth: &Value, r: &Value) -> bool {
+    let tag = format!("[A{}]", r["attempt"]);
+    let seq = r["request_seq"].as_i64().unwrap_or(0);
+    truth["main_requests"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|q| q["request_seq"].as_i64().unwrap_or(0) > seq)
+        .flat_map(|q| q["history_tags"].as_array().into_iter().flatten())
+        .any(|h| h.as_str().is_some_and(|h| h.contains(&tag)))
+}
+
+fn expected(truth: &Value, silent_first: bool, splice: Splice) -> Expected {
     let mut step1: Vec<&Value> = truth["main_requests"]
         .as_array()
         .expect("main_requests")
@@ -106,12 +148,18 @@ fn expected(truth: &Value, silent_first: bool, sees_output: bool) -> Expected {
         // What the user saw carries the abandoned attempt's text: spliced.
         let text = r["text"].as_str().unwrap_or("");
         let shown = truth["visible_text"].as_str().unwrap_or("");
-        if sees_output
-            && retried
+        let seen = retried
             && r["content_delivered"] == true
             && text.len() >= 12
-            && shown.contains(&text[..12])
-        {
+            && shown.contains(&text[..12]);
+        let kept = retried && in_later_history(truth, r);
+        let spliced = match splice {
+            Splice::Never => false,
+            Splice::Shown => seen,
+            Splice::History => kept,
+            Splice::ShownNotContinued => seen && !kept,
+        };
+        if spliced {
             findings.push(FindingKind::SplicedText);
         }
         attempts.push((finished, retried, ran));
@@ -131,7 +179,7 @@ fn check_scenario(dir: &Path, file: &str, want: Format, ids: bool) {
 }
 
 /// Check reports of one recording; `sees_output` when the input shows what the user saw.
-fn check_reports(dir: &Path, rs: &[TurnReport], ids: bool, sees_output: bool) {
+fn check_reports(dir: &Path, rs: &[TurnReport], ids: bool, splice: impl Into<Splice>) {
     let truth: Value =
         serde_json::from_slice(&std::fs::read(dir.join("truth.json")).expect("truth"))
             .expect("truth is JSON");
@@ -140,10 +188,12 @@ fn check_reports(dir: &Path, rs: &[TurnReport], ids: bool, sees_output: bool) {
     // the recorded scenario, not the folder name (`otlp-start-error` is `start-error`)
     let cut = truth["scenario"].as_str().unwrap_or(scenario);
     let silent = SILENT_FIRST_ATTEMPT.contains(&(client, cut));
-    let exp = expected(&truth, silent, sees_output);
+    let exp = expected(&truth, silent, splice.into());
+    // The first model call: the first turn opened (side calls, `~<role>`, apart).
     let first = rs
         .iter()
-        .find(|r| !r.turn.contains('#') && !r.turn.contains('~'))
+        .filter(|r| !r.turn.contains('~'))
+        .min_by_key(|r| r.opened_seq)
         .unwrap_or_else(|| panic!("{scenario}: no first turn"));
     let ctx = format!("{scenario}: {}", summary(first));
     assert_eq!(first.attempts.len(), exp.attempts.len(), "{ctx}");
@@ -382,4 +432,48 @@ fn claude_code_otlp_export_matches_ground_truth_except_the_cut_it_cannot_show() 
     assert_eq!(first.attempts[0].executed.len(), 1);
     assert!(first.attempts[0].executed[0].id.ends_with("toolu_mockA1"));
     assert_eq!(findings(first), vec![FindingKind::EarlyExecution]);
+}
+
+/// Qwen Code's recordings of one file, with its `-o stream-json` or telemetry outfile.
+fn check_qwen(file: &str, want: Format, splice: Splice) {
+    for dir in scenarios_with("qwen-code", file) {
+        let rs = reports(&dir.join(file), want);
+        check_reports(&dir, &rs, true, splice);
+    }
+}
+
+#[test]
+fn qwen_code_telemetry_outfile_matches_ground_truth() {
+    // gemini-cli's records under `qwen-code.*`, read by structure. After a reset Qwen Code
+    // retries by continuation (the cut text as a trailing model turn, then "output only text
+    // that comes after this suffix"); the mock restarts, and the kept text holds both
+    // attempts' text, which the next request's history shows: spliced_text. After a clean end
+    // of body it resends the request (a `chat.content_retry`): the screen showed both texts,
+    // the log cannot.
+    check_qwen("telemetry.log", Format::GeminiCliTelemetry, Splice::History);
+}
+
+#[test]
+fn qwen_code_stream_json_matches_ground_truth() {
+    // Claude Code's shape, `system/retry` records, ids naming lines: the retries and
+    // executions as the truth; spliced_text where the cut attempt's text was printed before
+    // the resend, not where a continuation's kept text is printed as one message.
+    check_qwen(
+        "stream.jsonl",
+        Format::ClaudeCode,
+        Splice::ShownNotContinued,
+    );
+}
+
+#[test]
+fn qwen_code_otlp_export_matches_ground_truth() {
+    // The same records as the outfile, over OTLP; its spans (which repeat them, under
+    // GenAI operation names) are not read a second time.
+    for dir in ["otlp-clean", "otlp-after-tool-reset"].map(|s| root().join("qwen-code").join(s)) {
+        let d = decode("otlp", &otlp_lines(&dir), Format::Auto);
+        assert_eq!((d.format, d.errors), (Format::Otlp, 0), "{}", dir.display());
+        let rs = correlate(&d.events);
+        check_reports(&dir, &rs, true, Splice::History);
+        assert_eq!(rs.len(), 2, "{}: two model calls", dir.display());
+    }
 }

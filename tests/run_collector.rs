@@ -25,14 +25,16 @@ fn bookstore_examples_show_up_in_a_real_scrape() {
     assert_eq!(
         get(
             &m,
-            &format!("retryscope_turns_total{{{labels},status=\"completed\"}}")
+            &format!("retryscope_turns_total{{agent=\"help-desk\",{labels},status=\"completed\"}}")
         ),
         3.0
     );
     assert_eq!(
         get(
             &m,
-            &format!("retryscope_retries_total{{{labels},reason=\"connection_reset\"}}")
+            &format!(
+                "retryscope_retries_total{{agent=\"help-desk\",{labels},reason=\"connection_reset\"}}"
+            )
         ),
         3.0
     );
@@ -46,7 +48,7 @@ fn bookstore_examples_show_up_in_a_real_scrape() {
     assert_eq!(
         get(
             &m,
-            "retryscope_findings_total{kind=\"abandoned_tool_executed\",severity=\"critical\",tool=\"issue_refund\"}"
+            "retryscope_findings_total{agent=\"help-desk\",kind=\"abandoned_tool_executed\",severity=\"critical\",tool=\"issue_refund\"}"
         ),
         2.0,
         "naive and reset ran the abandoned refund"
@@ -54,14 +56,14 @@ fn bookstore_examples_show_up_in_a_real_scrape() {
     assert_eq!(
         get(
             &m,
-            "retryscope_findings_total{kind=\"duplicate_effect\",severity=\"critical\",tool=\"issue_refund\"}"
+            "retryscope_findings_total{agent=\"help-desk\",kind=\"duplicate_effect\",severity=\"critical\",tool=\"issue_refund\"}"
         ),
         2.0
     );
     assert_eq!(
         get(
             &m,
-            "retryscope_findings_total{kind=\"spliced_text\",severity=\"high\",tool=\"\"}"
+            "retryscope_findings_total{agent=\"help-desk\",kind=\"spliced_text\",severity=\"high\",tool=\"\"}"
         ),
         1.0
     );
@@ -211,7 +213,7 @@ fn rename_rotation_and_truncation_while_writing_lose_and_duplicate_nothing() {
     assert_eq!(
         get(
             &m,
-            "retryscope_findings_total{kind=\"duplicate_effect\",severity=\"critical\",tool=\"issue_refund\"}"
+            "retryscope_findings_total{agent=\"help-desk\",kind=\"duplicate_effect\",severity=\"critical\",tool=\"issue_refund\"}"
         ),
         60.0
     );
@@ -345,7 +347,7 @@ fn provider_streams_are_detected_per_file_while_tailing() {
     assert_eq!(
         get(
             &m,
-            "retryscope_findings_total{kind=\"spliced_stream\",severity=\"high\",tool=\"\"}"
+            "retryscope_findings_total{agent=\"unknown\",kind=\"spliced_stream\",severity=\"high\",tool=\"\"}"
         ),
         1.0,
         "the spliced Anthropic stream was decoded as Anthropic"
@@ -353,7 +355,7 @@ fn provider_streams_are_detected_per_file_while_tailing() {
     assert_eq!(
         get(
             &m,
-            "retryscope_findings_total{kind=\"duplicate_effect\",severity=\"critical\",tool=\"issue_refund\"}"
+            "retryscope_findings_total{agent=\"help-desk\",kind=\"duplicate_effect\",severity=\"critical\",tool=\"issue_refund\"}"
         ),
         1.0,
         "the native file beside it still decodes as native"
@@ -379,8 +381,10 @@ fn kill_9_while_gemini_cli_events_are_held_for_the_join_loses_none() {
             log.to_str().unwrap().to_string(),
             "--findings-out".into(),
             dir.join("findings.jsonl").to_str().unwrap().into(),
+            // Turns close at once when idle (by event time: the recording is old), so what
+            // the close raises comes out in every run alike, whatever the recording's age.
             "--idle-timeout-secs".into(),
-            "3600".into(),
+            "1".into(),
         ];
         if data {
             args.extend([

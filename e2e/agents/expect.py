@@ -35,7 +35,12 @@ CLIENT_FILES = {
     "claude-code": ["stream.jsonl"],
     "claude-code-partial": ["stream.jsonl"],
     "codex": ["exec.jsonl"],
+    "qwen-code": ["telemetry.log", "stream.jsonl"],
 }
+# Clients whose outputs are checked one at a time, each against what it can show
+# (input_view): Qwen Code's telemetry and stream-json name turns differently (prompt id,
+# session id) and nothing joins them, so together they would count each attempt twice.
+SEPARATE = {"qwen-code"}
 
 
 def implied_findings(truth):
@@ -73,11 +78,45 @@ def implied_findings(truth):
     return kinds
 
 
+def spliced_in_history(truth, r):
+    """Whether a later request's assistant history carries the text of attempt `r` (its tag):
+    the client sent the kept splice back to the model (a continuation that restarted)."""
+    tag = f"[A{r['attempt']}]"
+    later = [q for q in truth["main_requests"] if q["request_seq"] > r["request_seq"]]
+    return any(tag in h for q in later for h in q.get("history_tags") or [])
+
+
+def input_view(truth, name):
+    """The findings one of a SEPARATE client's outputs can show, from the truth.
+
+    Qwen Code: its telemetry log never sees the display, only each request's history: it shows
+    spliced_text when the kept splice went back to the model (a continuation, after a reset),
+    not when only the screen showed both attempts (after a clean end of body the client resends
+    the request without the cut text). Its stream-json prints a continuation's kept text as one
+    message after the `system` retry record, the cut attempt's part never on its own, so it
+    shows spliced_text only when the cut attempt's text was printed before the retry (the
+    resend case)."""
+    kinds = implied_findings(truth)
+    if "spliced_text" not in kinds:
+        return kinds
+    abandoned = [r for r in truth["main_requests"]
+                 if r["step"] == 1 and not r["finished"] and r.get("retried")
+                 and f"[A{r['attempt']}]" in (truth.get("visible_text") or "")]
+    if name == "telemetry.log":
+        shown = any(spliced_in_history(truth, r) for r in abandoned)
+    else:
+        shown = any(not spliced_in_history(truth, r) for r in abandoned)
+    if not shown:
+        kinds.discard("spliced_text")
+    return kinds
+
+
 def failure_signals(client, files):
     """How many failed attempts the client's own output reports, whatever retryscope makes of
     them: Claude Code `system/api_retry` records and synthetic `is_api_error_message`
     messages; Codex `error` events (`Reconnecting... n/5 (...)`); gemini-cli telemetry
-    `gemini_cli.api_error` log records. Only used to leave out attempts that delivered no
+    `gemini_cli.api_error` log records; Qwen Code's `qwen-code.api_error` records and its
+    stream-json `system` / `retry` records. Only used to leave out attempts that delivered no
     content and that the output never mentions: nothing can report those."""
     n = 0
     for path in files:
@@ -88,6 +127,11 @@ def failure_signals(client, files):
             n += sum(1 for line in text.splitlines() if line.startswith('{"type":"error"'))
         elif client == "gemini-cli" and path.endswith("telemetry.log"):
             n += text.count('"event.name": "gemini_cli.api_error"')
+        elif client == "qwen-code" and path.endswith("telemetry.log"):
+            n += text.count('"event.name": "qwen-code.api_error"')
+        elif client == "qwen-code":
+            # its stream-json: retry records, and the failed session's error result
+            n += text.count('"subtype":"retry"') + text.count('"is_error":true')
     return n
 
 
@@ -139,8 +183,18 @@ def ordered_attempts(turns):
 def check_dir(binary, d):
     truth = json.load(open(os.path.join(d, "truth.json")))
     client = truth["client"]
-    name = f"{client}/{truth['scenario']}"
-    files = [os.path.join(d, f) for f in CLIENT_FILES[client] if os.path.exists(os.path.join(d, f))]
+    if client in SEPARATE:
+        results = []
+        for f in CLIENT_FILES[client]:
+            results += check_files(binary, d, truth, [f], f" [{f}]")
+        return results
+    return check_files(binary, d, truth, CLIENT_FILES[client], "")
+
+
+def check_files(binary, d, truth, names, label):
+    client = truth["client"]
+    name = f"{client}/{truth['scenario']}{label}"
+    files = [os.path.join(d, f) for f in names if os.path.exists(os.path.join(d, f))]
     results = []
 
     def res(check, ok, why=""):
@@ -174,14 +228,17 @@ def check_dir(binary, d):
         f"executions per attempt: want {want_exec}, got {got_exec}")
 
     if client != "codex":  # Codex's exec --json has no call ids: nothing to compare
-        want_ids = [sorted(c["id"] for c in r["calls"] if c["executed"]) for r in main]
+        # a call the provider streamed without an id (Gemini) has none to compare: the
+        # client made one up; only that it ran in that attempt counts
+        want_ids = [sorted((c["id"] for c in r["calls"] if c["executed"]), key=lambda i: i or "")
+                    for r in main]
         got_ids = [sorted(str(e.get("id")) for e in a.get("executed") or []) for a in attempts]
         ok = len(want_ids) == len(got_ids) and all(
-            len(w) == len(g) and all(wi in gi for wi, gi in zip(w, g))
+            len(w) == len(g) and all(wi is None or wi in gi for wi, gi in zip(w, g))
             for w, g in zip(want_ids, got_ids))
         res("call_ids", ok, f"executed call ids per attempt: want {want_ids}, got {got_ids}")
 
-    want = implied_findings(truth)
+    want = input_view(truth, names[0]) if client in SEPARATE else implied_findings(truth)
     got = set()
     for t in turns:
         got |= {f.get("kind") for f in t.get("findings") or []}

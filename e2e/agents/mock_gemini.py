@@ -56,7 +56,15 @@ def tool_result_ids(body):
 
 
 def call_id(attempt):
+    """The mock's name for an attempt's call (marker file names, the request log). Never sent:
+    the Gemini API streams `functionCall` without an `id` (every recording in
+    ../shared/fixtures), so clients make up their own (gemini-cli:
+    `run_shell_command__run_shell_command_<ms>_<n>`)."""
     return f"gcall-a{attempt}"
+
+
+# The call id above is not on the wire (mock_server logs the call's id as null).
+STREAMS_CALL_IDS = False
 
 
 def attempt_ids(seq):
@@ -83,7 +91,7 @@ def events(script, tool, ids, body):
         ev.append(("text", _chunk([{"text": t}], ids, n)))
     if script["call"]:
         n += 20
-        fc = {"id": script["call"]["id"], "name": tool,
+        fc = {"name": tool,
               "args": {"command": script["call"]["command"], "description": "Create the marker file"}}
         ev.append(("tool_done", _chunk([{"functionCall": fc}], ids, n)))
     for i, t in enumerate(script["after"]):

@@ -14,7 +14,7 @@ import time
 from sse_util import split_args
 
 MODEL = "gpt-4o-2024-08-06"
-SHELL_NAMES = ("shell_command",)
+SHELL_NAMES = ("shell_command", "run_shell_command")  # sdk_loop.py, Qwen Code
 
 
 def _data(obj):

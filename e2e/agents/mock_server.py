@@ -264,7 +264,9 @@ class Handler(BaseHTTPRequestHandler):
             marker = os.path.join(st.marker_dir, f"a{attempt}-{call_id}")
             command = f"touch {marker}"
             script = attempt_script(attempt, call_id, command)
-            rec["call"] = {"id": call_id, "name": tool, "command": command, "marker": marker}
+            # the call's id as streamed (null for a provider that streams none: Gemini)
+            wire_id = call_id if getattr(mod, "STREAMS_CALL_IDS", True) else None
+            rec["call"] = {"id": wire_id, "name": tool, "command": command, "marker": marker}
             cut = (st.point, st.mode) if attempt == 1 and st.point else None
         rec["cut"] = {"point": cut[0], "mode": cut[1]} if cut else None
         rec["ids"] = mod.attempt_ids(seq)

@@ -20,7 +20,7 @@ reason; the last line is `N passed, N failed`; known failures are listed, not co
                was read (= events read, > 0), no bad lines, retryscope still running, the
                client exited 0
   same_across_protocols  the same number of log records arrived over each protocol
-  same_as_file (gemini-cli) the OTLP run's figures equal the telemetry-file run's
+  same_as_file (gemini-cli, Qwen Code) the OTLP run's figures equal the telemetry-file run's
   truth        (gemini-cli) findings are exactly what the truth implies minus spliced_text
                (that needs the client's display output, which telemetry does not carry:
                docs/clients/gemini-cli.md); retries, executions and unfinished attempts as
@@ -28,6 +28,8 @@ reason; the last line is `N passed, N failed`; known failures are listed, not co
   otlp-http+stream-json (gemini-cli) one more run: OTLP/HTTP telemetry plus the client's
                `-o stream-json` file tailed by the same retryscope, compared with both files
                tailed, and with the whole truth (spliced_text included)
+               Qwen Code: the findings its telemetry can show (expect.input_view: spliced_text
+               after a continuation, whose kept text goes back in the next request's history)
   truth        (Codex, Claude Code) as for gemini-cli: retryscope decodes their events; for
                Claude Code against the truth as its telemetry can show it (client_view: a cut
                message reads as finished, a content-less failed request is not exported)
@@ -60,7 +62,13 @@ KNOWN_FAILURES = {}
 # Clients whose OTLP export retryscope decodes into turns: their runs must match the truth
 # as their telemetry can show it (client_view); any other only must not produce a finding
 # the truth does not imply.
-DECODED = {"gemini-cli", "codex", "claude-code"}
+DECODED = {"gemini-cli", "codex", "claude-code", "qwen-code"}
+
+# Clients that also write their telemetry to a file (`outfile`): each scenario runs once with
+# the file tailed by `retryscope run FILE`, and the OTLP runs must report the same. Only
+# gemini-cli's display output (stream-json) is joined with its telemetry.
+FILE_CLIENTS = {"gemini-cli", "qwen-code"}
+JOINED = {"gemini-cli"}
 
 # Idle timeout of the live turns (seconds) in every retryscope run here.
 IDLE_SECS = 3
@@ -265,21 +273,25 @@ def run_otlp(binary, client, scenario, protocol, bin_dir, out, timeout, display=
 
 
 def run_file(binary, client, scenario, bin_dir, out, timeout):
-    """gemini-cli writing its telemetry file, then `retryscope run FILE` over it, and
-    `retryscope run FILE stream.jsonl` (the telemetry joined with what the user saw).
-    Returns ((snapshot, findings) telemetry only, (snapshot, findings) joined, truth)."""
+    """gemini-cli (or Qwen Code) writing its telemetry file, then `retryscope run FILE` over
+    it, and for gemini-cli `retryscope run FILE stream.jsonl` (the telemetry joined with what
+    the user saw). Returns ((snapshot, findings) telemetry only, (snapshot, findings) joined
+    or None, truth)."""
     truth = record.record(client, scenario, bin_dir, out, timeout)
     tele = os.path.join(out, "telemetry.log")
     shown = os.path.join(out, "stream.jsonl")
     views = []
-    for name, paths in (("run", [tele]), ("run-with-stream-json", [tele, shown])):
+    runs = [("run", [tele])]
+    if client in JOINED:
+        runs.append(("run-with-stream-json", [tele, shown]))
+    for name, paths in runs:
         rs = Retryscope(binary, os.path.join(out, name), paths)
         try:
             text = rs.settle(need_turns=True)
         finally:
             rs.stop()
         views.append((snapshot(parse_metrics(text)), read_findings(rs.findings)))
-    return views[0], views[1], truth
+    return views[0], (views[1] if len(views) > 1 else None), truth
 
 
 def compared(snap):
@@ -289,14 +301,18 @@ def compared(snap):
 def truth_expectations(truth, hidden=NOT_IN_TELEMETRY):
     """What a telemetry export of this run must make retryscope report, from truth.json:
     finding kinds (incomplete_turn neither required nor refused), retries, executions and
-    attempts that did not complete."""
+    attempts that did not complete. Qwen Code's telemetry shows the spliced text it sends back
+    to the model (expect.input_view)."""
+    kinds = expect.implied_findings(truth) - set(hidden)
+    if truth.get("client") == "qwen-code":
+        kinds = expect.input_view(truth, "telemetry.log")
     main = truth["main_requests"]
     retries = 0
     for step in sorted({r["step"] for r in main}):
         n = sum(1 for r in main if r["step"] == step)
         retries += max(0, n - 1)
     return {
-        "findings": expect.implied_findings(truth) - set(hidden),
+        "findings": kinds,
         "retries": retries,
         "executions": len(truth["markers"]),
         "unfinished": sum(1 for r in main if not r["finished"]),
@@ -397,7 +413,7 @@ def main():
             shutil.rmtree(base, ignore_errors=True)
             ref = None
             log_records = {}
-            if client == "gemini-cli":  # the one client with a telemetry file
+            if client in FILE_CLIENTS:  # clients with a telemetry file
                 try:
                     ref, joined, ref_truth = run_file(a.bin, client, scenario, a.bin_dir,
                                                       os.path.join(base, "file"), a.timeout)
@@ -408,11 +424,12 @@ def main():
                 ok, why = check_truth(ref[0], ref_truth)
                 res(f"{client}/{scenario} file truth", (client, scenario, "file", "truth"), ok,
                     why)
-                ok, why = check_truth(joined[0], ref_truth, hidden=())
-                res(f"{client}/{scenario} file+stream-json truth",
-                    (client, scenario, "file+stream-json", "truth"), ok, why)
+                if joined is not None:
+                    ok, why = check_truth(joined[0], ref_truth, hidden=())
+                    res(f"{client}/{scenario} file+stream-json truth",
+                        (client, scenario, "file+stream-json", "truth"), ok, why)
             runs = [(p, False) for p in a.protocols.split(",")]
-            if client == "gemini-cli" and "http" in a.protocols.split(","):
+            if client in JOINED and "http" in a.protocols.split(","):
                 # OTLP telemetry and the display output tailed from its file, as a fleet that
                 # keeps `-o stream-json` logs would run it: compared with both files tailed
                 runs.append(("http", True))

@@ -30,9 +30,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROMPT = "Create the marker file."
 PROVIDER = {"gemini-cli": "gemini", "claude-code": "anthropic", "claude-code-partial": "anthropic",
-            "codex": "openai"}
+            "codex": "openai", "qwen-code": "openai-chat"}
 VERSIONS = {"gemini-cli": "0.61.0", "claude-code": "2.1.328", "claude-code-partial": "2.1.328",
-            "codex": "0.169.0"}
+            "codex": "0.169.0", "qwen-code": "0.24.4"}
 
 
 def start_mock(provider, scenario, tmp, extra_env=None):
@@ -59,7 +59,8 @@ def start_mock(provider, scenario, tmp, extra_env=None):
 OTLP_PROTOCOLS = {"gemini-cli": ("http", "grpc"),
                   "claude-code": ("http", "protobuf", "grpc"),
                   "claude-code-partial": ("http", "protobuf", "grpc"),
-                  "codex": ("http", "protobuf", "grpc")}
+                  "codex": ("http", "protobuf", "grpc"),
+                  "qwen-code": ("http", "grpc")}
 
 
 def setup_client(client, home, port, tmp, otlp=None, otlp_protocol="http"):
@@ -70,7 +71,7 @@ def setup_client(client, home, port, tmp, otlp=None, otlp_protocol="http"):
         raise SystemExit(f"{client} cannot export OTLP over {otlp_protocol}")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("ANTHROPIC_", "OPENAI_", "GEMINI_", "GOOGLE_", "CLAUDE_", "CODEX_",
-                                "OTEL_"))}
+                                "OTEL_", "QWEN_", "DASHSCOPE_"))}
     env["HOME"] = home
     env["NO_COLOR"] = "1"
     base = f"http://127.0.0.1:{port}"
@@ -132,6 +133,26 @@ def setup_client(client, home, port, tmp, otlp=None, otlp_protocol="http"):
         env["MOCK_API_KEY"] = "mock-key"
         return ["codex", "exec", "--json", "--skip-git-repo-check",
                 "--dangerously-bypass-approvals-and-sandbox", PROMPT], env, "exec.jsonl"
+    if client == "qwen-code":
+        # Qwen Code (a gemini-cli fork) on OpenAI Chat Completions: the same `telemetry`
+        # settings as gemini-cli (its records are named `qwen-code.*`), auth type `openai`
+        # with the base URL, key and model from the environment.
+        os.makedirs(os.path.join(home, ".qwen"), exist_ok=True)
+        tele = {"enabled": True, "target": "local", "outfile": os.path.join(tmp, "telemetry.log"),
+                "logPrompts": True}
+        if otlp:
+            tele = {"enabled": True, "target": "local", "otlpEndpoint": otlp,
+                    "otlpProtocol": otlp_protocol, "logPrompts": True}
+        settings = {"security": {"auth": {"selectedType": "openai"},
+                                 "folderTrust": {"enabled": False}},
+                    "model": {"name": "gpt-4o-2024-08-06"},
+                    "usageStatisticsEnabled": False,
+                    "telemetry": tele}
+        with open(os.path.join(home, ".qwen", "settings.json"), "w") as f:
+            json.dump(settings, f, indent=2)
+        env.update(OPENAI_BASE_URL=base + "/v1", OPENAI_API_KEY="sk-mock",
+                   OPENAI_MODEL="gpt-4o-2024-08-06")
+        return ["qwen", "--yolo", "-o", "stream-json", "-p", PROMPT], env, "stream.jsonl"
     raise SystemExit(f"unknown client {client}")
 
 
@@ -177,7 +198,8 @@ def build_truth(client, scenario, log_path, marker_dir, run_info):
                 "events_written": outcome.get("events_written"),
                 "content_delivered": any(e in ("text", "mid_word", "tool_done")
                                          for e in outcome.get("events_written") or []),
-                "http_status": outcome.get("http_status"), "calls": []}
+                "http_status": outcome.get("http_status"),
+                "history_tags": r.get("history_tags"), "calls": []}
         if r["step"] == 1:
             item["attempt"] = r["attempt"]
             later_step1 = [s for s in step1 if s["seq"] > r["seq"]]
@@ -209,7 +231,8 @@ def build_truth(client, scenario, log_path, marker_dir, run_info):
 def visible_text(client, out):
     """What the user was shown, read from the client's own display output: gemini-cli's
     stream-json assistant `message` contents (deltas, concatenated), Claude Code's stream-json
-    `assistant` text blocks, Codex's `agent_message` items. Used only to derive whether an
+    `assistant` text blocks (Qwen Code's stream-json has the same shape), Codex's
+    `agent_message` items. Used only to derive whether an
     abandoned attempt's text reached the screen (spliced text)."""
     name = "exec.jsonl" if client == "codex" else "stream.jsonl"
     path = os.path.join(out, name)
@@ -225,7 +248,7 @@ def visible_text(client, out):
             continue
         if client == "gemini-cli" and r.get("type") == "message" and r.get("role") == "assistant":
             parts.append(str(r.get("content") or ""))
-        elif client.startswith("claude-code") and r.get("type") == "assistant":
+        elif client.startswith(("claude-code", "qwen-code")) and r.get("type") == "assistant":
             for b in (r.get("message") or {}).get("content") or []:
                 if isinstance(b, dict) and b.get("type") == "text":
                     parts.append(b.get("text") or "")
@@ -280,7 +303,7 @@ def record(client, scenario, bin_dir, out, timeout, otlp_receiver=None, otlp_end
             time.sleep(1.5)
             recv.terminate()
             recv.wait()
-    if client == "gemini-cli" and os.path.exists(os.path.join(tmp, "telemetry.log")):
+    if client in ("gemini-cli", "qwen-code") and os.path.exists(os.path.join(tmp, "telemetry.log")):
         shutil.copy(os.path.join(tmp, "telemetry.log"), os.path.join(out, "telemetry.log"))
     if os.path.exists(log):
         shutil.copy(log, os.path.join(out, "mock-log.jsonl"))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end suite: the three real coding agents (gemini-cli, Claude Code, Codex), installed
+# End-to-end suite: the four real coding agents (gemini-cli, Claude Code, Codex, Qwen Code), installed
 # from npm at pinned versions, run headless against local mocks of their provider APIs that
 # cut the first stream (e2e/agents/mock_server.py); then `retryscope check --json` over what
 # each client wrote, compared with expectations derived from the run's truth.json.
@@ -35,7 +35,7 @@ case "${1:-}" in
   "") ;;
   *) echo "usage: $0 [--record|--fixtures|--record-otlp|--otlp]" >&2; exit 2 ;;
 esac
-ALL_CLIENTS="gemini-cli claude-code claude-code-partial codex"
+ALL_CLIENTS="gemini-cli claude-code claude-code-partial codex qwen-code"
 ALL_SCENARIOS="clean start-status start-error after-tool-reset after-tool-eof after-tool-error mid-word-reset mid-word-eof mid-word-error before-finish-reset before-finish-eof before-finish-error"
 GIVEN_CLIENTS=${CLIENTS:-}
 GIVEN_SCENARIOS=${SCENARIOS:-}
@@ -43,14 +43,15 @@ CLIENTS=${CLIENTS:-$ALL_CLIENTS}
 SCENARIOS=${SCENARIOS:-$ALL_SCENARIOS}
 
 # Pinned versions (issue 10). Changing one means re-recording with --record.
-PKGS="@google/gemini-cli@0.61.0 @anthropic-ai/claude-code@2.1.328 @openai/codex@0.169.0"
+PKGS="@google/gemini-cli@0.61.0 @anthropic-ai/claude-code@2.1.328 @openai/codex@0.169.0 @qwen-code/qwen-code@0.24.4"
 
 install_clients() {
   local want have
   want=$(printf '%s\n' $PKGS | sort | tr '\n' ' ')
   have=$(cat "$CACHE/.installed" 2>/dev/null || true)
   if [ "$want" = "$have" ] && [ -x "$CACHE/node_modules/.bin/gemini" ] \
-    && [ -x "$CACHE/node_modules/.bin/claude" ] && [ -x "$CACHE/node_modules/.bin/codex" ]; then
+    && [ -x "$CACHE/node_modules/.bin/claude" ] && [ -x "$CACHE/node_modules/.bin/codex" ] \
+    && [ -x "$CACHE/node_modules/.bin/qwen" ]; then
     echo "clients: cached in $CACHE"
   else
     mkdir -p "$CACHE"
@@ -60,7 +61,7 @@ install_clients() {
     echo "$want" >"$CACHE/.installed"
   fi
   local b
-  for b in gemini claude codex; do
+  for b in gemini claude codex qwen; do
     printf '  %s: %s\n' "$b" "$(timeout 60 "$CACHE/node_modules/.bin/$b" --version 2>&1 | tail -n 1)"
   done
 }
@@ -91,17 +92,17 @@ if [ "$MODE" = otlp-live ]; then
   echo "recording into $OUT"
   # gemini-cli: a telemetry-file run, then OTLP/HTTP (JSON) and OTLP/gRPC runs, per scenario;
   # Claude Code and Codex: OTLP/HTTP (JSON and protobuf) and OTLP/gRPC. Two jobs side by side.
-  clients=$(printf '%s\n' ${GIVEN_CLIENTS:-gemini-cli claude-code codex} | grep -v '^claude-code-partial$' | tr '\n' ' ')
+  clients=$(printf '%s\n' ${GIVEN_CLIENTS:-gemini-cli claude-code codex qwen-code} | grep -v '^claude-code-partial$' | tr '\n' ' ')
   scen=$(printf '%s\n' ${GIVEN_SCENARIOS:-clean after-tool-reset} | paste -sd, -)
   protos=${OTLP_PROTOCOLS:-http,protobuf,grpc}  # each client gets those it supports
   pids=()
   logs=()
-  for group in "gemini-cli" "claude-code codex"; do
+  for group in "gemini-cli" "claude-code codex" "qwen-code"; do
     want=$(for c in $group; do case " $clients " in *" $c "*) echo "$c";; esac; done | paste -sd, -)
     [ -n "$want" ] || continue
     s=$scen
     # Claude Code and Codex runs take seconds: also the retry before any content
-    [ "$group" != gemini-cli ] && [ -z "$GIVEN_SCENARIOS" ] && s="$scen,start-error"
+    [ "$group" = "claude-code codex" ] && [ -z "$GIVEN_SCENARIOS" ] && s="$scen,start-error"
     log="$OUT/otlp-e2e-${group%% *}.log"
     python3 "$HERE/otlp_e2e.py" --bin "$BIN" --bin-dir "$CACHE/node_modules/.bin" --out "$OUT" \
       --clients "$want" --scenarios "$s" --protocols "$protos" --timeout "$TIMEOUT" >"$log" 2>&1 &

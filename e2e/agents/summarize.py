@@ -40,7 +40,7 @@ def main():
     root = sys.argv[1]
     print("| client | scenario | step-1 attempts | calls that ran (attempt) | visible tags | exit | seconds |")
     print("|---|---|---|---|---|---|---|")
-    for client in ("gemini-cli", "claude-code", "claude-code-partial", "codex"):
+    for client in ("gemini-cli", "claude-code", "claude-code-partial", "codex", "qwen-code"):
         for sc in ORDER:
             p = os.path.join(root, client, sc, "truth.json")
             if os.path.exists(p):

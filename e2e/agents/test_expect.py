@@ -21,6 +21,28 @@ def req(step, attempt=None, finished=True, retried=False, executed=None, marker_
             "ended_ms": ended_ms, "content_delivered": content}
 
 
+class InputView(unittest.TestCase):
+    """What each of Qwen Code's outputs can show of a spliced text (expect.input_view)."""
+
+    def truth(self, retry_history):
+        reqs = [req(1, 1, finished=False, retried=True), req(1, 2), req(2)]
+        for i, r in enumerate(reqs):
+            r["request_seq"] = i + 1
+        reqs[1]["history_tags"] = retry_history
+        reqs[2]["history_tags"] = ["".join(retry_history) + "[A2]"]
+        return {"main_requests": reqs, "visible_text": "[A1] I will now cr[A2] I will"}
+
+    def test_continuation_shows_in_the_telemetry_not_in_the_stream_json(self):
+        t = self.truth(["[A1]"])  # the retry's history carries the partial text
+        self.assertEqual(expect.input_view(t, "telemetry.log"), {"spliced_text"})
+        self.assertEqual(expect.input_view(t, "stream.jsonl"), set())
+
+    def test_resend_shows_in_the_stream_json_not_in_the_telemetry(self):
+        t = self.truth([])  # identical resend: only the screen showed both texts
+        self.assertEqual(expect.input_view(t, "telemetry.log"), set())
+        self.assertEqual(expect.input_view(t, "stream.jsonl"), {"spliced_text"})
+
+
 class ImpliedFindings(unittest.TestCase):
     def test_clean_run_that_executes_after_finish_implies_nothing(self):
         t = {"main_requests": [req(1, 1, executed=True, marker_ms=1200), req(2)],

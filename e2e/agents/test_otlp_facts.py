@@ -199,5 +199,58 @@ class Codex(unittest.TestCase):
             self.assertTrue(named and all(a.get("conversation.id") for a in named), s)
 
 
+class QwenCode(unittest.TestCase):
+    """Qwen Code 0.24.4 (a gemini-cli fork): gemini-cli's records named `qwen-code.*`."""
+
+    def test_every_model_request_and_its_failure(self):
+        for s in SCENARIOS:
+            logs, _, _, truth = load("qwen-code", s)
+            self.assertEqual(sum(1 for n, _ in logs if n == "qwen-code.api_request"),
+                             len(truth["main_requests"]), s)
+            self.assertEqual(sum(1 for n, _ in logs if n == "qwen-code.api_error"),
+                             unfinished(truth), s)
+
+    def test_every_execution_with_its_call_id_and_response(self):
+        for s in SCENARIOS:
+            logs, _, _, truth = load("qwen-code", s)
+            calls = [a for n, a in logs if n == "qwen-code.tool_call"]
+            self.assertEqual(sorted(a["call_id"] for a in calls), executed_ids(truth), s)
+            responses = {a.get("response_id") for n, a in logs if n == "qwen-code.api_response"}
+            self.assertTrue(all(a["response_id"] in responses for a in calls), s)
+
+    def test_a_response_carries_no_finish_and_no_calls(self):
+        # `response_text` is the plain text; whether the stream finished is not logged (a
+        # resend after a clean end of body is announced by chat.content_retry instead).
+        for s in SCENARIOS:
+            logs, _, _, _ = load("qwen-code", s)
+            for n, a in logs:
+                if n == "qwen-code.api_response":
+                    self.assertNotIn("finish_reasons", a, s)
+                    self.assertFalse(str(a.get("response_text", "")).startswith("[{"), s)
+
+    def test_the_continuation_and_the_kept_splice_are_in_the_request_history(self):
+        # after-tool-reset: the retry's history ends with the cut attempt's partial text and a
+        # request to continue after it; the next call's history keeps both attempts' text
+        # (truth: the mock's history tags). This is what makes spliced_text visible here.
+        logs, _, _, truth = load("qwen-code", "otlp-after-tool-reset")
+        reqs = [json.loads(a["request_text"]) for n, a in logs if n == "qwen-code.api_request"]
+        self.assertEqual(len(reqs), 3)
+        retry = reqs[1]
+        self.assertEqual([c["role"] for c in retry[-2:]], ["model", "user"])
+        self.assertIn("[A1]", json.dumps(retry[-2]))
+        self.assertIn("previous_response_suffix", json.dumps(retry[-1]))
+        kept = [c for c in reqs[2] if c["role"] == "model"][-1]
+        self.assertIn("[A1]", json.dumps(kept))
+        self.assertIn("[A2]", json.dumps(kept))
+        self.assertEqual(truth["main_requests"][2]["history_tags"], ["[A1][A2]"])
+
+    def test_spans_repeat_the_records(self):
+        for s in SCENARIOS:
+            _, spans, _, truth = load("qwen-code", s)
+            llm = [a for n, a, _ in spans if n == "qwen-code.llm_request"]
+            self.assertEqual(len(llm), len(truth["main_requests"]), s)
+            self.assertTrue(all(a.get("qwen-code.prompt_id") for a in llm), s)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end suite for `retryscope proxy` (issue 14): real clients (gemini-cli, Claude Code,
-# Codex from npm; the official `openai` and `anthropic` Python SDKs from PyPI driving
+# Codex, Qwen Code from npm; the official `openai` and `anthropic` Python SDKs from PyPI driving
 # e2e/proxy/sdk_loop.py) talk to a local mock upstream that never cuts, through the proxy,
 # which cuts the first stream (--inject after-tool-call|mid-word|before-finish,
 # --inject-how reset|eof|error). What the proxy reports (/metrics, findings, its --record
@@ -24,7 +24,7 @@ CACHE=${RETRYSCOPE_E2E_CACHE:-$HOME/.cache/retryscope-e2e}
 BIN=${RETRYSCOPE_BIN:-$ROOT/target/debug/retryscope}
 TIMEOUT=${E2E_TIMEOUT:-90}
 JOBS=${E2E_JOBS:-2}
-ALL_CLIENTS="sdk-anthropic sdk-openai-chat sdk-openai-responses claude-code codex gemini-cli"
+ALL_CLIENTS="sdk-anthropic sdk-openai-chat sdk-openai-responses claude-code codex gemini-cli qwen-code"
 ALL_SCENARIOS="clean after-tool-call-reset after-tool-call-eof after-tool-call-error mid-word-reset mid-word-eof mid-word-error before-finish-reset before-finish-eof before-finish-error"
 # the SDK loops also get three cuts in a row: they give up after 3 tries, so the turn ends
 # retried, with no later request to show what the client kept
@@ -75,7 +75,8 @@ install_clients() {
   want=$(printf '%s\n' $pkgs | sort | tr '\n' ' ')
   have=$(cat "$CACHE/.installed" 2>/dev/null || true)
   if [ "$want" = "$have" ] && [ -x "$CACHE/node_modules/.bin/gemini" ] \
-    && [ -x "$CACHE/node_modules/.bin/claude" ] && [ -x "$CACHE/node_modules/.bin/codex" ]; then
+    && [ -x "$CACHE/node_modules/.bin/claude" ] && [ -x "$CACHE/node_modules/.bin/codex" ] \
+    && [ -x "$CACHE/node_modules/.bin/qwen" ]; then
     echo "clients: cached in $CACHE ($want)"
   else
     mkdir -p "$CACHE"

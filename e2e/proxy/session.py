@@ -6,7 +6,8 @@ proxy reported and the ground truth into an output folder.
   session.py --client CLIENT --scenario clean|<point>-<how> --bin target/debug/retryscope \
              --bin-dir CACHE/node_modules/.bin --python CACHE/pyenv/bin/python --out DIR
 
-CLIENT: gemini-cli, claude-code, codex (the npm clients, configured as in e2e/agents), or
+CLIENT: gemini-cli, claude-code, codex, qwen-code (the npm clients, configured as in
+e2e/agents), or
 sdk-anthropic, sdk-openai-chat, sdk-openai-responses (sdk_loop.py on the official SDKs).
 point: after-tool-call, mid-word, before-finish (the proxy's `--inject`); how: reset, eof,
 error (`--inject-how`); the proxy cuts the first stream, or the first N with `-first<N>`.
@@ -44,6 +45,7 @@ import record  # noqa: E402  (e2e/agents/record.py: client configs, mock start, 
 import wire  # noqa: E402
 
 PROVIDER = {"gemini-cli": "gemini", "claude-code": "anthropic", "codex": "openai",
+            "qwen-code": "openai-chat",
             "sdk-anthropic": "anthropic", "sdk-openai-chat": "openai-chat",
             "sdk-openai-responses": "openai"}
 SDK_API = {"sdk-anthropic": "anthropic", "sdk-openai-chat": "openai-chat",

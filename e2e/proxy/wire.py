@@ -101,7 +101,10 @@ def delivered(dump_dir, provider, requests):
                 # a non-streamed JSON answer is whole when its body is
                 finish = FINISH[provider] in r["body"] if sse else bool(r["complete"])
                 error = not finish and any(m in r["body"] for m in ERROR[provider])
-                call = (req.get("call") or {}).get("id")
+                # the call as streamed: its id, or (a provider that streams no call ids:
+                # Gemini) its marker file's name, which only that attempt's command carries
+                c = req.get("call") or {}
+                call = c.get("id") or os.path.basename(c.get("marker") or "")
                 if finish:
                     how = None
                 elif error:

@@ -96,11 +96,30 @@ pub fn explain(f: &Finding, report: &TurnReport) -> String {
             } else {
                 "and then a retry abandoned it"
             };
-            format!(
-                "{} from {} ran {when}: its effect happened for an answer the user never got",
-                call(f),
-                attempt(f)
-            )
+            let mut s = if f.evidence.contains("aborted or cancelled") {
+                format!(
+                    "{} from {} was run {when}, and its result says it was aborted or \
+                     cancelled: whether its effect landed is a race, check it",
+                    call(f),
+                    attempt(f)
+                )
+            } else if f.evidence.contains("result is an error") {
+                format!(
+                    "{} from {} ran {when} and failed: check whether its effect landed",
+                    call(f),
+                    attempt(f)
+                )
+            } else {
+                format!(
+                    "{} from {} ran {when}: its effect happened for an answer the user never got",
+                    call(f),
+                    attempt(f)
+                )
+            };
+            if let Some(q) = &f.quote {
+                s.push_str(&format!(" (its result: '{}')", clip(q, 80)));
+            }
+            s
         }
         FindingKind::DuplicateEffect => match first_same_effect(report, f) {
             Some((n, id)) => format!(
@@ -127,6 +146,12 @@ pub fn explain(f: &Finding, report: &TurnReport) -> String {
                     "the retry's text followed {}'s on screen with no render reset between: \
                      the user read both",
                     attempt(f)
+                ),
+                r if r.starts_with(crate::rules::spliced_text::RESTART_EVIDENCE) => format!(
+                    "the retry was asked to continue {}'s cut text but started its answer over, \
+                     and the client kept both (their openings share '{}')",
+                    attempt(f),
+                    clip(&r[crate::rules::spliced_text::RESTART_EVIDENCE.len()..], 60)
                 ),
                 other => format!("the user saw {}'s abandoned text ({other})", attempt(f)),
             };

@@ -271,7 +271,8 @@ impl CheckObserver for Printer {
         }
         if self.json {
             let has_content = report.output_prefix.is_some()
-                || report.attempts.iter().any(|a| a.text_prefix.is_some());
+                || report.attempts.iter().any(|a| a.text_prefix.is_some())
+                || report.findings.iter().any(|f| f.quote.is_some());
             let has_timeline = report.attempts.iter().any(|a| !a.timeline.is_empty());
             // Copy only when something must go (plain --json needs no copy).
             let mut line = if (self.strip_content && has_content) || has_timeline {
@@ -279,6 +280,7 @@ impl CheckObserver for Printer {
                 if self.strip_content {
                     r.output_prefix = None;
                     r.attempts.iter_mut().for_each(|a| a.text_prefix = None);
+                    r.findings.iter_mut().for_each(|f| f.quote = None);
                 }
                 r.attempts.iter_mut().for_each(|a| {
                     a.timeline.clear();

@@ -13,7 +13,8 @@ use clap::Args;
 use retryscope::config::RunConfig;
 use retryscope::internal_events::{InternalEvent, ProxyCut, ProxyUpstreamError};
 use retryscope::proxy::{
-    self, How, InjectRule, LineSink, Point, Proxy, ProxyNote, Tracker, UpstreamSettings,
+    self, How, InjectMatch, InjectRule, LineSink, Point, Proxy, ProxyNote, Tracker,
+    UpstreamSettings,
 };
 use retryscope::run::{Engine, Feed, FeedItem, Sources};
 use retryscope::sink::metrics::Metrics;
@@ -58,6 +59,11 @@ pub struct ProxyArgs {
     /// Seed of --inject-fraction's choice [default: 0].
     #[arg(long, value_name = "N", requires = "inject_fraction")]
     inject_seed: Option<u64>,
+    /// Which requests' streams count and may be cut: tools (requests that offer the model
+    /// tools, so a client's side calls such as a title request are left alone), all,
+    /// path=GLOB or model=GLOB (`*`, `?`) [default: tools].
+    #[arg(long, value_name = "MATCH", requires = "inject")]
+    inject_match: Option<InjectMatch>,
     /// Save each attempt's request and stream in DIR (secrets redacted); `retryscope check
     /// DIR` re-checks the session.
     #[arg(long, value_name = "DIR")]
@@ -129,6 +135,7 @@ fn merge(args: &ProxyArgs) -> anyhow::Result<RunConfig> {
             first: args.inject_first,
             fraction: args.inject_fraction,
             seed: args.inject_seed.unwrap_or(0),
+            matches: args.inject_match.clone().unwrap_or_default(),
         });
     }
     if let Some(v) = &args.record {
@@ -278,15 +285,22 @@ async fn serve(cfg: RunConfig, traces: Option<TraceExportConfig>) -> anyhow::Res
     let tracker = Tracker::new(sink, format!("px{start_ms}"));
     let notes_metrics = metrics.clone();
     let notes = Box::new(move |n: ProxyNote| match n {
-        ProxyNote::Cut { point, how } => ProxyCut { point, how }.emit(&notes_metrics),
+        ProxyNote::Cut { point, how, target } => ProxyCut {
+            point,
+            how,
+            target: target.as_ref(),
+        }
+        .emit(&notes_metrics),
         ProxyNote::UpstreamError => ProxyUpstreamError.emit(&notes_metrics),
+        ProxyNote::Stream => notes_metrics.inc_proxy_streams(),
+        ProxyNote::Held { nanos } => notes_metrics.observe_proxy_latency(nanos as f64 / 1e9),
     });
     let proxy = Arc::new(Proxy::new(&cfg.proxy, tracker, notes)?);
     for u in &cfg.proxy.upstream {
         tracing::info!(
             prefix = %u.prefix,
             upstream = %retryscope::sanitize::display(&u.url),
-            inject = ?u.inject.as_ref().or(cfg.proxy.inject.as_ref()).map(|r| (r.point.as_str(), r.how.as_str())),
+            inject = ?u.inject.as_ref().or(cfg.proxy.inject.as_ref()).map(|r| (r.point.as_str(), r.how.as_str(), r.matches.to_string())),
             "proxy route"
         );
     }
@@ -329,6 +343,7 @@ async fn serve(cfg: RunConfig, traces: Option<TraceExportConfig>) -> anyhow::Res
     tracing::info!(
         requests = stats.requests,
         retries = stats.retries,
+        resumed = stats.resumed,
         executions = stats.executions,
         cuts = proxy.cuts(),
         lines = summary.lines,

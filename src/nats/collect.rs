@@ -21,7 +21,9 @@
 //!
 //! Metrics: each partition counts into its own [`Metrics`] whose snapshot travels in the
 //! partition's checkpoint; the instance serves the sum of the partitions it owns, so the sum
-//! over instances is the total (see docs/scaling.md).
+//! over instances is the total (see docs/scaling.md). The cluster series (partitions owned,
+//! lease takeovers, checkpoint lag and failures, findings publish failures) are the
+//! instance's own and are set on top of that sum ([`Metrics::set_cluster`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -44,7 +46,7 @@ use crate::decode::Format;
 use crate::ingest::{Ingest, Source};
 use crate::internal_events::{FindingWriteFailed, Ingested, InternalEvent};
 use crate::sink::findings::FindingsSink;
-use crate::sink::metrics::Metrics;
+use crate::sink::metrics::{ClusterStats, Metrics};
 
 /// How a collector runs.
 #[derive(Debug, Clone)]
@@ -72,6 +74,15 @@ pub struct CollectSummary {
     pub messages: u64,
     /// Partition checkpoints stored.
     pub checkpoints: u64,
+    /// Partition checkpoints that failed (the partition was given up).
+    pub checkpoint_failures: u64,
+    /// Partition leases acquired.
+    pub takeovers: u64,
+    /// Findings not published to, or not acknowledged by, the findings stream.
+    pub publish_failures: u64,
+    /// Messages correlated and not covered by a stored checkpoint, just before the last
+    /// round of checkpoints (right after it, it is 0 by construction).
+    pub checkpoint_lag: u64,
 }
 
 struct Owned {
@@ -133,6 +144,10 @@ pub async fn collect(
     ensure_findings_stream(&js, cfg.findings_window).await?;
     let owners = lease::owners(&js).await?;
     let states = state::bucket(&js).await?;
+    served.set_cluster(&ClusterStats {
+        partitions,
+        ..ClusterStats::default()
+    });
     ready.store(true, Ordering::SeqCst);
     tracing::info!(partitions, instance = %cfg.instance, "collecting from JetStream");
     let mut sh = Shared {
@@ -179,6 +194,7 @@ pub async fn collect(
                 match lease::acquire(&owners, p, &cfg.instance, cfg.lease, wall_ms()).await {
                     Ok(Some(rev)) => match take(&mut sh, p, rev).await {
                         Ok(o) => {
+                            sh.summary.takeovers += 1;
                             tracing::info!(partition = p, from_seq = o.seq, "took partition");
                             owned.insert(p, o);
                         }
@@ -209,16 +225,20 @@ pub async fn collect(
         }
         if last_checkpoint.elapsed() >= cfg.checkpoint_every {
             last_checkpoint = Instant::now();
+            // What a new owner would replay had this instance died just now.
+            sh.summary.checkpoint_lag =
+                owned.values().map(|o| o.seq.saturating_sub(o.stored)).sum();
             for (&p, o) in owned.iter_mut() {
                 let done = tokio::time::timeout(cfg.lease, checkpoint(&mut sh, p, o))
                     .await
                     .unwrap_or_else(|_| Err(NatsError::new("checkpointing", "timed out")));
                 if let Err(e) = done {
+                    sh.summary.checkpoint_failures += 1;
                     tracing::warn!(partition = p, error = %e, "checkpoint failed; giving the partition up");
                     lost.push(p);
                 }
             }
-            publish_metrics(&served, &owned);
+            publish_metrics(&served, &owned, &sh.summary, partitions);
         }
         for p in lost {
             // Dropped without a checkpoint: whoever takes it next (us too) replays from the
@@ -239,7 +259,7 @@ pub async fn collect(
             Err(e) => tracing::warn!(partition = p, error = %e, "final checkpoint failed"),
         }
     }
-    publish_metrics(&served, &owned);
+    publish_metrics(&served, &owned, &sh.summary, partitions);
     let _ = owners.delete(member_key(&cfg.instance)).await;
     Ok(sh.summary)
 }
@@ -437,7 +457,7 @@ async fn deliver(
 ) -> Result<(), NatsError> {
     for (i, output) in out.drain(..).enumerate() {
         o.metrics.observe(&output);
-        let Output::Finding(f) = &output else {
+        let Output::Finding(f, _) = &output else {
             continue;
         };
         if let Err(error) = sh.findings.write(f) {
@@ -454,7 +474,10 @@ async fn deliver(
                 Bytes::from(body),
             )
             .await
-            .map_err(|e| NatsError::new("publishing a finding", e))?;
+            .map_err(|e| {
+                sh.summary.publish_failures += 1;
+                NatsError::new("publishing a finding", e)
+            })?;
         o.findings_in_flight.push(ack);
     }
     Ok(())
@@ -466,8 +489,10 @@ async fn checkpoint(sh: &mut Shared<'_>, p: u32, o: &mut Owned) -> Result<(), Na
         return Ok(());
     }
     for ack in o.findings_in_flight.drain(..) {
-        ack.await
-            .map_err(|e| NatsError::new("waiting for a finding's acknowledgement", e))?;
+        ack.await.map_err(|e| {
+            sh.summary.publish_failures += 1;
+            NatsError::new("waiting for a finding's acknowledgement", e)
+        })?;
     }
     let pipeline = o.ingest.pipeline();
     let s = PartitionState {
@@ -491,11 +516,34 @@ async fn checkpoint(sh: &mut Shared<'_>, p: u32, o: &mut Owned) -> Result<(), Na
     Ok(())
 }
 
-/// Serve the sum of the owned partitions' metrics.
-fn publish_metrics(served: &Metrics, owned: &BTreeMap<u32, Owned>) {
+/// Serve the sum of the owned partitions' metrics, and this instance's cluster series.
+fn publish_metrics(
+    served: &Metrics,
+    owned: &BTreeMap<u32, Owned>,
+    summary: &CollectSummary,
+    partitions: u32,
+) {
     let snaps: Vec<_> = owned.values().map(|o| o.metrics.snapshot()).collect();
     let sum = crate::sink::metrics::sum_snapshots(&snaps);
     if let Err(e) = served.restore(&sum) {
         tracing::warn!(error = %e, "cannot publish partition metrics");
+    }
+    served.set_cluster(&cluster_stats(owned, summary, partitions));
+}
+
+/// The instance's cluster series from what it owns and what it did.
+fn cluster_stats(
+    owned: &BTreeMap<u32, Owned>,
+    summary: &CollectSummary,
+    partitions: u32,
+) -> ClusterStats {
+    ClusterStats {
+        partitions,
+        owned: owned.len() as u32,
+        takeovers: summary.takeovers,
+        checkpoint_lag: summary.checkpoint_lag,
+        publish_failures: summary.publish_failures,
+        checkpoint_writes: summary.checkpoints,
+        checkpoint_failures: summary.checkpoint_failures,
     }
 }

@@ -9,10 +9,13 @@
 //! turn before it, then its `turn_end`.
 //!
 //! Turns follow the agent decoders' convention: one per model call, `<conversation>` then
-//! `<conversation>#2`, ... A request whose history equals an earlier request's, after that
-//! request's last attempt failed or was cut (or with the SDK's retry counter above 0), is the
-//! next attempt of the same turn. A request whose history extends an earlier request's is the
-//! next call of that conversation; the messages it adds tell what the client did with the
+//! `<conversation>#2`, ... numbered by a per-conversation counter, so two requests that extend
+//! the same call (a tool-result request and a resend with a note added) are two turns, never
+//! one id twice. A request that asks for the same call again (`retry_match`: the same history
+//! resent, or continued from the cut attempt's partial output, after that call's last attempt
+//! failed or was cut, or with the SDK's retry counter above 0) is the next attempt of the same
+//! turn. A request whose history extends an earlier request's is the next call of that
+//! conversation; the messages it adds tell what the client did with the
 //! earlier call's answer: the tool results it sends back are executions (of the attempt that
 //! produced that call id, abandoned or not), its assistant text is the turn's `output`.
 //!
@@ -29,12 +32,15 @@ use super::history::{Api, Request};
 mod calls;
 mod line;
 mod next_request;
+mod place;
+mod retry_match;
 
 use crate::decode::EnvelopeDecoder;
 use crate::decode::native::ProviderChunk;
 use crate::event::EventKind;
 use calls::{call_marker, stream_call_ids};
 use line::{Fields, Line};
+use retry_match::{Kept, RetryOf, Strategy};
 
 /// Where the tracker's lines go (the engine's feed, a recording, a test's vector).
 pub trait LineSink: Send {
@@ -92,6 +98,8 @@ pub struct TrackerStats {
     pub not_json: u64,
     /// Turns forgotten to bound memory.
     pub evicted: u64,
+    /// Background response streams resumed (the same attempt, continued).
+    pub resumed: u64,
 }
 
 /// What the tracker knows of an attempt.
@@ -99,6 +107,9 @@ pub struct TrackerStats {
 struct AttemptState {
     finished: bool,
     ended: bool,
+    /// An OpenAI Responses background response: it runs on the server whatever happens to
+    /// its stream, and `GET /responses/{id}?stream=true` resumes the same attempt.
+    background: bool,
     /// Why it failed, as the next retry's reason.
     cause: Option<String>,
 }
@@ -116,9 +127,22 @@ struct Turn {
     api: Api,
     attempts: Vec<AttemptState>,
     decoder: EnvelopeDecoder,
-    /// Fingerprint of its request's whole history.
-    request: Option<u64>,
+    /// Fingerprints of its requests' whole histories (a continuation's differs).
+    requests: Vec<u64>,
+    /// What its newest attempt streamed (after its prefill), to recognise a continuation.
+    kept: Kept,
     closed: bool,
+    /// The calls its attempts streamed, to place executions whose ids were never streamed.
+    seen: place::Seen,
+}
+
+impl Turn {
+    /// Its newest attempt failed or was cut (or has not ended).
+    fn last_failed(&self) -> bool {
+        self.attempts
+            .last()
+            .is_none_or(|a| !a.finished || a.cause.is_some())
+    }
 }
 
 /// The tracker: one per proxy, behind a lock.
@@ -132,15 +156,19 @@ pub struct Tracker {
     by_request: HashMap<u64, String>,
     calls: HashMap<String, CallInfo>,
     /// OpenAI Responses ids, to the turn whose attempt streamed them (`previous_response_id`).
-    responses: HashMap<String, String>,
+    responses: HashMap<String, (String, u32)>,
     /// Call ids seen in a stream whose call the decoder never completed (cut before its
     /// arguments or finish): if a later history executes one, the client did assemble it.
     partial: HashMap<String, CallInfo>,
     /// Call ids whose execution was already reported, per conversation.
     executed: HashMap<String, HashSet<String>>,
+    /// The last call number given in each conversation.
+    steps: HashMap<String, u32>,
     max_turns: usize,
     stats: TrackerStats,
     scratch: Vec<crate::event::Event<'static>>,
+    /// The client kind of the request being begun (`super::client`): the new turn's agent.
+    pub client: &'static str,
 }
 
 /// Turns remembered (for retries and the next step's history) before the oldest is forgotten.
@@ -161,9 +189,11 @@ impl Tracker {
             responses: HashMap::new(),
             partial: HashMap::new(),
             executed: HashMap::new(),
+            steps: HashMap::new(),
             max_turns: MAX_TURNS,
             stats: TrackerStats::default(),
             scratch: Vec::new(),
+            client: super::client::OTHER,
         }
     }
 
@@ -208,47 +238,9 @@ impl Tracker {
             .unwrap_or_default();
         let model = request.and_then(|r| r.model.as_deref());
         let full = fps.last().copied();
-        // The same history again, after a failed or cut attempt (or the SDK says it retries).
-        if let Some(full) = full
-            && let Some(tid) = self.by_request.get(&full).cloned()
-            && let Some(turn) = self.turns.get(&tid)
-            && !turn.closed
-        {
-            let failed = turn
-                .attempts
-                .last()
-                .is_none_or(|a| !a.finished || a.cause.is_some());
-            if failed || retry_count.unwrap_or(0) > 0 {
-                let attempt = turn.attempts.len() as u32;
-                let reason = turn
-                    .attempts
-                    .last()
-                    .and_then(|a| a.cause.clone())
-                    .unwrap_or_else(|| "client_retry".to_owned());
-                if let Some(turn) = self.turns.get_mut(&tid) {
-                    turn.attempts.push(AttemptState::default());
-                }
-                self.stats.retries += 1;
-                self.emit(
-                    &tid,
-                    "retry",
-                    Some(attempt),
-                    now_ms,
-                    Fields::Retry { reason: &reason },
-                );
-                self.emit(
-                    &tid,
-                    "attempt_start",
-                    Some(attempt),
-                    now_ms,
-                    Fields::AttemptStart { model },
-                );
-                return AttemptRef {
-                    turn: tid,
-                    attempt,
-                    api,
-                };
-            }
+        if let Some(of) = self.match_retry(request, &fps, retry_count) {
+            let background = request.is_some_and(|r| r.background);
+            return self.retry(of, api, model, full, background, now_ms);
         }
         // The previous call of the conversation: the response a Responses request continues
         // on the server (its input is all new), or the longest earlier history this one
@@ -256,6 +248,7 @@ impl Tracker {
         let stateful = request
             .and_then(|r| r.previous_response_id.as_ref())
             .and_then(|id| self.responses.get(id))
+            .map(|(t, _)| t)
             .map(|t| (0, t.clone()));
         let parent = stateful.or_else(|| {
             fps.len().checked_sub(1).and_then(|n| {
@@ -269,8 +262,19 @@ impl Tracker {
                 self.stats.steps += 1;
                 let messages = request.and_then(|r| r.messages.get(from..)).unwrap_or(&[]);
                 self.read_history(&parent, messages, now_ms);
-                match self.turns.get(&parent) {
-                    Some(p) => (p.conversation.clone(), p.step + 1),
+                if let Some(p) = self.turns.get_mut(&parent)
+                    && p.closed
+                {
+                    // A closed call is retried no more: its text is not needed.
+                    p.kept = Kept::default();
+                }
+                match self.turns.get(&parent).map(|p| p.conversation.clone()) {
+                    // One model call, one turn: two requests that extend the same parent (a
+                    // tool-result request and a resend with a note added) are two calls.
+                    Some(c) => {
+                        let step = self.next_step(&c);
+                        (c, step)
+                    }
                     None => (self.new_conversation(), 1),
                 }
             }
@@ -290,7 +294,7 @@ impl Tracker {
                 provider: api.provider(),
                 model,
                 session: &conversation,
-                agent: "retryscope-proxy",
+                agent: self.client,
                 wire_only: true,
             },
         );
@@ -307,10 +311,15 @@ impl Tracker {
                 conversation,
                 step,
                 api,
-                attempts: vec![AttemptState::default()],
+                attempts: vec![AttemptState {
+                    background: request.is_some_and(|r| r.background),
+                    ..AttemptState::default()
+                }],
                 decoder: EnvelopeDecoder::new(),
-                request: full,
+                requests: full.into_iter().collect(),
+                kept: Kept::default(),
                 closed: false,
+                seen: place::Seen::default(),
             },
         );
         if let Some(full) = full {
@@ -326,7 +335,84 @@ impl Tracker {
     fn new_conversation(&mut self) -> String {
         let id = format!("{}-{}", self.prefix, self.next_conversation);
         self.next_conversation += 1;
+        self.steps.insert(id.clone(), 1);
         id
+    }
+
+    /// The next call number of `conversation` (its first call is 1).
+    fn next_step(&mut self, conversation: &str) -> u32 {
+        let n = self.steps.entry(conversation.to_owned()).or_insert(1);
+        *n += 1;
+        *n
+    }
+
+    /// Another attempt of an earlier call (`retry_match`): its `retry` (with the partial
+    /// output a continuation carries) and `attempt_start` (with the model asked for, which a
+    /// fallback changes).
+    fn retry(
+        &mut self,
+        of: RetryOf,
+        api: Api,
+        model: Option<&str>,
+        full: Option<u64>,
+        background: bool,
+        now_ms: i64,
+    ) -> AttemptRef {
+        let RetryOf {
+            turn: tid,
+            strategy,
+        } = of;
+        let Some(turn) = self.turns.get_mut(&tid) else {
+            return AttemptRef {
+                turn: tid,
+                attempt: 0,
+                api,
+            };
+        };
+        let attempt = turn.attempts.len() as u32;
+        let reason = turn
+            .attempts
+            .last()
+            .and_then(|a| a.cause.clone())
+            .unwrap_or_else(|| "client_retry".to_owned());
+        turn.attempts.push(AttemptState {
+            background,
+            ..AttemptState::default()
+        });
+        let prefill = match strategy {
+            Strategy::Resend => None,
+            Strategy::Continuation { prefill } => Some(prefill),
+        };
+        turn.kept = Kept::starting_with(prefill.as_deref().unwrap_or(""));
+        if let Some(full) = full
+            && !turn.requests.contains(&full)
+        {
+            turn.requests.push(full);
+            self.by_request.insert(full, tid.clone());
+        }
+        self.stats.retries += 1;
+        self.emit(
+            &tid,
+            "retry",
+            Some(attempt),
+            now_ms,
+            Fields::Retry {
+                reason: &reason,
+                prefill: prefill.as_deref(),
+            },
+        );
+        self.emit(
+            &tid,
+            "attempt_start",
+            Some(attempt),
+            now_ms,
+            Fields::AttemptStart { model },
+        );
+        AttemptRef {
+            turn: tid,
+            attempt,
+            api,
+        }
     }
 
     fn remember(&mut self, tid: String, turn: Turn) {
@@ -338,14 +424,14 @@ impl Tracker {
             };
             if let Some(t) = self.turns.remove(&old) {
                 self.stats.evicted += 1;
-                if let Some(fp) = t.request
-                    && self.by_request.get(&fp) == Some(&old)
-                {
-                    self.by_request.remove(&fp);
+                for fp in &t.requests {
+                    if self.by_request.get(fp) == Some(&old) {
+                        self.by_request.remove(fp);
+                    }
                 }
                 self.calls.retain(|_, c| c.turn != old);
                 self.partial.retain(|_, c| c.turn != old);
-                self.responses.retain(|_, t| *t != old);
+                self.responses.retain(|_, (t, _)| *t != old);
                 if t.step == 1
                     && !self
                         .turns
@@ -353,6 +439,7 @@ impl Tracker {
                         .any(|o| o.conversation == t.conversation)
                 {
                     self.executed.remove(&t.conversation);
+                    self.steps.remove(&t.conversation);
                 }
             }
         }
@@ -381,7 +468,8 @@ impl Tracker {
                 .pointer("/response/id")
                 .and_then(serde_json::Value::as_str)
         {
-            self.responses.insert(id.to_owned(), a.turn.clone());
+            self.responses
+                .insert(id.to_owned(), (a.turn.clone(), a.attempt));
         }
         if let Some(marker) = call_marker(a.api)
             && memchr::memmem::find(data.as_bytes(), marker.as_bytes()).is_some()
@@ -409,15 +497,21 @@ impl Tracker {
         let _ = turn.decoder.push(&chunk, &mut events);
         for ev in events.drain(..) {
             match ev.kind {
-                EventKind::ToolCall { id, name, .. } => {
+                EventKind::ToolCall { id, name, args } => {
+                    let attempt = ev.attempt.unwrap_or(a.attempt);
+                    turn.seen
+                        .record(&a.turn, attempt, &id, &name, args.as_deref());
                     self.calls.insert(
                         id.into_owned(),
                         CallInfo {
                             turn: a.turn.clone(),
-                            attempt: ev.attempt.unwrap_or(a.attempt),
+                            attempt,
                             name: name.into_owned(),
                         },
                     );
+                }
+                EventKind::Text { text } if turn.attempts.len() == a.attempt as usize + 1 => {
+                    turn.kept.push(&text);
                 }
                 EventKind::Finish { .. } => {
                     if let Some(st) = turn.attempts.get_mut(a.attempt as usize) {
@@ -493,6 +587,11 @@ impl Tracker {
         }
         st.ended = true;
         let finished = st.finished;
+        if st.background && !finished {
+            // Only the stream ended: the response goes on on the server, and the client may
+            // resume it (`resume`). Unresumed, the attempt stays open, then idle.
+            return;
+        }
         match how {
             End::Injected { point, how } => {
                 // Reported as injected even when the stream carried an error event of its
@@ -520,6 +619,19 @@ impl Tracker {
                 now_ms,
             ),
         }
+    }
+
+    /// `GET /responses/{id}?stream=true&starting_after=N`: the client resumes the stream of a
+    /// background response this proxy saw begin. The same attempt goes on (its events carry
+    /// its number); `None` for a response it never saw.
+    pub fn resume(&mut self, response_id: &str) -> Option<AttemptRef> {
+        let (turn, attempt) = self.responses.get(response_id).cloned()?;
+        let t = self.turns.get_mut(&turn)?;
+        let api = t.api;
+        let st = t.attempts.get_mut(attempt as usize)?;
+        st.ended = false;
+        self.stats.resumed += 1;
+        Some(AttemptRef { turn, attempt, api })
     }
 
     /// Whether the turn's attempt has decoded its finish.

@@ -123,7 +123,11 @@ impl ObservedBody {
                 obs.chunk(&data);
             }
             let (point, how_s) = (cutter.point().as_str(), how.as_str());
-            (obs.proxy.notes)(ProxyNote::Cut { point, how: how_s });
+            (obs.proxy.notes)(ProxyNote::Cut {
+                point,
+                how: how_s,
+                target: cutter.target().cloned(),
+            });
             obs.end(End::Injected { point, how: how_s });
         }
         self.then = Some(if how == How::Reset {
@@ -272,11 +276,18 @@ impl Body for ObservedBody {
                             continue;
                         }
                         if let Some(obs) = &mut this.observer {
+                            let held = std::time::Instant::now();
                             if obs.framer.framing() == Framing::Whole {
                                 obs.framer.push(&data);
                             } else {
                                 let frames = obs.framer.push(&data);
                                 obs.chunks(&frames);
+                            }
+                            if obs.decode {
+                                let nanos = held.elapsed().as_nanos();
+                                (obs.proxy.notes)(ProxyNote::Held {
+                                    nanos: u64::try_from(nanos).unwrap_or(u64::MAX),
+                                });
                             }
                         }
                         // A body with a length ends with its last byte: the server may not

@@ -28,7 +28,7 @@ use super::body::{ObservedBody, Observer};
 use super::conn::{ConnCtl, ResettableStream};
 use super::frames::{Framer, Framing};
 use super::history::{self, Api};
-use super::inject::Injector;
+use super::inject::{Injector, Target};
 use super::record::Recorder;
 use super::route::Route;
 use super::settings::ProxySettings;
@@ -56,9 +56,18 @@ pub enum ProxyNote {
         point: &'static str,
         /// How.
         how: &'static str,
+        /// The request whose stream it was.
+        target: Option<Target>,
     },
     /// The upstream could not be reached or failed mid-body.
     UpstreamError,
+    /// A model request is forwarded and tracked (one attempt).
+    Stream,
+    /// The proxy held one upstream chunk of a model stream this long before forwarding it.
+    Held {
+        /// Nanoseconds.
+        nanos: u64,
+    },
 }
 
 /// The proxy: routes, the upstream client, the tracker.
@@ -321,23 +330,41 @@ async fn handle(
     let api = (parts.method == http::Method::POST)
         .then(|| Api::from_path(&path))
         .flatten();
-    let attempt = api.map(|api| {
-        let parsed = match request_encoding(&parts.headers) {
-            None => history::parse(api, &path, &body),
-            Some("gzip") => gunzip(&body, proxy.max_request_bytes)
-                .and_then(|plain| history::parse(api, &path, &plain)),
-            // Another coding (zstd...): forwarded, not read.
-            Some(_) => None,
-        };
-        let retry_count = parts
-            .headers
-            .get("x-stainless-retry-count")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u32>().ok());
-        proxy
-            .tracker()
-            .begin(api, parsed.as_ref(), retry_count, now_ms())
+    let parsed = api.and_then(|api| match request_encoding(&parts.headers) {
+        None => history::parse(api, &path, &body),
+        Some("gzip") => gunzip(&body, proxy.max_request_bytes)
+            .and_then(|plain| history::parse(api, &path, &plain)),
+        // Another coding (zstd...): forwarded, not read.
+        Some(_) => None,
     });
+    // What an injection rule aims at, and what a cut reports of the request it cut.
+    let aimed = Target {
+        method: parts.method.to_string(),
+        path: path.split('?').next().unwrap_or(&path).to_owned(),
+        model: parsed.as_ref().and_then(|r| r.model.clone()),
+        tools: parsed.as_ref().is_some_and(|r| r.offers_tools),
+    };
+    // A background response's stream resumed: the same attempt goes on.
+    let resumed = (parts.method == http::Method::GET)
+        .then(|| history::resumed_response(&path, parts.uri.query()))
+        .flatten()
+        .and_then(|id| proxy.tracker().resume(id));
+    let attempt = resumed.or_else(|| {
+        api.map(|api| {
+            let retry_count = parts
+                .headers
+                .get("x-stainless-retry-count")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u32>().ok());
+            let mut tracker = proxy.tracker();
+            let ua = parts.headers.get(header::USER_AGENT);
+            tracker.client = super::client::kind(ua.and_then(|v| v.to_str().ok()));
+            tracker.begin(api, parsed.as_ref(), retry_count, now_ms())
+        })
+    });
+    if attempt.is_some() {
+        (proxy.notes)(ProxyNote::Stream);
+    }
     let mut begun = Begun {
         proxy: proxy.clone(),
         attempt,
@@ -396,9 +423,10 @@ async fn handle(
             .http_error(a, rparts.status.as_u16(), now_ms());
     }
     let cutter = match (&begun.attempt, success, framing) {
-        (Some(a), true, Framing::Sse | Framing::JsonArray) => {
-            route.injector.as_ref().and_then(|inj| inj.choose(a.api))
-        }
+        (Some(a), true, Framing::Sse | Framing::JsonArray) => route
+            .injector
+            .as_ref()
+            .and_then(|inj| inj.choose(a.api, aimed)),
         _ => None,
     };
     let observer = begun.take().map(|a| Observer {

@@ -93,6 +93,11 @@ pub struct ToolResult {
     pub id: Option<String>,
     /// The tool name, when the format carries it (Gemini).
     pub name: Option<String>,
+    /// The format marks it an error (Anthropic `is_error`; a Gemini `response.error`).
+    pub error: bool,
+    /// The start of its text (`crate::event::result_excerpt`): how the tool ended, in its
+    /// own words ("User aborted the command"). Not part of the fingerprint.
+    pub text: Option<String>,
 }
 
 /// One message of the history.
@@ -153,6 +158,22 @@ pub struct Request {
     pub messages: Vec<Message>,
     /// OpenAI Responses `previous_response_id` (the history lives on the server).
     pub previous_response_id: Option<String>,
+    /// Whether it offers the model tools (`tools` non-empty; Chat's legacy `functions`).
+    pub offers_tools: bool,
+    /// OpenAI Responses `background: true`: the response runs on the server, and its stream
+    /// can be resumed.
+    pub background: bool,
+}
+
+/// `GET …/responses/{id}?stream=true[&starting_after=N]`: the id of the background response
+/// whose stream the client resumes.
+pub fn resumed_response<'a>(path: &'a str, query: Option<&str>) -> Option<&'a str> {
+    let streams = query.is_some_and(|q| {
+        q.split('&')
+            .any(|kv| kv.eq_ignore_ascii_case("stream=true"))
+    });
+    let (head, id) = path.trim_end_matches('/').rsplit_once('/')?;
+    (streams && head.ends_with("/responses") && !id.is_empty()).then_some(id)
 }
 
 impl Request {
@@ -255,7 +276,17 @@ pub fn parse(api: Api, path: &str, body: &[u8]) -> Option<Request> {
         model,
         messages,
         previous_response_id,
+        background: api == Api::OpenAiResponses
+            && v.get("background").and_then(Value::as_bool) == Some(true),
+        offers_tools: ["tools", "functions"]
+            .iter()
+            .any(|k| !arr(&v, k).is_empty()),
     })
+}
+
+/// A tool result's text as kept (bounded), `None` when empty.
+fn excerpt(text: &str) -> Option<String> {
+    Some(crate::event::result_excerpt(text)).filter(|t| !t.is_empty())
 }
 
 fn arr<'v>(v: &'v Value, key: &str) -> &'v [Value] {
@@ -329,6 +360,8 @@ fn chat_message(m: &Value) -> Message {
         msg.results.push(ToolResult {
             id: s(m, "tool_call_id"),
             name: s(m, "name"),
+            error: false,
+            text: excerpt(&msg.text),
         });
         // A tool result's content is not conversation text.
         msg.text.clear();
@@ -365,6 +398,8 @@ fn responses_item(item: &Value) -> Option<Message> {
             results: vec![ToolResult {
                 id: s(item, "call_id"),
                 name: None,
+                error: false,
+                text: item.get("output").map(text_of).and_then(|t| excerpt(&t)),
             }],
             ..Message::default()
         }),
@@ -402,6 +437,8 @@ fn anthropic_message(m: &Value) -> Message {
                     Some("tool_result") => msg.results.push(ToolResult {
                         id: s(b, "tool_use_id"),
                         name: None,
+                        error: b.get("is_error").and_then(Value::as_bool) == Some(true),
+                        text: b.get("content").map(text_of).and_then(|t| excerpt(&t)),
                     }),
                     _ => {}
                 }
@@ -447,9 +484,20 @@ fn gemini_content(c: &Value) -> Message {
             });
         }
         if let Some(fr) = p.get("functionResponse") {
+            // `response` is the tool's own object: `{"output": …}`, or `{"error": …}`.
+            let response = fr.get("response").unwrap_or(&Value::Null);
+            let error = response.get("error").filter(|e| !e.is_null());
+            let said = error.or_else(|| response.get("output")).unwrap_or(response);
+            let text = match said {
+                Value::String(t) => excerpt(t),
+                Value::Null => None,
+                other => excerpt(&other.to_string()),
+            };
             msg.results.push(ToolResult {
                 id: s(fr, "id"),
                 name: s(fr, "name"),
+                error: error.is_some(),
+                text,
             });
         }
     }
@@ -580,6 +628,23 @@ mod tests {
         assert_eq!(r.messages[1].calls[0].id, None);
         assert_eq!(r.messages[2].role, Some(Role::Tool));
         assert_eq!(r.messages[2].results[0].name.as_deref(), Some("write_file"));
+    }
+
+    #[test]
+    fn resumed_background_streams() {
+        assert_eq!(
+            resumed_response(
+                "/v1/responses/resp_123",
+                Some("stream=true&starting_after=7")
+            ),
+            Some("resp_123")
+        );
+        assert_eq!(resumed_response("/v1/responses/resp_123", None), None);
+        assert_eq!(resumed_response("/v1/responses", Some("stream=true")), None);
+        assert_eq!(
+            resumed_response("/v1/responses/resp_1/input_items", Some("stream=true")),
+            None
+        );
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! Owns: the three cut points of the article ("close the socket after a tool-call event,
 //! after a text fragment that splits a word, and immediately before the finish event"), found
 //! per provider format in the framed stream; the in-stream error event of each provider, in
-//! its own format; and the choice of streams (the first N, or a seeded fraction). The cut
-//! itself (reset, end of body) is the forwarder's.
+//! its own format; and the choice of streams (the first N, or a seeded fraction, of the
+//! requests the rule aims at: `select`). The cut itself (reset, end of body) is the
+//! forwarder's.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -13,6 +14,10 @@ use serde_json::Value;
 
 use super::frames::{Frame, Framing};
 use super::history::Api;
+
+mod select;
+
+pub use select::{Match, Target};
 
 /// Where to cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,6 +111,10 @@ pub struct InjectRule {
     /// Seed of the fraction's choice.
     #[serde(default)]
     pub seed: u64,
+    /// Which requests' streams count (and may be cut) [default: `tools`, those that offer
+    /// the model tools].
+    #[serde(default, rename = "match")]
+    pub matches: Match,
 }
 
 /// An upstream's injection state.
@@ -126,8 +135,12 @@ impl Injector {
         }
     }
 
-    /// A new stream: a cutter when it is chosen.
-    pub fn choose(&self, api: Api) -> Option<Cutter> {
+    /// A new stream of the request `target`: a cutter when it is chosen. Requests the rule
+    /// does not aim at are not counted.
+    pub fn choose(&self, api: Api, target: Target) -> Option<Cutter> {
+        if !self.rule.matches.matches(&target) {
+            return None;
+        }
         let k = self.streams.fetch_add(1, Ordering::Relaxed);
         if let Some(p) = self.rule.fraction {
             let h =
@@ -139,7 +152,9 @@ impl Injector {
         } else if self.cuts.load(Ordering::Relaxed) >= self.rule.first.unwrap_or(1) {
             return None;
         }
-        Some(Cutter::new(self.rule.point, self.rule.how, api))
+        let mut c = Cutter::new(self.rule.point, self.rule.how, api);
+        c.target = Some(target);
+        Some(c)
     }
 
     /// A chosen stream reached its point: whether to cut it (the first N are cut exactly once
@@ -189,6 +204,8 @@ pub struct Cutter {
     api: Api,
     /// Anthropic: index of the first tool_use block; Chat: index of the first call.
     call_index: Option<i64>,
+    /// The request whose stream this is (what a cut reports).
+    target: Option<Target>,
 }
 
 impl Cutter {
@@ -198,7 +215,13 @@ impl Cutter {
             how,
             api,
             call_index: None,
+            target: None,
         }
+    }
+
+    /// The request whose stream this is.
+    pub fn target(&self) -> Option<&Target> {
+        self.target.as_ref()
     }
 
     /// Where.

@@ -7,6 +7,7 @@
 //! (method, path, headers, body), with secrets replaced by `[redacted]`: the `authorization`,
 //! `proxy-authorization`, `x-api-key`, `x-goog-api-key`, `api-key` and `cookie` headers and
 //! `key=` query parameters. `check` skips the `.http` files (their first line is not JSON).
+//! A recording is never overwritten: a name met again gets a numbered suffix.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -93,10 +94,36 @@ impl Recorder {
         text.push_str("\r\n");
         let mut bytes = text.into_bytes();
         bytes.extend_from_slice(body);
-        if let Err(e) = std::fs::write(self.requests.join(name), bytes) {
+        if let Err(e) = write_new(&self.requests, &name, &bytes) {
             tracing::warn!(error = %e, "proxy: cannot record a request");
         }
     }
+}
+
+/// Write `bytes` to `dir/name`, never over an existing file: a name taken already (a turn id
+/// met twice) gets `.2`, `.3`, ... before its extension, so no recorded request is lost.
+fn write_new(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let (stem, ext) = name.rsplit_once('.').unwrap_or((name, ""));
+    for n in 1..=1_000u32 {
+        let candidate = if n == 1 {
+            name.to_owned()
+        } else {
+            format!("{stem}.{n}.{ext}")
+        };
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(dir.join(&candidate))
+        {
+            Ok(mut f) => return f.write_all(bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AlreadyExists,
+        format!("{name}: a thousand recordings of this name already"),
+    ))
 }
 
 /// A line sink that also appends every line to a file (the recording), then passes it on.
@@ -178,5 +205,14 @@ mod tests {
         assert!(!text.contains("SECRET"), "{text}");
         assert!(text.contains("content-type: application/json"));
         assert!(text.ends_with("{\"model\":\"m\"}"));
+        // The same attempt name again (issue 21: two calls once shared a turn id) is kept
+        // beside the first, not over it.
+        rec.request(&a, &http::Method::POST, "/v1/messages", &h, b"second");
+        let again =
+            std::fs::read_to_string(dir.path().join("requests/px-1#2.1.2.http")).expect("read");
+        assert!(again.ends_with("second"));
+        let first =
+            std::fs::read_to_string(dir.path().join("requests/px-1#2.1.http")).expect("read");
+        assert_eq!(first, text);
     }
 }

@@ -120,6 +120,7 @@ impl OtlpFeed {
         }
         let (records, bytes) = self.queue.depth();
         metrics.set_otlp_queue(records, bytes);
+        metrics.set_otlp_spool_bytes(self.queue.spool_bytes());
         (n, records > 0)
     }
 

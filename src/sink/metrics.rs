@@ -7,7 +7,7 @@
 //!   [`Metrics::snapshot`] / [`Metrics::restore`] copy them out and back. A restored sink
 //!   renders byte-identical text, which is what lets a checkpoint carry the metrics across a
 //!   `kill -9`.
-//! * **Bounded labels.** Model, provider, tool and retry reason come from logs; each passes a
+//! * **Bounded labels.** Model, provider, agent, tool and retry reason come from logs; each passes a
 //!   [`LabelGuard`] with a cap on distinct values (beyond it: `other`, counted in
 //!   `retryscope_label_overflow_total{label}`). Turn, attempt, call and file ids are never
 //!   labels.
@@ -17,6 +17,7 @@
 //!   `attempt_duration_seconds`) use the attempt's own model (a fallback may differ), else the
 //!   turn's; turn-scoped series use the turn's model.
 
+mod components;
 mod family;
 mod guard;
 mod snapshot;
@@ -29,12 +30,15 @@ use std::sync::{Arc, Mutex};
 
 use prometheus::{Encoder, Registry, TextEncoder};
 
-use crate::correlate::{CorrelatorStats, Output};
+use crate::correlate::{CorrelatorStats, Output, TurnLabels};
 use crate::decode::BadLineReason;
 use crate::finding::{Finding, FindingKind};
 use crate::report::{Outcome, TurnReport, TurnStatus, UsageSource};
 
-pub use family::{ATTEMPTS_BUCKETS, DURATION_BUCKETS, FAMILIES, Family, Kind};
+pub use components::ClusterStats;
+pub use family::{
+    ATTEMPTS_BUCKETS, DURATION_BUCKETS, FAMILIES, Family, Kind, PROXY_LATENCY_BUCKETS,
+};
 pub use guard::{Admitted, LabelGuard, MAX_LABEL_CHARS, OTHER, UNKNOWN, sanitize};
 pub use snapshot::{
     Float, HistogramSnapshot, MetricsSnapshot, OLDEST_SNAPSHOT_VERSION, SNAPSHOT_VERSION,
@@ -93,6 +97,8 @@ pub struct MetricsConfig {
     pub max_tools: usize,
     /// Distinct retry `reason` values before `other`.
     pub max_reasons: usize,
+    /// Distinct `agent` values (client kinds and names) before `other`.
+    pub max_agents: usize,
 }
 
 impl Default for MetricsConfig {
@@ -102,6 +108,7 @@ impl Default for MetricsConfig {
             max_providers: 20,
             max_tools: 100,
             max_reasons: 30,
+            max_agents: 20,
         }
     }
 }
@@ -123,17 +130,23 @@ enum G {
     Provider,
     Tool,
     Reason,
+    Agent,
 }
 
 #[derive(Debug)]
 struct Inner {
     table: Table,
-    guards: [LabelGuard; 4],
+    guards: [LabelGuard; 5],
     base: Baselines,
-    /// (model, provider) pairs whose series [`Inner::touch_pair`] created already: it runs
-    /// for every closed turn, and touching its 11 series again cost ~7% of the engine's
-    /// instructions. Bounded by the label guards.
-    touched: crate::fasthash::FastMap<String, crate::fasthash::FastSet<String>>,
+    /// (agent, model, provider) triples whose series [`Inner::touch_pair`] created already:
+    /// it runs for every closed turn, and touching its 11 series again cost ~7% of the
+    /// engine's instructions. Bounded by the label guards.
+    touched: crate::fasthash::FastMap<
+        String,
+        crate::fasthash::FastMap<String, crate::fasthash::FastSet<String>>,
+    >,
+    /// Agents whose zero finding series (every kind, `tool=""`) exist.
+    agents_touched: crate::fasthash::FastSet<String>,
 }
 
 impl Inner {
@@ -145,9 +158,11 @@ impl Inner {
                 LabelGuard::new("provider", cfg.max_providers, UNKNOWN),
                 LabelGuard::new("tool", cfg.max_tools, UNKNOWN),
                 LabelGuard::new("reason", cfg.max_reasons, UNSPECIFIED),
+                LabelGuard::new("agent", cfg.max_agents, UNKNOWN),
             ],
             base: Baselines::default(),
             touched: Default::default(),
+            agents_touched: Default::default(),
         };
         inner.preregister();
         inner
@@ -156,30 +171,24 @@ impl Inner {
     /// Zero series for every label value known up front.
     fn preregister(&mut self) {
         let t = &mut self.table;
-        let (m, p) = (UNKNOWN, UNKNOWN);
+        let (a, m, p) = (UNKNOWN, UNKNOWN, UNKNOWN);
         for s in TurnStatus::ALL {
-            t.touch(F::Turns as usize, &[m, p, s.as_str()]);
+            t.touch(F::Turns as usize, &[a, m, p, s.as_str()]);
         }
-        t.touch(F::Retries as usize, &[m, p, UNSPECIFIED]);
+        t.touch(F::Retries as usize, &[a, m, p, UNSPECIFIED]);
         t.touch(F::AttemptsPerTurn as usize, &[m, p]);
         t.touch(F::TurnDuration as usize, &[m, p]);
         for o in Outcome::ALL {
             let o = o.as_str();
             t.touch(F::Attempts as usize, &[m, p, o]);
             t.touch(F::AttemptDuration as usize, &[m, p, o]);
-            t.touch(F::BilledCost as usize, &[m, p, o]);
+            t.touch(F::BilledCost as usize, &[a, m, p, o]);
             t.touch(F::ToolExecutions as usize, &[UNKNOWN, o]);
             for tt in TOKEN_TYPES {
                 for us in UsageSource::ALL {
                     t.touch(F::BilledTokens as usize, &[m, p, tt, o, us.as_str()]);
                 }
             }
-        }
-        for k in FindingKind::ALL {
-            t.touch(
-                F::Findings as usize,
-                &[k.as_str(), k.severity().as_str(), ""],
-            );
         }
         for kind in FILE_ERROR_KINDS {
             t.touch(F::FileErrors as usize, &[kind]);
@@ -208,6 +217,13 @@ impl Inner {
             F::OtlpDropped,
             F::OtlpFailures,
             F::ProxyUpstreamErrors,
+            F::ProxyStreams,
+            F::ProxyLatency,
+            F::NatsPartitions,
+            F::NatsOwned,
+            F::NatsTakeovers,
+            F::NatsCheckpointLag,
+            F::NatsPublishFailures,
         ] {
             t.touch(f as usize, &[]);
         }
@@ -221,6 +237,7 @@ impl Inner {
         }
         t.touch(F::OtlpQueueRecords as usize, &[]);
         t.touch(F::OtlpQueueBytes as usize, &[]);
+        t.touch(F::OtlpSpoolBytes as usize, &[]);
         for l in crate::listener::Name::ALL {
             t.touch(F::ListenerOpen as usize, &[l.as_str()]);
             for r in crate::listener::Reason::ALL {
@@ -229,13 +246,14 @@ impl Inner {
         }
         for p in crate::proxy::Point::ALL {
             for h in crate::proxy::How::ALL {
-                t.touch(F::ProxyCuts as usize, &[p.as_str(), h.as_str()]);
+                t.touch(F::ProxyCuts as usize, &[p.as_str(), h.as_str(), "true"]);
             }
         }
         for g in &self.guards {
             t.touch(F::LabelOverflow as usize, &[g.name()]);
         }
         t.set(F::BuildInfo as usize, &[env!("CARGO_PKG_VERSION")], 1.0);
+        self.touch_agent(UNKNOWN);
     }
 
     /// The bounded label value for `raw`, counting an overflow.
@@ -251,24 +269,47 @@ impl Inner {
         }
     }
 
-    /// Zero series for a model/provider pair's status and outcome breakdowns of turns,
+    /// Zero finding series (every kind with `tool=""`) for an agent, the first time it is
+    /// seen: a later finding of another kind then moves a series that already exists.
+    fn touch_agent(&mut self, a: &str) {
+        if self.agents_touched.contains(a) {
+            return;
+        }
+        self.agents_touched.insert(a.to_owned());
+        for k in FindingKind::ALL {
+            self.table.touch(
+                F::Findings as usize,
+                &[a, k.as_str(), k.severity().as_str(), ""],
+            );
+        }
+    }
+
+    /// Zero series for an agent/model/provider's status and outcome breakdowns of turns,
     /// attempts and cost, so that a `rate()` over one status (say, wasted spend of failed
     /// attempts) exists before the first turn with that status.
-    fn touch_pair(&mut self, m: &str, p: &str) {
-        if self.touched.get(m).is_some_and(|ps| ps.contains(p)) {
+    fn touch_pair(&mut self, a: &str, m: &str, p: &str) {
+        if self
+            .touched
+            .get(a)
+            .and_then(|ms| ms.get(m))
+            .is_some_and(|ps| ps.contains(p))
+        {
             return;
         }
         self.touched
+            .entry(a.to_owned())
+            .or_default()
             .entry(m.to_owned())
             .or_default()
             .insert(p.to_owned());
+        self.touch_agent(a);
         for s in TurnStatus::ALL {
-            self.table.touch(F::Turns as usize, &[m, p, s.as_str()]);
+            self.table.touch(F::Turns as usize, &[a, m, p, s.as_str()]);
         }
         for o in Outcome::ALL {
             self.table.touch(F::Attempts as usize, &[m, p, o.as_str()]);
             self.table
-                .touch(F::BilledCost as usize, &[m, p, o.as_str()]);
+                .touch(F::BilledCost as usize, &[a, m, p, o.as_str()]);
         }
     }
 
@@ -276,31 +317,35 @@ impl Inner {
         self.table.add(f as usize, labels, v);
     }
 
-    fn retry(&mut self, model: Option<&str>, provider: Option<&str>, reason: Option<&str>) {
-        let m = self.label(G::Model, model);
-        let p = self.label(G::Provider, provider);
+    fn retry(&mut self, labels: &TurnLabels, reason: Option<&str>) {
+        let a = self.label(G::Agent, labels.agent.as_deref());
+        let m = self.label(G::Model, labels.model.as_deref());
+        let p = self.label(G::Provider, labels.provider.as_deref());
         let r = self.label(G::Reason, reason);
-        self.touch_pair(&m, &p);
-        self.add(F::Retries, &[&m, &p, &r], 1.0);
+        self.touch_pair(&a, &m, &p);
+        self.add(F::Retries, &[&a, &m, &p, &r], 1.0);
     }
 
-    fn finding(&mut self, f: &Finding) {
+    fn finding(&mut self, f: &Finding, labels: &TurnLabels) {
+        let a = self.label(G::Agent, labels.agent.as_deref());
+        self.touch_agent(&a);
         let tool = match f.tool.as_deref() {
             None => String::new(),
             Some(t) => self.label(G::Tool, Some(t)),
         };
         self.add(
             F::Findings,
-            &[f.kind.as_str(), f.kind.severity().as_str(), &tool],
+            &[&a, f.kind.as_str(), f.kind.severity().as_str(), &tool],
             1.0,
         );
     }
 
     fn turn_closed(&mut self, r: &TurnReport) {
+        let ag = self.label(G::Agent, r.agent.as_deref());
         let m = self.label(G::Model, r.model.as_deref());
         let p = self.label(G::Provider, r.provider.as_deref());
-        self.touch_pair(&m, &p);
-        self.add(F::Turns, &[&m, &p, r.status.as_str()], 1.0);
+        self.touch_pair(&ag, &m, &p);
+        self.add(F::Turns, &[&ag, &m, &p, r.status.as_str()], 1.0);
         self.table.observe(
             F::AttemptsPerTurn as usize,
             &[&m, &p],
@@ -318,7 +363,7 @@ impl Inner {
                 _ => m.clone(),
             };
             if am != m {
-                self.touch_pair(&am, &p);
+                self.touch_pair(&ag, &am, &p);
             }
             let o = a.outcome.as_str();
             self.add(F::Attempts, &[&am, &p, o], 1.0);
@@ -342,7 +387,7 @@ impl Inner {
                 && cost.is_finite()
                 && cost >= 0.0
             {
-                self.add(F::BilledCost, &[&am, &p, o], cost);
+                self.add(F::BilledCost, &[&ag, &am, &p, o], cost);
             }
             if let Some(secs) = seconds(a.started_ms, a.ended_ms) {
                 self.table
@@ -402,12 +447,8 @@ impl Metrics {
     pub fn observe(&self, out: &Output) {
         let mut inner = lock(&self.inner);
         match out {
-            Output::Retry { labels, reason } => inner.retry(
-                labels.model.as_deref(),
-                labels.provider.as_deref(),
-                reason.as_deref(),
-            ),
-            Output::Finding(f) => inner.finding(f),
+            Output::Retry { labels, reason } => inner.retry(labels, reason.as_deref()),
+            Output::Finding(f, labels) => inner.finding(f, labels),
             Output::TurnClosed(r) => inner.turn_closed(r),
         }
     }
@@ -479,21 +520,10 @@ impl Metrics {
     }
 
     /// Count a stream cut on purpose by `retryscope proxy`.
-    pub fn inc_proxy_cut(&self, point: &'static str, how: &'static str) {
-        lock(&self.inner).add(F::ProxyCuts, &[point, how], 1.0);
-    }
-
-    /// Count a connection refused or closed by a listener (both labels from closed sets in
-    /// [`crate::listener`]).
-    pub fn listener_connection_refused(&self, listener: &str, reason: &str) {
-        lock(&self.inner).add(F::ListenerRefused, &[listener, reason], 1.0);
-    }
-
-    /// Connections open on a listener.
-    pub fn set_listener_connections(&self, listener: &str, open: u64) {
-        lock(&self.inner)
-            .table
-            .set(F::ListenerOpen as usize, &[listener], open as f64);
+    /// `tools`: whether the request cut offered the model tools.
+    pub fn inc_proxy_cut(&self, point: &'static str, how: &'static str, tools: bool) {
+        let tools = if tools { "true" } else { "false" };
+        lock(&self.inner).add(F::ProxyCuts, &[point, how, tools], 1.0);
     }
 
     /// Count an upstream failure of `retryscope proxy`.
@@ -634,9 +664,17 @@ impl Metrics {
             )));
         }
         let mut fresh = Inner::new(&self.cfg);
-        let find = |name: &str, labels: &[String]| -> Result<usize, MetricsError> {
+        let find = |name: &str, labels: &mut Vec<String>| -> Result<usize, MetricsError> {
             let fam = family::by_name(name)
                 .ok_or_else(|| MetricsError::Snapshot(format!("unknown family `{name}`")))?;
+            // Before version 3 the turn, retry, finding and cost families had no `agent`
+            // (their first label now): their series become `agent="unknown"`.
+            if snap.version < 3
+                && FAMILIES[fam].labels.first() == Some(&"agent")
+                && labels.len() + 1 == FAMILIES[fam].labels.len()
+            {
+                labels.insert(0, UNKNOWN.to_owned());
+            }
             if labels.len() != FAMILIES[fam].labels.len() {
                 return Err(MetricsError::Snapshot(format!(
                     "`{name}` has {} labels, the snapshot gives {}",
@@ -647,17 +685,19 @@ impl Metrics {
             Ok(fam)
         };
         for v in &snap.values {
-            let fam = find(&v.name, &v.labels)?;
+            let mut labels = v.labels.clone();
+            let fam = find(&v.name, &mut labels)?;
             if matches!(FAMILIES[fam].kind, Kind::Histogram(_)) {
                 return Err(MetricsError::Snapshot(format!(
                     "`{}` is a histogram",
                     v.name
                 )));
             }
-            fresh.table.families[fam].insert(v.labels.clone(), Series::Value(v.value.0));
+            fresh.table.families[fam].insert(labels, Series::Value(v.value.0));
         }
         for h in &snap.histograms {
-            let fam = find(&h.name, &h.labels)?;
+            let mut labels = h.labels.clone();
+            let fam = find(&h.name, &mut labels)?;
             let Kind::Histogram(bounds) = FAMILIES[fam].kind else {
                 return Err(MetricsError::Snapshot(format!(
                     "`{}` is not a histogram",
@@ -673,7 +713,7 @@ impl Metrics {
                 )));
             }
             fresh.table.families[fam].insert(
-                h.labels.clone(),
+                labels,
                 Series::Hist(Hist {
                     counts: h.buckets.clone(),
                     sum: h.sum.0,

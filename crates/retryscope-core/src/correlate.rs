@@ -9,7 +9,7 @@
 //! how the live collector checkpoints open turns.
 
 mod attempt;
-mod attribute;
+pub mod attribute;
 mod intern;
 mod splice;
 mod turn;
@@ -77,6 +77,8 @@ pub struct TurnLabels {
     pub model: Option<String>,
     /// Provider, when known.
     pub provider: Option<String>,
+    /// The agent (client kind or name) of the turn's `turn_start`, when known.
+    pub agent: Option<String>,
 }
 
 /// What the correlator tells its sinks.
@@ -89,8 +91,8 @@ pub enum Output {
         /// The client's reason, when it gave one.
         reason: Option<String>,
     },
-    /// A finding, as soon as it is known.
-    Finding(Finding),
+    /// A finding, as soon as it is known, with the turn's labels as known then.
+    Finding(Finding, TurnLabels),
     /// A turn closed.
     TurnClosed(Box<TurnReport>),
 }

@@ -101,6 +101,13 @@ fn write_json_string(s: &str, out: &mut String) {
     out.push('"');
 }
 
+/// `s` as a JSON string literal (what `serde_json` writes for it).
+pub(crate) fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    write_json_string(s, &mut out);
+    out
+}
+
 /// Canonical JSON of raw argument text.
 pub fn canonical_args(raw: Option<&str>) -> String {
     let mut out = String::new();

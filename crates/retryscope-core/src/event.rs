@@ -85,6 +85,10 @@ pub enum EventKind<'a> {
     Retry {
         /// Why (`connection_reset`, `overloaded`, ...).
         reason: Option<Cow<'a, str>>,
+        /// A continuation: the earlier attempt's partial output the retry request carries
+        /// (an assistant prefill). The turn's kept text is then this, followed by what the
+        /// new attempt streams.
+        prefill: Option<Cow<'a, str>>,
     },
     /// A lower layer spliced a retried generation into one recorded stream
     /// (detected by a provider decoder); `attempt` is the new attempt's number.
@@ -122,6 +126,10 @@ pub enum EventKind<'a> {
         effect: Option<EffectClass>,
         /// Execution status as the client reported it.
         status: Option<Cow<'a, str>>,
+        /// The start of the result the client sent back to the model, when it says how the
+        /// execution ended (evidence for a person: "User aborted the command"); at most
+        /// [`MAX_RESULT_BYTES`], see [`result_excerpt`].
+        result: Option<Cow<'a, str>>,
     },
     /// The client told its renderers to discard partial output.
     RenderReset,
@@ -225,8 +233,9 @@ impl Event<'_> {
                 model: own_opt(model),
                 request_id: own_opt(request_id),
             },
-            EventKind::Retry { reason } => EventKind::Retry {
+            EventKind::Retry { reason, prefill } => EventKind::Retry {
                 reason: own_opt(reason),
+                prefill: own_opt(prefill),
             },
             EventKind::StreamSplice { signal } => EventKind::StreamSplice {
                 signal: own(signal),
@@ -245,6 +254,7 @@ impl Event<'_> {
                 step,
                 effect,
                 status,
+                result,
             } => EventKind::ToolExec {
                 id: own(id),
                 name: own(name),
@@ -253,6 +263,7 @@ impl Event<'_> {
                 step,
                 effect,
                 status: own_opt(status),
+                result: own_opt(result),
             },
             EventKind::RenderReset => EventKind::RenderReset,
             EventKind::Usage { usage, model } => EventKind::Usage {
@@ -278,4 +289,21 @@ impl Event<'_> {
             kind,
         }
     }
+}
+
+/// Bytes of a tool result kept as evidence.
+pub const MAX_RESULT_BYTES: usize = 240;
+
+/// The start of a tool result's text, cut on a character boundary at [`MAX_RESULT_BYTES`]
+/// (a `…` marks the cut), with surrounding whitespace trimmed.
+pub fn result_excerpt(text: &str) -> String {
+    let text = text.trim();
+    if text.len() <= MAX_RESULT_BYTES {
+        return text.to_owned();
+    }
+    let mut cut = MAX_RESULT_BYTES;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &text[..cut])
 }

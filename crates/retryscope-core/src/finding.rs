@@ -140,6 +140,10 @@ pub struct Finding {
     pub effect_key: Option<String>,
     /// A short, deterministic statement of what proves it.
     pub evidence: String,
+    /// Text from the input that shows it (a tool's result), only with content capture: it
+    /// leaves the process only when the user opted in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quote: Option<String>,
     /// Event time at which it became known.
     pub ts_ms: Option<i64>,
 }
@@ -156,8 +160,15 @@ impl Finding {
             call_id: None,
             effect_key: None,
             evidence,
+            quote: None,
             ts_ms: None,
         }
+    }
+
+    /// Attach a quote from the input (callers pass one only with content capture).
+    pub fn with_quote(mut self, quote: &str) -> Self {
+        self.quote = Some(quote.to_owned());
+        self
     }
 
     /// Attach the tool call this finding is about.

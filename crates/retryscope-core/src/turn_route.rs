@@ -66,13 +66,7 @@ pub fn turn_hash_and_ts(line: &[u8]) -> (Option<u64>, Option<TimestampMs>) {
 /// [`turn_hash_and_ts`] for a canonical line with a plain id and integer `ts`; `None` for
 /// anything else.
 fn canonical_hashed(line: &[u8]) -> Option<(Option<u64>, Option<TimestampMs>)> {
-    let mut i = if line.starts_with(br#"{"v":1,"turn":""#) {
-        15
-    } else if line.starts_with(br#"{"turn":""#) {
-        9
-    } else {
-        return None;
-    };
+    let mut i = canonical_turn(line)? + 1;
     let mut hash = fasthash::Fnv1a::new();
     loop {
         match *line.get(i)? {
@@ -82,15 +76,7 @@ fn canonical_hashed(line: &[u8]) -> Option<(Option<u64>, Option<TimestampMs>)> {
         }
         i += 1;
     }
-    let ty = i + 1 + br#","type":"#.len();
-    if line.get(i + 1..ty)? != br#","type":"# || line.get(ty) != Some(&b'"') {
-        return None;
-    }
-    let ty_end = string_end(line, ty)?;
-    let mut j = ty_end + br#","ts":"#.len();
-    if line.get(ty_end..j)? != br#","ts":"# {
-        return None;
-    }
+    let mut j = canonical_ts(line, i + 1)?;
     // Plain integer milliseconds as `ts_token` reads them: 1 to 18 digits, no leading zero.
     let first = j;
     let mut ms: TimestampMs = 0;
@@ -215,32 +201,39 @@ fn quote_or_backslash(line: &[u8], mut j: usize) -> Option<usize> {
         .map(|k| j + k)
 }
 
-/// The top-level `turn` and `ts` tokens of a line in the key order retryscope's writers
-/// use and the event-format doc shows (`{"v":1,"turn":…,"type":…,"ts":…` or without `v`),
-/// read without the general scan; `None` for any other shape, which the general scan then
-/// reads. `ts` is `None` when `want_ts` is false.
-fn canonical(line: &[u8], want_ts: bool) -> Option<(&[u8], Option<&[u8]>)> {
-    let i = if line.starts_with(br#"{"v":1,"turn":""#) {
-        14
-    } else if line.starts_with(br#"{"turn":""#) {
-        8
-    } else {
-        return None;
-    };
-    let turn_end = string_end(line, i)?;
-    let turn = &line[i..turn_end];
-    if !want_ts {
-        return Some((turn, None));
-    }
+/// Where a canonical line's `turn` string starts (its opening quote): after `{"v":1,"turn":`
+/// or `{"turn":`.
+fn canonical_turn(line: &[u8]) -> Option<usize> {
+    [&br#"{"v":1,"turn":""#[..], br#"{"turn":""#]
+        .into_iter()
+        .find(|prefix| line.starts_with(prefix))
+        .map(|prefix| prefix.len() - 1)
+}
+
+/// Where a canonical line's `ts` value starts, given the end of its `turn` string: after
+/// `,"type":"…","ts":`.
+fn canonical_ts(line: &[u8], turn_end: usize) -> Option<usize> {
     let ty = turn_end + br#","type":"#.len();
     if line.get(turn_end..ty)? != br#","type":"# || line.get(ty) != Some(&b'"') {
         return None;
     }
     let ty_end = string_end(line, ty)?;
     let ts = ty_end + br#","ts":"#.len();
-    if line.get(ty_end..ts)? != br#","ts":"# {
-        return None;
+    (line.get(ty_end..ts)? == br#","ts":"#).then_some(ts)
+}
+
+/// The top-level `turn` and `ts` tokens of a line in the key order retryscope's writers
+/// use and the event-format doc shows (`{"v":1,"turn":…,"type":…,"ts":…` or without `v`),
+/// read without the general scan; `None` for any other shape, which the general scan then
+/// reads. `ts` is `None` when `want_ts` is false.
+fn canonical(line: &[u8], want_ts: bool) -> Option<(&[u8], Option<&[u8]>)> {
+    let i = canonical_turn(line)?;
+    let turn_end = string_end(line, i)?;
+    let turn = &line[i..turn_end];
+    if !want_ts {
+        return Some((turn, None));
     }
+    let ts = canonical_ts(line, turn_end)?;
     let digits = line
         .get(ts..)?
         .iter()

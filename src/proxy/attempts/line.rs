@@ -34,6 +34,9 @@ pub(super) enum Fields<'a> {
     },
     Retry {
         reason: &'a str,
+        /// A continuation's partial output (the text the retry request carries).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        prefill: Option<&'a str>,
     },
     Chunk {
         provider: &'a str,
@@ -48,6 +51,12 @@ pub(super) enum Fields<'a> {
         name: &'a str,
         #[serde(skip_serializing_if = "Option::is_none")]
         args: Option<&'a serde_json::Value>,
+        /// `error` when the result is marked one.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        status: Option<&'a str>,
+        /// The start of the result the client sent back (evidence of an abort).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        result: Option<&'a str>,
     },
     Output {
         text: &'a str,

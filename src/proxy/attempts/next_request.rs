@@ -1,10 +1,12 @@
 //! What the client did with an answer, read from its next request: the messages that
 //! request added after the earlier call's history. Its assistant text is the earlier turn's
 //! `output`, each tool result a `tool_exec` of the attempt whose stream produced that call id
-//! (abandoned or not); then the earlier turn ends.
+//! (abandoned or not), or, for an id never streamed (Gemini streams none; the client makes
+//! one up), of the streamed call it is placed on by tool and arguments (`place`); then the
+//! earlier turn ends.
 
-use super::Tracker;
 use super::line::Fields;
+use super::{Tracker, place};
 use crate::proxy::history::{Message, Role};
 
 impl Tracker {
@@ -34,6 +36,13 @@ impl Tracker {
         }
         let in_history: Vec<&crate::proxy::history::Call> =
             added.iter().flat_map(|m| &m.calls).collect();
+        // The calls the client kept, as effect keys (to tell an abandoned attempt's call,
+        // which the history does not show, from the one it kept).
+        let kept: Vec<String> = in_history
+            .iter()
+            .map(|c| place::key_of(parent, &c.name, Some(&c.args.to_string())))
+            .collect();
+        let mut used = vec![false; in_history.len()];
         for m in added {
             for r in &m.results {
                 let key =
@@ -44,6 +53,10 @@ impl Tracker {
                     continue;
                 }
                 self.stats.executions += 1;
+                // How the tool ended, as the result says: the correlator reads an abort or
+                // an error of an abandoned attempt's call from these (started, then aborted).
+                let status = r.error.then_some("error");
+                let result = r.text.as_deref();
                 let mut known = r.id.as_ref().and_then(|id| self.calls.get(id)).cloned();
                 if known.is_none()
                     && let Some(id) = &r.id
@@ -64,6 +77,8 @@ impl Tracker {
                             id,
                             name: &call.name,
                             args: Some(args.unwrap_or(&serde_json::Value::Null)),
+                            status: None,
+                            result: None,
                         },
                     );
                     known = Some(call);
@@ -71,6 +86,9 @@ impl Tracker {
                 match known {
                     Some(call) => {
                         let id = r.id.as_deref().unwrap_or("");
+                        if let Some(t) = self.turns.get_mut(&call.turn) {
+                            t.seen.mark(call.attempt, id);
+                        }
                         self.emit(
                             &call.turn,
                             "tool_exec",
@@ -80,21 +98,58 @@ impl Tracker {
                                 id,
                                 name: &call.name,
                                 args: None,
+                                status,
+                                result,
                             },
                         );
                     }
                     None => {
-                        // A call the proxy did not see streamed (or Gemini without ids): the
-                        // history's call gives name and arguments; the correlator places it on
-                        // the call with the same tool and arguments.
-                        let call = in_history.iter().find(|c| match (&r.id, &c.id) {
-                            (Some(a), Some(b)) => a == b,
-                            _ => r.name.as_deref() == Some(c.name.as_str()),
+                        // An id the proxy never saw streamed (Gemini streams none; gemini-cli
+                        // makes its own up): the history's call gives name and arguments, and
+                        // the execution is placed among the calls this turn's attempts
+                        // streamed, by tool and arguments, or (a call the history does not
+                        // show: an abandoned attempt's) on one the history did not keep.
+                        // Each kept call answers one result (results without ids take
+                        // the first unused call of their tool).
+                        let at = (0..in_history.len()).find(|&i| {
+                            let c = in_history[i];
+                            !used[i]
+                                && match (&r.id, &c.id) {
+                                    (Some(a), Some(b)) => a == b,
+                                    _ => r.name.as_deref() == Some(c.name.as_str()),
+                                }
                         });
+                        if let Some(i) = at {
+                            used[i] = true;
+                        }
+                        let call = at.map(|i| in_history[i]);
                         let name = call
                             .map(|c| c.name.as_str())
                             .or(r.name.as_deref())
                             .unwrap_or("unknown");
+                        let args = call.map(|c| c.args.to_string());
+                        let placed = self
+                            .turns
+                            .get_mut(parent)
+                            .and_then(|t| t.seen.place(parent, name, args.as_deref(), &kept));
+                        if let Some(p) = placed
+                            && let Some(id) = &p.call_id
+                        {
+                            self.emit(
+                                parent,
+                                "tool_exec",
+                                Some(p.attempt),
+                                now_ms,
+                                Fields::Exec {
+                                    id,
+                                    name,
+                                    args: None,
+                                    status,
+                                    result,
+                                },
+                            );
+                            continue;
+                        }
                         self.emit(
                             parent,
                             "tool_exec",
@@ -104,6 +159,8 @@ impl Tracker {
                                 id: r.id.as_deref().unwrap_or(""),
                                 name,
                                 args: call.map(|c| &c.args),
+                                status,
+                                result,
                             },
                         );
                     }
@@ -118,3 +175,6 @@ impl Tracker {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -19,7 +19,7 @@ use crate::proxy::history;
 
 /// A sink the test can read after the tracker took it.
 #[derive(Clone, Default)]
-struct Shared(Arc<Mutex<Vec<Vec<u8>>>>);
+pub(super) struct Shared(pub(super) Arc<Mutex<Vec<Vec<u8>>>>);
 
 impl LineSink for Shared {
     fn line(&mut self, line: Vec<u8>) {
@@ -27,13 +27,13 @@ impl LineSink for Shared {
     }
 }
 
-fn tracker() -> (Tracker, Shared) {
+pub(super) fn tracker() -> (Tracker, Shared) {
     let s = Shared::default();
     (Tracker::new(Box::new(s.clone()), "px".to_owned()), s)
 }
 
 /// Findings (kind, turn, call id) from the lines, through the ingest path.
-fn findings(lines: &Shared) -> Vec<(String, String, Option<String>)> {
+pub(super) fn findings(lines: &Shared) -> Vec<(String, String, Option<String>)> {
     let correlator = Correlator::new(CorrelatorConfig::default(), Arc::new(PriceTable::builtin()));
     let mut ingest = Ingest::new(correlator, Format::Native);
     let id = ingest.stream(Source::Proxy, "<proxy>");
@@ -54,7 +54,7 @@ fn findings(lines: &Shared) -> Vec<(String, String, Option<String>)> {
     let mut f: Vec<_> = out
         .iter()
         .filter_map(|o| match o {
-            Output::Finding(f) => Some((
+            Output::Finding(f, _) => Some((
                 f.kind.as_str().to_owned(),
                 f.turn.clone(),
                 f.call_id.clone(),
@@ -72,12 +72,12 @@ fn kinds(f: &[(String, String, Option<String>)]) -> Vec<&str> {
     k
 }
 
-fn anthropic(body: serde_json::Value) -> Option<history::Request> {
+pub(super) fn anthropic(body: serde_json::Value) -> Option<history::Request> {
     history::parse(Api::Anthropic, "/v1/messages", body.to_string().as_bytes())
 }
 
 /// Anthropic payloads of one attempt: text, then a refund call, then (when `finish`) the end.
-fn anthropic_attempt(text: &str, call: &str, tail: &str, finish: bool) -> Vec<String> {
+pub(super) fn anthropic_attempt(text: &str, call: &str, tail: &str, finish: bool) -> Vec<String> {
     let mut v = vec![
         r#"{"type":"message_start","message":{"id":"msg_X","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"usage":{"input_tokens":1250,"output_tokens":1}}}"#.to_owned(),
         r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#.to_owned(),
@@ -98,7 +98,7 @@ fn anthropic_attempt(text: &str, call: &str, tail: &str, finish: bool) -> Vec<St
 }
 
 /// A short finished answer to `a` (the next call's, so its turn is not left incomplete).
-fn answer(t: &mut Tracker, a: &AttemptRef, ts: i64) {
+pub(super) fn answer(t: &mut Tracker, a: &AttemptRef, ts: i64) {
     let payloads: Vec<String> = match a.api {
         Api::Anthropic => vec![
             r#"{"type":"message_start","message":{"id":"msg_Z","model":"claude-sonnet-4-5","usage":{"input_tokens":1300,"output_tokens":1}}}"#.to_owned(),
@@ -121,7 +121,7 @@ fn answer(t: &mut Tracker, a: &AttemptRef, ts: i64) {
     stream(t, a, &payloads, End::Complete, &mut ts);
 }
 
-fn stream(t: &mut Tracker, a: &AttemptRef, payloads: &[String], end: End, ts: &mut i64) {
+pub(super) fn stream(t: &mut Tracker, a: &AttemptRef, payloads: &[String], end: End, ts: &mut i64) {
     for p in payloads {
         *ts += 10;
         t.chunk(a, p, *ts);
@@ -570,3 +570,5 @@ fn responses_previous_response_id_continues_the_conversation() {
     assert_eq!(execs[0]["turn"], a0.turn.as_str());
     assert_eq!(execs[0]["attempt"], 0);
 }
+
+mod strategies;

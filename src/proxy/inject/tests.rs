@@ -1,4 +1,5 @@
 use super::*;
+use select::Match as InjectMatch;
 
 #[test]
 fn mid_word_lengths() {
@@ -47,6 +48,105 @@ fn chat_after_tool_call_cuts_before_the_finish_chunk() {
     assert_eq!(c.decide(&frame(fin)), Decision::CutBefore);
 }
 
+/// A model request that offers tools (an agent's main call).
+fn agent_call() -> Target {
+    Target {
+        method: "POST".to_owned(),
+        path: "/v1/messages".to_owned(),
+        model: Some("claude-sonnet-4-5".to_owned()),
+        tools: true,
+    }
+}
+
+/// A side call: a title request, no tools, another model.
+fn title_call() -> Target {
+    Target {
+        tools: false,
+        model: Some("claude-haiku-4-5".to_owned()),
+        ..agent_call()
+    }
+}
+
+#[test]
+fn by_default_only_requests_that_offer_tools_count() {
+    // Claude Code's first request is a title (no tools): with --inject-first 1 it must not
+    // take the cut, nor count as a stream.
+    let rule = InjectRule {
+        point: Point::MidWord,
+        how: How::Reset,
+        first: Some(1),
+        fraction: None,
+        seed: 0,
+        matches: InjectMatch::default(),
+    };
+    let inj = Injector::new(rule.clone());
+    assert!(inj.choose(Api::Anthropic, title_call()).is_none());
+    let c = inj
+        .choose(Api::Anthropic, agent_call())
+        .expect("the main call is chosen");
+    assert_eq!(
+        c.target(),
+        Some(&agent_call()),
+        "the cut knows which request it cut"
+    );
+    assert!(inj.claim());
+    assert!(
+        inj.choose(Api::Anthropic, agent_call()).is_none(),
+        "one cut only"
+    );
+    // `all` keeps the old behaviour: the side call takes the cut.
+    let all = Injector::new(InjectRule {
+        matches: InjectMatch::All,
+        ..rule.clone()
+    });
+    assert!(all.choose(Api::Anthropic, title_call()).is_some());
+    // By model (or path).
+    let haiku = Injector::new(InjectRule {
+        matches: "model=*haiku*".parse().expect("match"),
+        ..rule
+    });
+    assert!(haiku.choose(Api::Anthropic, agent_call()).is_none());
+    assert!(haiku.choose(Api::Anthropic, title_call()).is_some());
+}
+
+#[test]
+fn a_fraction_counts_only_the_requests_aimed_at() {
+    // The same seed picks the same main calls whether or not side calls come in between.
+    let rule = InjectRule {
+        point: Point::MidWord,
+        how: How::Reset,
+        first: None,
+        fraction: Some(0.5),
+        seed: 7,
+        matches: InjectMatch::Tools,
+    };
+    let (a, b) = (Injector::new(rule.clone()), Injector::new(rule));
+    let plain: Vec<bool> = (0..50)
+        .map(|_| a.choose(Api::Anthropic, agent_call()).is_some())
+        .collect();
+    let mixed: Vec<bool> = (0..50)
+        .map(|_| {
+            assert!(b.choose(Api::Anthropic, title_call()).is_none());
+            b.choose(Api::Anthropic, agent_call()).is_some()
+        })
+        .collect();
+    assert_eq!(plain, mixed);
+}
+
+#[test]
+fn the_config_file_names_it_match() {
+    let rule: InjectRule =
+        toml::from_str("point = \"mid-word\"\nmatch = \"path=*/chat/completions\"\n")
+            .expect("toml");
+    assert_eq!(
+        rule.matches,
+        InjectMatch::Path("*/chat/completions".to_owned())
+    );
+    let rule: InjectRule = toml::from_str("point = \"mid-word\"\n").expect("toml");
+    assert_eq!(rule.matches, InjectMatch::Tools);
+    assert!(toml::from_str::<InjectRule>("point = \"mid-word\"\nmatch = \"tool\"\n").is_err());
+}
+
 #[test]
 fn first_n_is_exact_under_concurrency() {
     let inj = Injector::new(InjectRule {
@@ -55,9 +155,10 @@ fn first_n_is_exact_under_concurrency() {
         first: Some(2),
         fraction: None,
         seed: 0,
+        matches: InjectMatch::All,
     });
     let chosen: Vec<bool> = (0..5)
-        .map(|_| inj.choose(Api::Anthropic).is_some())
+        .map(|_| inj.choose(Api::Anthropic, agent_call()).is_some())
         .collect();
     assert_eq!(
         chosen, [true; 5],
@@ -66,7 +167,7 @@ fn first_n_is_exact_under_concurrency() {
     assert!(inj.claim());
     assert!(inj.claim());
     assert!(!inj.claim());
-    assert!(inj.choose(Api::Anthropic).is_none());
+    assert!(inj.choose(Api::Anthropic, agent_call()).is_none());
     assert_eq!(inj.cuts(), 2);
 }
 
@@ -78,11 +179,12 @@ fn seeded_fraction_is_repeatable() {
         first: None,
         fraction: Some(0.3),
         seed: 42,
+        matches: InjectMatch::All,
     };
     let pick = |r: &InjectRule| {
         let inj = Injector::new(r.clone());
         (0..1000)
-            .map(|_| inj.choose(Api::Gemini).is_some())
+            .map(|_| inj.choose(Api::Gemini, agent_call()).is_some())
             .collect::<Vec<_>>()
     };
     let a = pick(&rule);

@@ -67,7 +67,7 @@ impl Seen {
             metrics.observe(&o);
             match &o {
                 Output::TurnClosed(r) => self.turns.push(serde_json::to_string(r).unwrap()),
-                Output::Finding(f) => self.findings.push(serde_json::to_string(f).unwrap()),
+                Output::Finding(f, _) => self.findings.push(serde_json::to_string(f).unwrap()),
                 Output::Retry { .. } => self.retries += 1,
             }
         }

@@ -10,6 +10,12 @@ pub const DURATION_BUCKETS: &[f64] = &[
     0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
 ];
 
+/// Buckets of `retryscope_proxy_added_latency_seconds`: the proxy holds a chunk for
+/// microseconds (framing and the tracker), so the buckets start at 10µs.
+pub const PROXY_LATENCY_BUCKETS: &[f64] = &[
+    0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.05,
+];
+
 /// The type of a family.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Kind {
@@ -51,22 +57,22 @@ macro_rules! families {
 use Kind::{Counter, Gauge, Histogram};
 
 families! {
-    Turns => "retryscope_turns_total", Counter, ["model", "provider", "status"],
+    Turns => "retryscope_turns_total", Counter, ["agent", "model", "provider", "status"],
         "Turns closed, by final status.";
     Attempts => "retryscope_attempts_total", Counter, ["model", "provider", "outcome"],
         "Attempts of closed turns, by outcome (model is the attempt's, else the turn's).";
-    Retries => "retryscope_retries_total", Counter, ["model", "provider", "reason"],
+    Retries => "retryscope_retries_total", Counter, ["agent", "model", "provider", "reason"],
         "Retries, counted when the retry is seen.";
     AttemptsPerTurn => "retryscope_attempts_per_turn", Histogram(ATTEMPTS_BUCKETS), ["model", "provider"],
         "Attempts per closed turn.";
     BilledTokens => "retryscope_billed_tokens_total", Counter,
         ["model", "provider", "token_type", "attempt_outcome", "usage_source"],
         "Billed tokens of closed turns' attempts. input excludes cached_input and cache_write; output includes reasoning.";
-    BilledCost => "retryscope_billed_cost_usd_total", Counter, ["model", "provider", "attempt_outcome"],
+    BilledCost => "retryscope_billed_cost_usd_total", Counter, ["agent", "model", "provider", "attempt_outcome"],
         "Billed USD of closed turns' priced attempts.";
     ToolExecutions => "retryscope_tool_executions_total", Counter, ["tool", "attempt_outcome"],
         "Tool executions of closed turns, by the outcome of the attempt that called the tool.";
-    Findings => "retryscope_findings_total", Counter, ["kind", "severity", "tool"],
+    Findings => "retryscope_findings_total", Counter, ["agent", "kind", "severity", "tool"],
         "Findings, counted when they become known.";
     TurnDuration => "retryscope_turn_duration_seconds", Histogram(DURATION_BUCKETS), ["model", "provider"],
         "Duration of closed turns (first to last event time).";
@@ -117,10 +123,26 @@ families! {
         "OTLP records accepted and waiting for the engine.";
     OtlpQueueBytes => "retryscope_otlp_receiver_queue_bytes", Gauge, [],
         "Bytes of OTLP records accepted and waiting for the engine (bounded; beyond it requests are refused as retryable).";
-    ProxyCuts => "retryscope_proxy_injected_cuts_total", Counter, ["point", "how"],
+    OtlpSpoolBytes => "retryscope_otlp_receiver_spool_bytes", Gauge, [],
+        "Bytes of the OTLP receiver's write-ahead spool on disk (--data-dir): acknowledged records no checkpoint has released yet.";
+    ProxyCuts => "retryscope_proxy_injected_cuts_total", Counter, ["point", "how", "tools"],
         "Streams `retryscope proxy` cut on purpose (--inject), by cut point and how.";
     ProxyUpstreamErrors => "retryscope_proxy_upstream_errors_total", Counter, [],
         "Upstream requests of `retryscope proxy` that failed to connect or broke mid-body.";
+    ProxyStreams => "retryscope_proxy_streams_total", Counter, [],
+        "Model requests `retryscope proxy` forwarded and tracked (one attempt each).";
+    ProxyLatency => "retryscope_proxy_added_latency_seconds", Histogram(PROXY_LATENCY_BUCKETS), [],
+        "Time `retryscope proxy` held each upstream chunk of a model stream before forwarding it (framing and the tracker).";
+    NatsPartitions => "retryscope_nats_partitions", Gauge, [],
+        "Partitions of the events stream (run --nats; 0 otherwise).";
+    NatsOwned => "retryscope_nats_partitions_owned", Gauge, [],
+        "Partitions this collector owns (run --nats).";
+    NatsTakeovers => "retryscope_nats_lease_takeovers_total", Counter, [],
+        "Partition leases this collector acquired, free or expired (run --nats).";
+    NatsCheckpointLag => "retryscope_nats_checkpoint_lag_messages", Gauge, [],
+        "Messages of the owned partitions correlated but not yet covered by a stored checkpoint, just before the last round of checkpoints: what a new owner would replay (run --nats).";
+    NatsPublishFailures => "retryscope_nats_findings_publish_failures_total", Counter, [],
+        "Findings that could not be published to the findings stream or were not acknowledged (the partition is given up and replayed; run --nats).";
     ListenerRefused => "retryscope_listener_connections_refused_total", Counter, ["listener", "reason"],
         "Connections a listener (metrics, otlp_http, otlp_grpc, proxy) refused or closed: at accept over a cap (listener_cap, peer_cap), or later for a timeout (handshake_timeout, header_timeout, idle_timeout, body_timeout).";
     ListenerOpen => "retryscope_listener_connections", Gauge, ["listener"],

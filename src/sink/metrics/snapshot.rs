@@ -11,8 +11,9 @@ use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Snapshot format version. Version 1 also carried per-source input baselines for a setter
-/// nothing called; it is still read (the field is ignored).
-pub const SNAPSHOT_VERSION: u32 = 2;
+/// nothing called; it is still read (the field is ignored). Versions before 3 had no `agent`
+/// label on turns, retries, findings and cost; their series are restored as `agent="unknown"`.
+pub const SNAPSHOT_VERSION: u32 = 3;
 /// The oldest version this build restores.
 pub const OLDEST_SNAPSHOT_VERSION: u32 = 1;
 

@@ -15,6 +15,8 @@ const LATE: &str = include_str!("../../../examples/bookstore/reset-late-exec.jso
 
 const M: &str = "claude-sonnet-4-5";
 const P: &str = "anthropic";
+/// The bookstore examples' `agent`.
+const A: &str = "help-desk";
 
 /// Correlator outputs of a log, as in `correlate/tests.rs`.
 fn outputs(lines: &str) -> Vec<Output> {
@@ -69,11 +71,18 @@ fn text(m: &Metrics) -> String {
 /// Turn-level series every bookstore example moves the same way.
 fn assert_common(m: &Metrics, out: &[Output]) {
     let r = report(out);
-    assert_eq!(v(m, "retryscope_turns_total", &[M, P, "completed"]), 1.0);
-    assert_eq!(v(m, "retryscope_turns_total", &[M, P, "failed"]), 0.0);
-    assert_eq!(v(m, "retryscope_turns_total", &[M, P, "incomplete"]), 0.0);
+    assert_eq!(v(m, "retryscope_turns_total", &[A, M, P, "completed"]), 1.0);
+    assert_eq!(v(m, "retryscope_turns_total", &[A, M, P, "failed"]), 0.0);
     assert_eq!(
-        v(m, "retryscope_retries_total", &[M, P, "connection_reset"]),
+        v(m, "retryscope_turns_total", &[A, M, P, "incomplete"]),
+        0.0
+    );
+    assert_eq!(
+        v(
+            m,
+            "retryscope_retries_total",
+            &[A, M, P, "connection_reset"]
+        ),
         1.0
     );
     assert_eq!(v(m, "retryscope_attempts_total", &[M, P, "abandoned"]), 1.0);
@@ -108,7 +117,7 @@ fn assert_common(m: &Metrics, out: &[Output]) {
         "no zero series for combinations that never happened"
     );
     // Cost: exactly the report's per-attempt costs, summing to the turn's.
-    let cost = |o: &str| v(m, "retryscope_billed_cost_usd_total", &[M, P, o]);
+    let cost = |o: &str| v(m, "retryscope_billed_cost_usd_total", &[A, M, P, o]);
     assert_eq!(Some(cost("abandoned")), r.attempts[0].cost_usd);
     assert_eq!(Some(cost("completed")), r.attempts[1].cost_usd);
     assert!((cost("abandoned") + cost("completed") - r.cost_usd).abs() < 1e-15);
@@ -116,7 +125,7 @@ fn assert_common(m: &Metrics, out: &[Output]) {
     // Findings: one increment per Output::Finding, none from the report's copy.
     let live: usize = out
         .iter()
-        .filter(|o| matches!(o, Output::Finding(_)))
+        .filter(|o| matches!(o, Output::Finding(..)))
         .count();
     assert_eq!(live, r.findings.len());
     let total: f64 = FindingKind::ALL
@@ -125,7 +134,7 @@ fn assert_common(m: &Metrics, out: &[Output]) {
             ["", "issue_refund"].map(|t| {
                 m.value(
                     "retryscope_findings_total",
-                    &[k.as_str(), k.severity().as_str(), t],
+                    &[A, k.as_str(), k.severity().as_str(), t],
                 )
             })
         })
@@ -138,7 +147,7 @@ fn assert_common(m: &Metrics, out: &[Output]) {
 fn bookstore_naive_moves_expected_series() {
     let (m, out) = fed(NAIVE);
     assert_common(&m, &out);
-    let f = |k: &str, s: &str, t: &str| v(&m, "retryscope_findings_total", &[k, s, t]);
+    let f = |k: &str, s: &str, t: &str| v(&m, "retryscope_findings_total", &[A, k, s, t]);
     assert_eq!(
         f("abandoned_tool_executed", "critical", "issue_refund"),
         1.0
@@ -160,8 +169,8 @@ fn bookstore_naive_moves_expected_series() {
     );
     let t = text(&m);
     for line in [
-        "retryscope_retries_total{model=\"claude-sonnet-4-5\",provider=\"anthropic\",reason=\"connection_reset\"} 1\n",
-        "retryscope_findings_total{kind=\"abandoned_tool_executed\",severity=\"critical\",tool=\"issue_refund\"} 1\n",
+        "retryscope_retries_total{agent=\"help-desk\",model=\"claude-sonnet-4-5\",provider=\"anthropic\",reason=\"connection_reset\"} 1\n",
+        "retryscope_findings_total{agent=\"help-desk\",kind=\"abandoned_tool_executed\",severity=\"critical\",tool=\"issue_refund\"} 1\n",
         "retryscope_tool_executions_total{tool=\"issue_refund\",attempt_outcome=\"abandoned\"} 1\n",
         "retryscope_billed_tokens_total{model=\"claude-sonnet-4-5\",provider=\"anthropic\",token_type=\"input\",attempt_outcome=\"completed\",usage_source=\"reported\"} 226\n",
         "retryscope_attempts_per_turn_bucket{model=\"claude-sonnet-4-5\",provider=\"anthropic\",le=\"1\"} 0\n",
@@ -176,7 +185,7 @@ fn bookstore_naive_moves_expected_series() {
 fn bookstore_reset_refunds_twice_without_splice() {
     let (m, out) = fed(RESET);
     assert_common(&m, &out);
-    let f = |k: &str, s: &str, t: &str| v(&m, "retryscope_findings_total", &[k, s, t]);
+    let f = |k: &str, s: &str, t: &str| v(&m, "retryscope_findings_total", &[A, k, s, t]);
     assert_eq!(
         f("abandoned_tool_executed", "critical", "issue_refund"),
         1.0
@@ -198,7 +207,7 @@ fn bookstore_reset_late_exec_is_clean_with_one_refund() {
             v(
                 &m,
                 "retryscope_findings_total",
-                &[k.as_str(), k.severity().as_str(), ""]
+                &[A, k.as_str(), k.severity().as_str(), ""]
             ),
             0.0
         );
@@ -234,11 +243,11 @@ fn retry_counter_moves_before_the_turn_closes() {
         m.observe(o);
     }
     assert_eq!(
-        m.value("retryscope_retries_total", &[M, P, "connection_reset"]),
+        m.value("retryscope_retries_total", &[A, M, P, "connection_reset"]),
         Some(1.0)
     );
     assert_eq!(
-        m.value("retryscope_turns_total", &[M, P, "completed"]),
+        m.value("retryscope_turns_total", &[A, M, P, "completed"]),
         Some(0.0)
     );
     assert_eq!(
@@ -249,7 +258,7 @@ fn retry_counter_moves_before_the_turn_closes() {
     assert_eq!(
         m.value(
             "retryscope_findings_total",
-            &["early_execution", "warning", "issue_refund"]
+            &[A, "early_execution", "warning", "issue_refund"]
         ),
         Some(1.0)
     );
@@ -257,12 +266,12 @@ fn retry_counter_moves_before_the_turn_closes() {
         m.observe(o);
     }
     assert_eq!(
-        m.value("retryscope_retries_total", &[M, P, "connection_reset"]),
+        m.value("retryscope_retries_total", &[A, M, P, "connection_reset"]),
         Some(1.0),
         "the closed turn does not count its retry again"
     );
     assert_eq!(
-        m.value("retryscope_turns_total", &[M, P, "completed"]),
+        m.value("retryscope_turns_total", &[A, M, P, "completed"]),
         Some(1.0)
     );
 }
@@ -272,6 +281,7 @@ fn retry(model: &str, reason: Option<&str>) -> Output {
         labels: TurnLabels {
             model: Some(model.to_owned()),
             provider: Some(P.to_owned()),
+            agent: None,
         },
         reason: reason.map(str::to_owned),
     }
@@ -288,7 +298,12 @@ fn label_cap_overflow_goes_to_other_and_is_counted() {
     for model in ["a", "b", "c", "d", "a", "c"] {
         m.observe(&retry(model, None));
     }
-    let r = |model: &str| m.value("retryscope_retries_total", &[model, P, UNSPECIFIED]);
+    let r = |model: &str| {
+        m.value(
+            "retryscope_retries_total",
+            &[UNKNOWN, model, P, UNSPECIFIED],
+        )
+    };
     assert_eq!(r("a"), Some(2.0));
     assert_eq!(r("b"), Some(1.0));
     assert_eq!(r("c"), None);
@@ -307,12 +322,16 @@ fn label_cap_overflow_goes_to_other_and_is_counted() {
         labels: TurnLabels {
             model: None,
             provider: Some(String::new()),
+            agent: Some(" ".into()),
         },
         reason: Some("x".repeat(200)),
     });
     let cut = "x".repeat(MAX_LABEL_CHARS);
     assert_eq!(
-        m.value("retryscope_retries_total", &[UNKNOWN, UNKNOWN, &cut]),
+        m.value(
+            "retryscope_retries_total",
+            &[UNKNOWN, UNKNOWN, UNKNOWN, &cut]
+        ),
         Some(1.0)
     );
 
@@ -321,6 +340,11 @@ fn label_cap_overflow_goes_to_other_and_is_counted() {
         Output::Finding(
             Finding::new(FindingKind::EarlyExecution, "t", Some(0), "e".into())
                 .with_call(tool, "c1", None),
+            TurnLabels {
+                model: None,
+                provider: None,
+                agent: Some("codex".into()),
+            },
         )
     };
     m.observe(&finding("refund"));
@@ -328,7 +352,7 @@ fn label_cap_overflow_goes_to_other_and_is_counted() {
     let f = |t: &str| {
         m.value(
             "retryscope_findings_total",
-            &["early_execution", "warning", t],
+            &["codex", "early_execution", "warning", t],
         )
     };
     assert_eq!(f("refund"), Some(1.0));
@@ -360,11 +384,11 @@ fn every_family_is_present_on_the_first_scrape() {
         env!("CARGO_PKG_VERSION")
     )));
     assert!(t.contains(
-        "retryscope_findings_total{kind=\"spliced_text\",severity=\"high\",tool=\"\"} 0\n"
+        "retryscope_findings_total{agent=\"unknown\",kind=\"spliced_text\",severity=\"high\",tool=\"\"} 0\n"
     ));
     assert!(t.contains("retryscope_bad_lines_total{source=\"stdin\",reason=\"too_long\"} 0\n"));
     assert!(t.contains(
-        "retryscope_turns_total{model=\"unknown\",provider=\"unknown\",status=\"failed\"} 0\n"
+        "retryscope_turns_total{agent=\"unknown\",model=\"unknown\",provider=\"unknown\",status=\"failed\"} 0\n"
     ));
     // Nothing but zeros (and build_info) before any input.
     for line in t.lines().filter(|l| !l.starts_with('#')) {
@@ -600,4 +624,88 @@ fn floats_survive_the_snapshot_bit_for_bit() {
     }
     let n: Float = serde_json::from_str("2.5").unwrap();
     assert_eq!(n.0, 2.5);
+}
+
+#[test]
+fn the_agent_labels_turns_retries_findings_and_cost() {
+    let (m, _) = fed(NAIVE);
+    let t = text(&m);
+    for line in [
+        "retryscope_turns_total{agent=\"help-desk\",model=\"claude-sonnet-4-5\",provider=\"anthropic\",status=\"completed\"} 1\n",
+        "retryscope_findings_total{agent=\"help-desk\",kind=\"duplicate_effect\",severity=\"critical\",tool=\"issue_refund\"} 1\n",
+        // The agent's first finding created its zero series of every other kind (tool=""),
+        // so increase() sees that agent's first spliced output or incomplete turn.
+        "retryscope_findings_total{agent=\"help-desk\",kind=\"incomplete_turn\",severity=\"info\",tool=\"\"} 0\n",
+    ] {
+        assert!(t.contains(line), "missing {line:?} in\n{t}");
+    }
+    assert!(
+        m.value("retryscope_billed_cost_usd_total", &[A, M, P, "abandoned"])
+            .is_some_and(|c| c > 0.0)
+    );
+    // Not on the families the issue does not ask it for (their cardinality stays).
+    assert!(t.contains("retryscope_attempts_total{model=\"claude-sonnet-4-5\""));
+}
+
+#[test]
+fn agents_are_capped_like_every_guarded_label() {
+    let m = Metrics::new(MetricsConfig {
+        max_agents: 1,
+        ..MetricsConfig::default()
+    })
+    .unwrap();
+    for agent in ["gemini-cli", "codex", "gemini-cli"] {
+        m.observe(&Output::Retry {
+            labels: TurnLabels {
+                model: None,
+                provider: None,
+                agent: Some(agent.into()),
+            },
+            reason: None,
+        });
+    }
+    let r = |a: &str| {
+        m.value(
+            "retryscope_retries_total",
+            &[a, UNKNOWN, UNKNOWN, UNSPECIFIED],
+        )
+    };
+    assert_eq!(r("gemini-cli"), Some(2.0));
+    assert_eq!(r("codex"), None);
+    assert_eq!(r(OTHER), Some(1.0));
+    assert_eq!(
+        m.value("retryscope_label_overflow_total", &["agent"]),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn a_version_2_snapshot_without_agents_restores_as_agent_unknown() {
+    let m = busy();
+    let mut v2 = m.snapshot();
+    v2.version = 2;
+    let agent_first =
+        |name: &str| FAMILIES[family::by_name(name).unwrap()].labels.first() == Some(&"agent");
+    // One agent (help-desk) plus the pre-registered unknown ones: keep help-desk's, as a
+    // version 2 collector would have counted them without the label.
+    v2.values
+        .retain(|v| !agent_first(&v.name) || v.labels[0] != UNKNOWN);
+    for v in &mut v2.values {
+        if agent_first(&v.name) {
+            v.labels.remove(0);
+        }
+    }
+    v2.guards.remove("agent");
+    let fresh = metrics();
+    fresh.restore(&v2).unwrap();
+    let turns = |m: &Metrics, a: &str| {
+        m.value("retryscope_turns_total", &[a, M, P, "completed"])
+            .unwrap_or(0.0)
+    };
+    assert!(turns(&m, A) > 0.0);
+    assert_eq!(turns(&fresh, UNKNOWN), turns(&m, A));
+    assert!(
+        !text(&fresh).contains("agent=\"help-desk\""),
+        "a pre-agent snapshot knows no agent"
+    );
 }

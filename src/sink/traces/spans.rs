@@ -110,6 +110,7 @@ pub fn turn_spans(report: &TurnReport, opts: &SpanOptions) -> Vec<SpanData> {
         };
     let builder = Builder {
         trace_id,
+        quotes: opts.capture_content,
         scope: InstrumentationScope::builder(SCOPE_NAME)
             .with_version(env!("CARGO_PKG_VERSION"))
             .build(),
@@ -205,6 +206,14 @@ pub fn turn_spans(report: &TurnReport, opts: &SpanOptions) -> Vec<SpanData> {
             }
         }
     }
+    // Every span names the agent, not only the root: a backend filters attempts and tool
+    // executions by agent without joining them to their root.
+    if let Some(agent) = report.agent.as_deref() {
+        for span in spans.iter_mut().skip(1) {
+            span.attributes
+                .push(KeyValue::new(attr::AGENT_NAME, agent.to_owned()));
+        }
+    }
     spans
 }
 
@@ -226,6 +235,8 @@ struct Draft<'a> {
 struct Builder {
     trace_id: TraceId,
     scope: InstrumentationScope,
+    /// Findings carry their quotes (content capture).
+    quotes: bool,
 }
 
 impl Builder {
@@ -245,7 +256,7 @@ impl Builder {
         events.events = d
             .findings
             .iter()
-            .map(|f| finding_event(f, f.ts_ms.unwrap_or(end_ms)))
+            .map(|f| finding_event(f, f.ts_ms.unwrap_or(end_ms), self.quotes))
             .collect();
         let mut links = SpanLinks::default();
         links.links = d.links;
@@ -539,7 +550,7 @@ fn exec_attributes(e: &ExecReport, attempt: u32) -> Vec<KeyValue> {
     kv
 }
 
-fn finding_event(f: &Finding, ts_ms: i64) -> Event {
+fn finding_event(f: &Finding, ts_ms: i64, quotes: bool) -> Event {
     let mut kv = vec![
         KeyValue::new(attr::FINDING_KIND, f.kind.as_str()),
         KeyValue::new(attr::FINDING_SEVERITY, f.severity.as_str()),
@@ -551,6 +562,9 @@ fn finding_event(f: &Finding, ts_ms: i64) -> Event {
     push_opt(&mut kv, attr::TOOL_NAME, f.tool.as_deref());
     push_opt(&mut kv, attr::TOOL_CALL_ID, f.call_id.as_deref());
     push_opt(&mut kv, attr::EFFECT_KEY, f.effect_key.as_deref());
+    if quotes {
+        push_opt(&mut kv, attr::FINDING_QUOTE, f.quote.as_deref());
+    }
     Event::new(FINDING_EVENT, time(ts_ms), kv, 0)
 }
 

@@ -64,6 +64,9 @@ pub struct Queue {
     queued_records: AtomicU64,
     /// Bytes held by requests being read and decoded ([`Reservation`]).
     reserved_bytes: AtomicU64,
+    /// [`Spool::bytes`] after the last write or release (read without the spool's lock,
+    /// which a write holds through its fsync).
+    spool_bytes: AtomicU64,
     limit: u64,
     closed: AtomicBool,
 }
@@ -155,6 +158,7 @@ impl Queue {
             queued_bytes: AtomicU64::new(0),
             queued_records: AtomicU64::new(0),
             reserved_bytes: AtomicU64::new(0),
+            spool_bytes: AtomicU64::new(0),
             limit,
             closed: AtomicBool::new(false),
         }
@@ -164,6 +168,7 @@ impl Queue {
     /// before the receiver accepts anything).
     pub fn attach_spool(&self, spool: Spool) {
         if let Ok(mut s) = self.spool.lock() {
+            self.spool_bytes.store(spool.bytes(), Ordering::Relaxed);
             *s = Some(spool);
             self.durable.store(true, Ordering::SeqCst);
         }
@@ -172,6 +177,11 @@ impl Queue {
     /// Whether accepted records are written ahead to disk.
     pub fn durable(&self) -> bool {
         self.durable.load(Ordering::SeqCst)
+    }
+
+    /// Bytes of the spool on disk (0 without one).
+    pub fn spool_bytes(&self) -> u64 {
+        self.spool_bytes.load(Ordering::Relaxed)
     }
 
     /// Records and bytes waiting for the engine.
@@ -256,6 +266,7 @@ impl Queue {
                 // Only this writer adds, so the room seen here cannot shrink before the push.
                 self.check(bytes, own)?;
                 let end = spool.append(&records).map_err(Refused::Spool)?;
+                self.spool_bytes.store(spool.bytes(), Ordering::Relaxed);
                 self.enqueue(
                     Batch {
                         records,
@@ -312,6 +323,7 @@ impl Queue {
             && let Some(s) = s.as_mut()
         {
             s.release(pos);
+            self.spool_bytes.store(s.bytes(), Ordering::Relaxed);
         }
     }
 }

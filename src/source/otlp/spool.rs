@@ -35,6 +35,8 @@ pub struct Spool {
     file: File,
     len: u64,
     buf: Vec<u8>,
+    /// Bytes of every segment on disk (written, not yet released by a checkpoint).
+    on_disk: u64,
 }
 
 fn segment_path(dir: &Path, n: u64) -> PathBuf {
@@ -101,6 +103,11 @@ impl Spool {
                 replay.push((records, SpoolPos { segment: n, offset }));
             }
         }
+        let on_disk = present
+            .iter()
+            .filter_map(|&n| std::fs::metadata(segment_path(dir, n)).ok())
+            .map(|m| m.len())
+            .sum();
         let segment = present.last().map_or(1, |n| n + 1);
         let file = OpenOptions::new()
             .create_new(true)
@@ -114,9 +121,16 @@ impl Spool {
                 file,
                 len: 0,
                 buf: Vec::new(),
+                on_disk,
             },
             replay,
         ))
+    }
+
+    /// Bytes of the spool's segments on disk: acknowledged records a checkpoint has not
+    /// released yet (the current segment included).
+    pub fn bytes(&self) -> u64 {
+        self.on_disk
     }
 
     /// Where the next record goes (everything before it is written).
@@ -149,6 +163,7 @@ impl Spool {
             return Err(e);
         }
         self.len += self.buf.len() as u64;
+        self.on_disk += self.buf.len() as u64;
         if self.buf.capacity() > 4 << 20 {
             self.buf = Vec::new();
         }
@@ -176,7 +191,11 @@ impl Spool {
         };
         for n in present {
             if n < pos.segment && n < self.segment {
-                let _ = std::fs::remove_file(segment_path(&self.dir, n));
+                let path = segment_path(&self.dir, n);
+                let len = std::fs::metadata(&path).map_or(0, |m| m.len());
+                if std::fs::remove_file(&path).is_ok() {
+                    self.on_disk = self.on_disk.saturating_sub(len);
+                }
             }
         }
     }

@@ -82,6 +82,12 @@ pub struct ExecState {
     pub ts_ms: i64,
     /// Already reported as `abandoned_tool_executed`.
     pub flagged_abandoned: bool,
+    /// How its result says it ended, when not in success (started, then aborted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<crate::rules::abandoned_tool_executed::Stopped>,
+    /// The start of that result, kept only with content capture.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
 }
 
 impl ExecState {
@@ -114,9 +120,31 @@ pub struct AttemptState {
     pub execs: Vec<ExecState>,
     pub usage: Option<Usage>,
     pub usage_model: Option<Sym>,
+    /// A continuation: the partial output it was asked to continue (boxed: one pointer
+    /// otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continues: Option<Box<Continuation>>,
     /// Timeline marks, only when the correlator keeps them (boxed: one pointer otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub marks: Option<Box<Marks>>,
+}
+
+/// A continuation attempt's texts: the partial output its request carried (the prefill) and
+/// what the client should keep, that partial output followed by this attempt's own text.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Continuation {
+    pub prefill: TextStats,
+    pub kept: TextStats,
+}
+
+impl Continuation {
+    pub fn of(prefill: &str, prefix_cap: usize) -> Self {
+        let stats = TextStats::of(prefill, prefix_cap);
+        Continuation {
+            prefill: stats.clone(),
+            kept: stats,
+        }
+    }
 }
 
 /// An attempt's bounded timeline (see [`TimelineMark`]).
@@ -169,6 +197,7 @@ impl AttemptState {
             execs: Vec::new(),
             usage: None,
             usage_model: None,
+            continues: None,
             marks: None,
         }
     }

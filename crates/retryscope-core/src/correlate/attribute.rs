@@ -11,9 +11,44 @@
 //! attempt's. A call that does not exist yet cannot have been executed, so an execution seen
 //! before the retry's call is the earlier attempt's. With no match, the execution belongs to
 //! the newest attempt.
+//!
+//! An execution known by neither (its id was made up by the client, its arguments are not in
+//! the input: gemini-cli answers an abandoned attempt's call in its next request, whose
+//! history shows only the retry's call) is the result of a call the client received but did
+//! not keep: [`attribute_unkept`] places it on the oldest unexecuted call of that tool whose
+//! arguments the kept history does not show (then on any unexecuted call of that tool).
+//!
+//! Both work on any [`AttemptCalls`]: the correlator's attempts, and the proxy's record of
+//! the calls it saw streamed.
 
 use super::attempt::AttemptState;
 use crate::effect::{canonical_args, effect_key};
+
+/// What attribution reads of an attempt: its number, its calls, which ones ran.
+pub trait AttemptCalls {
+    /// The attempt number.
+    fn number(&self) -> u32;
+    /// Its complete calls as `(id, tool name, unstepped effect key)`, in order.
+    fn calls(&self) -> impl Iterator<Item = (&str, &str, &str)>;
+    /// Whether the call with this id has an execution already.
+    fn executed(&self, call_id: &str) -> bool;
+}
+
+impl AttemptCalls for AttemptState {
+    fn number(&self) -> u32 {
+        self.number
+    }
+
+    fn calls(&self) -> impl Iterator<Item = (&str, &str, &str)> {
+        self.calls
+            .iter()
+            .map(|c| (c.id.as_str(), &*c.name, c.effect_key.as_str()))
+    }
+
+    fn executed(&self, call_id: &str) -> bool {
+        self.execs.iter().any(|e| e.id == call_id)
+    }
+}
 
 /// Where an execution without an explicit attempt belongs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,21 +60,25 @@ pub struct Attribution {
 }
 
 /// Attribute an execution of `name` with raw arguments `args` and call id `id`.
-pub fn attribute_exec(
+pub fn attribute_exec<A: AttemptCalls>(
     turn: &str,
-    attempts: &[AttemptState],
+    attempts: &[A],
     id: &str,
     name: &str,
     args: Option<&str>,
 ) -> Attribution {
-    if let Some(a) = attempts.iter().rev().find(|a| a.call(id).is_some()) {
+    if let Some(a) = attempts
+        .iter()
+        .rev()
+        .find(|a| a.calls().any(|(c, _, _)| c == id))
+    {
         return Attribution {
-            attempt: a.number,
+            attempt: a.number(),
             call_id: None,
         };
     }
     let newest = Attribution {
-        attempt: attempts.last().map_or(0, |a| a.number),
+        attempt: attempts.last().map_or(0, AttemptCalls::number),
         call_id: None,
     };
     let Some(args) = args else {
@@ -48,19 +87,43 @@ pub fn attribute_exec(
     let key = effect_key(turn, name, &canonical_args(Some(args)), None);
     let mut fallback = None;
     for a in attempts.iter().rev() {
-        for call in a.calls.iter().filter(|c| c.effect_key == key) {
-            let executed = a.execs.iter().any(|e| e.id == call.id);
+        for (call, _, _) in a.calls().filter(|(_, _, k)| *k == key) {
             let found = Attribution {
-                attempt: a.number,
-                call_id: Some(call.id.clone()),
+                attempt: a.number(),
+                call_id: Some(call.to_owned()),
             };
-            if !executed {
+            if !a.executed(call) {
                 return found;
             }
             fallback.get_or_insert(found);
         }
     }
     fallback.unwrap_or(newest)
+}
+
+/// Attribute an execution of `name` known by neither id nor arguments, given the effect keys
+/// of the calls the client's history kept (`kept`): the oldest unexecuted call of that tool
+/// the history does not show, else the oldest unexecuted call of that tool. `None` when every
+/// call of that tool ran already (or there is none).
+pub fn attribute_unkept<A: AttemptCalls>(
+    attempts: &[A],
+    name: &str,
+    kept: &[String],
+) -> Option<Attribution> {
+    let open = || {
+        attempts.iter().flat_map(|a| {
+            a.calls()
+                .filter(move |(c, n, _)| *n == name && !a.executed(c))
+                .map(move |(c, _, k)| (a.number(), c, k))
+        })
+    };
+    open()
+        .find(|(_, _, k)| !kept.iter().any(|x| x == k))
+        .or_else(|| open().next())
+        .map(|(attempt, call, _)| Attribution {
+            attempt,
+            call_id: Some(call.to_owned()),
+        })
 }
 
 #[cfg(test)]
@@ -93,6 +156,8 @@ mod tests {
             status: None,
             ts_ms: 0,
             flagged_abandoned: false,
+            stopped: None,
+            result: None,
         });
     }
 
@@ -147,5 +212,35 @@ mod tests {
         let attempts = [attempt(0, &[("c1", same)], &mut i), attempt(1, &[], &mut i)];
         let a = attribute_exec("t", &attempts, "p#1", "shell", Some(same));
         assert_eq!((a.attempt, a.call_id.as_deref()), (0, Some("c1")));
+    }
+
+    #[test]
+    fn an_unkept_result_is_the_call_the_history_does_not_show() {
+        // gemini-cli: A0 and A1 each streamed a call (no ids), the next request keeps A1's
+        // call and answers two made-up ids; the one it has no arguments for is A0's.
+        let mut i = Interner::default();
+        let a0 = r#"{"cmd":"touch a0"}"#;
+        let a1 = r#"{"cmd":"touch a1"}"#;
+        let mut attempts = vec![
+            attempt(0, &[("fc-0", a0)], &mut i),
+            attempt(1, &[("fc-0", a1)], &mut i),
+        ];
+        let kept = [effect_key("t", "shell", &canonical_args(Some(a1)), None)];
+        let a = attribute_unkept(&attempts, "shell", &kept).expect("placed");
+        assert_eq!((a.attempt, a.call_id.as_deref()), (0, Some("fc-0")));
+        assert_eq!(attribute_unkept(&attempts, "other_tool", &kept), None);
+        // The same arguments in both attempts: the kept history cannot tell them apart; the
+        // oldest unexecuted call (the retry's call is answered by the result that has them).
+        let same = r#"{"cmd":"touch x"}"#;
+        attempts = vec![
+            attempt(0, &[("fc-0", same)], &mut i),
+            attempt(1, &[("fc-0", same)], &mut i),
+        ];
+        let kept = [effect_key("t", "shell", &canonical_args(Some(same)), None)];
+        exec(&mut attempts[1], "fc-0", &mut i);
+        let a = attribute_unkept(&attempts, "shell", &kept).expect("placed");
+        assert_eq!(a.attempt, 0);
+        exec(&mut attempts[0], "fc-0", &mut i);
+        assert_eq!(attribute_unkept(&attempts, "shell", &kept), None);
     }
 }

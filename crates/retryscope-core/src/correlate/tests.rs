@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::*;
 use crate::decode::SkipCounts;
 use crate::decode::native::{NativeLine, decode_line};
-use crate::finding::FindingKind;
+use crate::finding::{Finding, FindingKind};
 use crate::report::{Outcome, TurnStatus, UsageSource};
 
 fn cfg() -> CorrelatorConfig {
@@ -172,7 +172,7 @@ fn findings_known_early_are_emitted_before_the_turn_closes() {
     let abandoned = out
         .iter()
         .position(
-            |o| matches!(o, Output::Finding(f) if f.kind == FindingKind::AbandonedToolExecuted),
+            |o| matches!(o, Output::Finding(f, _) if f.kind == FindingKind::AbandonedToolExecuted),
         )
         .unwrap();
     let retry = out
@@ -697,7 +697,8 @@ fn no_wasted_spend_is_positive_zero_not_negative_zero() {
 #[test]
 fn per_turn_state_stays_small() {
     assert!(std::mem::size_of::<turn::TurnState>() <= 384);
-    assert!(std::mem::size_of::<attempt::AttemptState>() <= 304);
+    // 312: one pointer for a continuation's texts (issue 21), boxed so that it costs 8 bytes.
+    assert!(std::mem::size_of::<attempt::AttemptState>() <= 312);
     assert!(std::mem::size_of::<attempt::CallState>() <= 88);
 }
 
@@ -732,5 +733,113 @@ fn executions_without_call_ids_are_attributed_by_content() {
         r.findings
             .iter()
             .all(|f| f.call_id.as_deref() == Some("g1"))
+    );
+}
+
+#[test]
+fn a_continuation_is_judged_against_its_partial_text_plus_its_own() {
+    // Issue 21: the retry request carries the cut attempt's partial text (`prefill`). A
+    // continuation kept after it is clean, with no render reset needed (the client keeps the
+    // partial text on screen by design); one that restarted its answer is spliced_text with
+    // the shared opening as evidence (Qwen Code 0.24.4 after a cut).
+    let log = |cont: &str| {
+        format!(
+            r#"{{"turn":"q","type":"turn_start","ts":1,"provider":"openai","model":"gpt-4o"}}
+{{"turn":"q","type":"text","attempt":0,"ts":2,"text":"[A1] I will now cr"}}
+{{"turn":"q","type":"error","attempt":0,"ts":3,"message":"reset"}}
+{{"turn":"q","type":"retry","attempt":1,"ts":4,"reason":"eof","prefill":"[A1] I will now cr"}}
+{{"turn":"q","type":"text","attempt":1,"ts":5,"text":"{cont}"}}
+{{"turn":"q","type":"finish","attempt":1,"ts":6,"reason":"stop"}}
+{{"turn":"q","type":"output","ts":7,"text":"[A1] I will now cr{cont}"}}
+{{"turn":"q","type":"turn_end","ts":8}}
+"#
+        )
+    };
+    let (_, reports) = run(&log("eate the marker file (A2)."));
+    assert_eq!(reports[0].retries, 1);
+    assert!(reports[0].findings.is_empty(), "{:?}", reports[0].findings);
+    let (_, reports) = run(&log("[A2] I will now create the marker file (A2)."));
+    assert_eq!(kinds(&reports[0]), vec![FindingKind::SplicedText]);
+    assert_eq!(reports[0].findings[0].attempt, Some(0));
+    assert_eq!(reports[0].findings[0].evidence, "restart: ] I will now cr");
+    // Without the prefill (a plain resend), the same kept text is an ordinary splice.
+    let (_, reports) =
+        run(&log("eate the marker file (A2).").replace(r#","prefill":"[A1] I will now cr""#, ""));
+    assert_eq!(kinds(&reports[0]), vec![FindingKind::SplicedText]);
+    assert_eq!(reports[0].findings[0].evidence, "output");
+}
+
+/// An abandoned attempt's call that the client started and then aborted (modelled on a
+/// client answering the model "User aborted the command" for a call it cancelled after a
+/// retry): still `abandoned_tool_executed`, with the abort as evidence, and its words
+/// quoted only with content capture.
+const STARTED_THEN_ABORTED: &str = r#"
+{"turn":"t","type":"turn_start","ts":1000,"model":"claude-sonnet-4-5"}
+{"turn":"t","type":"tool_call","attempt":0,"ts":1100,"id":"c1","name":"Bash","args":{"command":"touch /m/a1"}}
+{"turn":"t","type":"error","attempt":0,"ts":1200,"message":"reset"}
+{"turn":"t","type":"retry","attempt":1,"ts":1300}
+{"turn":"t","type":"tool_call","attempt":1,"ts":1400,"id":"c7","name":"Bash","args":{"command":"touch /m/a2"}}
+{"turn":"t","type":"finish","attempt":1,"ts":1500,"reason":"tool_use"}
+{"turn":"t","type":"tool_exec","ts":1600,"id":"c1","name":"Bash","status":"error","result":"User aborted the command"}
+{"turn":"t","type":"tool_exec","ts":1600,"id":"c7","name":"Bash","status":"success","result":"done"}
+{"turn":"t","type":"turn_end","ts":1700}
+"#;
+
+#[test]
+fn started_then_aborted_is_reported_with_its_result_as_evidence() {
+    let (out, reports) = run(STARTED_THEN_ABORTED);
+    let r = &reports[0];
+    let abandoned: Vec<&Finding> = r
+        .findings
+        .iter()
+        .filter(|f| f.kind == FindingKind::AbandonedToolExecuted)
+        .collect();
+    assert_eq!(abandoned.len(), 1, "{:?}", r.findings);
+    let f = abandoned[0];
+    assert_eq!((f.attempt, f.call_id.as_deref()), (Some(0), Some("c1")));
+    assert!(
+        f.evidence.contains("aborted or cancelled") && f.evidence.contains("check whether"),
+        "{}",
+        f.evidence
+    );
+    assert_eq!(f.quote, None, "no text without content capture");
+    // the live finding says the same
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, Output::Finding(x, _) if x == f))
+    );
+    // The retry's successful execution is no finding.
+    assert!(
+        r.findings
+            .iter()
+            .all(|f| f.call_id.as_deref() != Some("c7"))
+    );
+
+    let (_, reports, _) = run_with(
+        CorrelatorConfig {
+            capture_content: true,
+            ..cfg()
+        },
+        STARTED_THEN_ABORTED,
+    );
+    let f = reports[0]
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::AbandonedToolExecuted)
+        .expect("finding");
+    assert_eq!(f.quote.as_deref(), Some("User aborted the command"));
+
+    // An error result (no abort words): the same finding, "its result is an error".
+    let failed = STARTED_THEN_ABORTED.replace("User aborted the command", "exit status 1");
+    let (_, reports) = run(&failed);
+    let f = reports[0]
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::AbandonedToolExecuted)
+        .expect("finding");
+    assert!(
+        f.evidence.contains("its result is an error"),
+        "{}",
+        f.evidence
     );
 }

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::attempt::{AttemptState, CallState, ExecState};
+use super::attempt::{AttemptState, CallState, Continuation, ExecState};
 use super::attribute::attribute_exec;
 use super::intern::{Interner, Sym};
 use super::splice::{OutputState, spliced_attempt};
@@ -16,7 +16,7 @@ pub struct Env<'a> {
     pub interner: &'a mut Interner,
 }
 use crate::cost::{PriceTable, estimate_tokens};
-use crate::effect::{canonical_args, effect_key};
+use crate::effect::{canonical_args, effect_key, json_string};
 use crate::event::{EffectClass, Event, EventKind, Usage};
 use crate::finding::Finding;
 use crate::report::{
@@ -113,11 +113,12 @@ impl TurnState {
                 })
                 .map(|m| m.to_string()),
             provider: self.provider.as_ref().map(|p| p.to_string()),
+            agent: self.agent.as_ref().map(|a| a.to_string()),
         }
     }
 
     fn emit(&mut self, finding: Finding, out: &mut Vec<Output>) {
-        out.push(Output::Finding(finding.clone()));
+        out.push(Output::Finding(finding.clone(), self.labels()));
         first_exact(&mut self.findings);
         self.findings.push(finding);
     }
@@ -172,7 +173,7 @@ impl TurnState {
                     env.cfg.text_prefix_bytes,
                 ));
             }
-            EventKind::Retry { reason } => {
+            EventKind::Retry { reason, prefill } => {
                 let n = ev
                     .attempt
                     .unwrap_or_else(|| self.max_attempt().map_or(0, |m| m + 1));
@@ -185,6 +186,15 @@ impl TurnState {
                     && self.attempts[idx].retry_reason.is_none()
                 {
                     self.attempts[idx].retry_reason = Some(env.interner.get(reason));
+                }
+                if let Some(prefill) = prefill
+                    && self.attempts[idx].continues.is_none()
+                    && self.attempts[idx].text.chars == 0
+                {
+                    self.attempts[idx].continues = Some(Box::new(Continuation::of(
+                        prefill,
+                        env.cfg.text_prefix_bytes,
+                    )));
                 }
             }
             EventKind::StreamSplice { signal } => {
@@ -280,6 +290,8 @@ impl TurnState {
                     &self.id,
                     number,
                     exec.call(),
+                    exec.stopped,
+                    exec.result.as_deref(),
                     ts,
                 ));
             }
@@ -314,7 +326,9 @@ impl TurnState {
                 }
                 let seq = self.seq;
                 let number = self.attempts[idx].number;
+                // A continuation keeps the earlier text on screen by design.
                 if self.attempts[idx].text.chars == 0
+                    && self.attempts[idx].continues.is_none()
                     && self.no_reset_attempt.is_none()
                     && let Some(earlier) = self.attempts[..idx]
                         .iter()
@@ -325,6 +339,9 @@ impl TurnState {
                 }
                 let attempt = &mut self.attempts[idx];
                 let chars = attempt.text.push(text, env.cfg.text_prefix_bytes);
+                if let Some(c) = attempt.continues.as_mut() {
+                    c.kept.push(text, env.cfg.text_prefix_bytes);
+                }
                 attempt.last_text_seq = seq;
                 attempt.mark(env.cfg.timeline, MarkKind::Text, ts, chars, None);
             }
@@ -357,6 +374,7 @@ impl TurnState {
                 step,
                 effect,
                 status,
+                result,
             } => {
                 let read = *effect == Some(EffectClass::Read)
                     || env.cfg.read_only_tools.contains(name.as_ref());
@@ -383,6 +401,18 @@ impl TurnState {
                     status: status.as_deref().map(|s| env.interner.get(s)),
                     ts_ms: ts,
                     flagged_abandoned: false,
+                    stopped: rules::abandoned_tool_executed::stopped(
+                        status.as_deref(),
+                        result.as_deref(),
+                    ),
+                    result: None,
+                };
+                // The result's words leave the process only with content capture.
+                let exec = ExecState {
+                    result: (exec.stopped.is_some() && env.cfg.capture_content)
+                        .then(|| result.as_deref().map(crate::event::result_excerpt))
+                        .flatten(),
+                    ..exec
                 };
                 self.record_exec(idx, exec, ts, out);
             }
@@ -439,6 +469,8 @@ impl TurnState {
                     &self.id,
                     number,
                     exec.call(),
+                    exec.stopped,
+                    exec.result.as_deref(),
                     ts,
                 );
                 self.emit(f, out);
@@ -522,7 +554,7 @@ impl TurnState {
                     let key = effect_key(
                         &self.id,
                         &exec.name,
-                        &format!("{{\"unresolved_call_id\":{}}}", json_str(&exec.id)),
+                        &format!("{{\"unresolved_call_id\":{}}}", json_string(&exec.id)),
                         exec.step,
                     );
                     self.attempts[a].execs[e].effect_key = Some(key);
@@ -558,7 +590,13 @@ impl TurnState {
         // (which a wire-only log cannot show, so there the output is the only proof).
         let spliced = match (&self.output, final_idx) {
             (Some(output), Some(fi)) => spliced_attempt(output, &self.attempts, &self.attempts[fi])
-                .map(|a| (a, rules::spliced_text::Proof::Output)),
+                .map(|s| {
+                    let proof = match s.overlap {
+                        Some(overlap) => rules::spliced_text::Proof::Restart { overlap },
+                        None => rules::spliced_text::Proof::Output,
+                    };
+                    (s.attempt, proof)
+                }),
             (Some(_), None) => None,
             (None, _) if self.wire_only => None,
             (None, _) => self
@@ -566,7 +604,7 @@ impl TurnState {
                 .map(|(_, earlier)| (earlier, rules::spliced_text::Proof::NoReset)),
         };
         if let Some((attempt, proof)) = spliced {
-            let f = rules::spliced_text::on_close(&self.id, attempt, proof, end_ts);
+            let f = rules::spliced_text::on_close(&self.id, attempt, &proof, end_ts);
             self.emit(f, out);
         }
         let any_completed = self
@@ -749,14 +787,10 @@ fn stepped_key(turn: &str, call: &CallState, step: Option<i64>) -> String {
         (Some(step), None) => effect_key(
             turn,
             &call.name,
-            &format!("{{\"call_effect_key\":{}}}", json_str(&call.effect_key)),
+            &format!("{{\"call_effect_key\":{}}}", json_string(&call.effect_key)),
             Some(step),
         ),
     }
-}
-
-fn json_str(s: &str) -> String {
-    serde_json::Value::String(s.to_owned()).to_string()
 }
 
 /// Most turns have one attempt, one call, one execution: the first element gets an exact

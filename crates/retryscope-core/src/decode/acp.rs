@@ -268,6 +268,7 @@ impl Decoder {
                             step: None,
                             effect: effect_of(kind.as_deref()),
                             status: Some(Cow::Borrowed("completed")),
+                            result: None,
                         },
                     );
                 }

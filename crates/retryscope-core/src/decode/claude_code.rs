@@ -13,6 +13,13 @@
 //! its tool uses ran is retried: the next message is its next attempt, announced by
 //! `system/api_retry` or not.
 //!
+//! Other agents write this shape too (Qwen Code's `-o stream-json`), and are read by structure:
+//! any `system` subtype naming a retry (`api_retry`, `retry`) announces one; the agent is named
+//! by its `system/init`'s `<agent>_version` key; a `message.id` equal to the line's own `uuid`
+//! names the line, not the model call, so such lines belong to the open call until it ended (a
+//! `stop_reason`, a tool result, a retry); a `result` with `is_error` ends an open call as
+//! failed, not finished.
+//!
 //! Turns: one per model call: `<session_id>`, then `<session_id>#2`, ... A retried call keeps
 //! its turn and becomes its next attempt. A call is finished when the next call starts or the
 //! `result` arrives with no error in between; executions logged after its last block and
@@ -49,6 +56,8 @@ struct Call {
     stop_reason: Option<String>,
     /// Executions seen after the message's latest block, not yet placed.
     held: Vec<Event<'static>>,
+    /// A line of the message said how it stopped (`stop_reason`): no more lines of it.
+    stopped: bool,
 }
 
 /// Decoder for one stream-json file.
@@ -56,6 +65,8 @@ struct Call {
 pub struct Decoder {
     session: String,
     model: Option<String>,
+    /// The agent named by `system/init` (`qwen_code_version` → `qwen-code`).
+    agent: Option<String>,
     calls: u32,
     call: Option<Call>,
     retry_reason: Option<String>,
@@ -140,7 +151,11 @@ impl Decoder {
             .map(str::to_owned)
             .or_else(|| status.clone())
             .unwrap_or_else(|| "api_retry".to_owned());
-        let open = self.call.as_ref().is_some_and(|c| !c.done && !c.errored);
+        // A call whose tool uses already ran is over: the retry is the next call's.
+        let open = self
+            .call
+            .as_ref()
+            .is_some_and(|c| !c.done && !c.errored && c.results == 0);
         if !open && self.retry_reason.is_none() {
             self.new_call(String::new(), "", ts, out);
         }
@@ -196,12 +211,22 @@ impl Decoder {
             return;
         }
         let id = s(msg, "id").unwrap_or("").to_owned();
-        let same = self.call.as_ref().is_some_and(|c| c.msg_id == id);
+        // An id that is the line's own names no call: the open call goes on until it ended.
+        let line_id = !id.is_empty() && s(v, "uuid") == Some(id.as_str());
+        let same = self.call.as_ref().is_some_and(|c| {
+            c.msg_id == id || (line_id && !c.done && !c.errored && !c.stopped && c.results == 0)
+        });
         if !same {
             self.new_call(id, model, ts, out);
         } else {
             // A further block of the same message: executions held so far ran before it.
             self.flush_held(out);
+        }
+        if line_id
+            && s(msg, "stop_reason").is_some()
+            && let Some(c) = &mut self.call
+        {
+            c.stopped = true;
         }
         if let Some(u) = msg.get("usage")
             && let Some(c) = &mut self.call
@@ -347,6 +372,7 @@ impl Decoder {
                 ts,
                 EventKind::Retry {
                     reason: Some(Cow::Owned(reason)),
+                    prefill: None,
                 },
             );
             return;
@@ -375,14 +401,15 @@ impl Decoder {
         let model = Some(model)
             .filter(|m| !m.is_empty())
             .or(self.model.as_deref());
+        let agent = self.agent.as_deref().unwrap_or("claude-code");
         self.emit(
             out,
             ts,
             EventKind::TurnStart {
                 model: model.map(owned),
-                provider: Some(Cow::Borrowed("anthropic")),
+                provider: (agent == "claude-code").then_some(Cow::Borrowed("anthropic")),
                 session: Some(owned(&self.session)),
-                agent: Some(Cow::Borrowed("claude-code")),
+                agent: Some(owned(agent)),
                 traceparent: None,
                 wire_only: false,
             },
@@ -407,6 +434,16 @@ impl Decoder {
                 ("tool".to_owned(), turn)
             });
             let failed = b.get("is_error").and_then(Value::as_bool) == Some(true);
+            // What the tool answered (a string, or text blocks): evidence of how it ended.
+            let result = match b.get("content") {
+                Some(Value::String(t)) => Some(t.as_str()),
+                Some(Value::Array(parts)) => parts
+                    .iter()
+                    .find_map(|p| p.get("text").and_then(Value::as_str)),
+                _ => None,
+            }
+            .filter(|t| !t.trim().is_empty())
+            .map(|t| Cow::Owned(crate::event::result_excerpt(t)));
             let exec = Event::owned(
                 &turn,
                 None,
@@ -419,6 +456,7 @@ impl Decoder {
                     step: None,
                     effect: None,
                     status: Some(Cow::Borrowed(if failed { "error" } else { "success" })),
+                    result,
                 },
             );
             if let Some(c) = &mut self.call {
@@ -438,13 +476,42 @@ impl Decoder {
         match (s(v, "type"), s(v, "subtype")) {
             (Some("system"), Some("init")) => {
                 self.model = s(v, "model").map(str::to_owned);
+                self.agent = v.as_object().and_then(|o| {
+                    o.keys()
+                        .find_map(|k| k.strip_suffix("_version"))
+                        .filter(|a| !a.is_empty())
+                        .map(|a| a.replace('_', "-"))
+                });
             }
-            (Some("system"), Some("api_retry")) => self.api_retry(v, ts, out),
+            (Some("system"), Some(sub)) if sub.contains("retry") => self.api_retry(v, ts, out),
             (Some("system"), _) => {}
             (Some("assistant"), _) => self.assistant(v, ts, out),
             (Some("stream_event"), _) => self.stream_event(v, ts, out),
             (Some("user"), _) => self.user(v, ts),
             (Some("result"), _) => {
+                let failed = v.get("is_error").and_then(Value::as_bool) == Some(true);
+                if failed && self.call.as_ref().is_some_and(|c| !c.done && !c.errored) {
+                    // The session ended in an error with the call still open: it failed.
+                    let message = v
+                        .get("error")
+                        .and_then(|e| s(e, "message").or_else(|| e.as_str()))
+                        .or_else(|| s(v, "result"))
+                        .unwrap_or("")
+                        .to_owned();
+                    self.flush_held(out);
+                    self.emit_usage(out, ts);
+                    self.emit(
+                        out,
+                        ts,
+                        EventKind::Error {
+                            message: Cow::Owned(message),
+                            code: s(v, "subtype").map(owned),
+                        },
+                    );
+                    if let Some(c) = &mut self.call {
+                        c.errored = true;
+                    }
+                }
                 let reason = s(v, "stop_reason");
                 self.finish_call(out, ts, reason);
                 if let Some(c) = self.call.take() {
@@ -482,55 +549,4 @@ impl StreamDecoder for Decoder {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::Format;
-    use super::super::provider::stream_decoder;
-    use super::*;
-
-    fn decode(lines: &[&str]) -> (Vec<Event<'static>>, usize, SkipCounts) {
-        let mut d = stream_decoder(Format::ClaudeCode, "x").expect("decoder");
-        let mut out = Vec::new();
-        let bad = lines
-            .iter()
-            .filter(|l| d.push_line(l.as_bytes(), &mut out).is_err())
-            .count();
-        d.finish(&mut out);
-        (out, bad, d.skips())
-    }
-
-    #[test]
-    fn an_execution_between_blocks_ran_early_one_after_the_last_block_after_the_finish() {
-        let a = |text: &str| {
-            format!(
-                r#"{{"type":"assistant","message":{{"id":"msg_1","model":"m","content":[{text}],"stop_reason":null,"usage":{{"input_tokens":9,"output_tokens":1}}}},"session_id":"s"}}"#
-            )
-        };
-        let tool = a(r#"{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"x"}}"#);
-        let more = a(r#"{"type":"text","text":"more"}"#);
-        let result = r#"{"type":"user","message":{"role":"user","content":[{"tool_use_id":"toolu_1","type":"tool_result","content":"","is_error":false}]},"session_id":"s"}"#;
-        let next = r#"{"type":"assistant","message":{"id":"msg_2","model":"m","content":[{"type":"text","text":"done"}]},"session_id":"s"}"#;
-        let kinds = |evs: &[Event<'static>]| -> Vec<&'static str> {
-            evs.iter().map(|e| e.kind.type_name()).collect()
-        };
-        // Result after the last block: the message finished first.
-        let (evs, bad, _) = decode(&[&tool, result, next]);
-        assert_eq!(bad, 0);
-        let k = kinds(&evs);
-        let finish = k.iter().position(|k| *k == "finish").expect("finish");
-        let exec = k.iter().position(|k| *k == "tool_exec").expect("exec");
-        assert!(finish < exec, "{k:?}");
-        // Result, then another block of the same message: it ran before the finish.
-        let (evs, _, _) = decode(&[&tool, result, &more, next]);
-        let k = kinds(&evs);
-        let finish = k.iter().position(|k| *k == "finish").expect("finish");
-        let exec = k.iter().position(|k| *k == "tool_exec").expect("exec");
-        assert!(exec < finish, "{k:?}");
-    }
-
-    #[test]
-    fn bad_lines_are_errors_and_unknown_types_are_counted() {
-        let (_, bad, skips) = decode(&["not json", "{\"type\":", r#"{"type":"telepathy"}"#, ""]);
-        assert_eq!(bad, 2);
-        assert_eq!(skips.unknown_types, 1);
-    }
-}
+mod tests;

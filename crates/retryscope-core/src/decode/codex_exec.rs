@@ -105,6 +105,7 @@ impl Decoder {
                     out,
                     EventKind::Retry {
                         reason: Some(Cow::Borrowed("stream_disconnected")),
+                        prefill: None,
                     },
                 );
                 return;
@@ -201,6 +202,9 @@ impl Decoder {
                             step: None,
                             effect: read.then_some(EffectClass::Read),
                             status: Some(Cow::Owned(status)),
+                            result: s(item, "aggregated_output")
+                                .filter(|t| !t.trim().is_empty())
+                                .map(|t| Cow::Owned(crate::event::result_excerpt(t))),
                         },
                     );
                 }

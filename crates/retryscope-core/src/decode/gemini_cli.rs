@@ -117,5 +117,11 @@ mod tests {
             ]
         );
         assert!(matches!(&out[4].kind, EventKind::ToolCall { id, .. } if id == "fc-0"));
+        // gemini-cli's own recording: every turn names it as the agent.
+        for e in &out {
+            if let EventKind::TurnStart { agent, .. } = &e.kind {
+                assert_eq!(agent.as_deref(), Some("gemini-cli"));
+            }
+        }
     }
 }

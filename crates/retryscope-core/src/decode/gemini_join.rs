@@ -329,6 +329,7 @@ mod tests {
                     step: Some(1),
                     effect: Some(crate::event::EffectClass::Write),
                     status: Some(Cow::Borrowed("success")),
+                    result: None,
                 },
             ),
             e("s", 30, text("logged")),

@@ -187,6 +187,13 @@ impl Decoder {
                         step: None,
                         effect: None,
                         status: Some(Cow::Owned(status)),
+                        // what the tool said (`output`; a failure's `error.message`)
+                        result: v
+                            .pointer("/error/message")
+                            .and_then(Value::as_str)
+                            .or_else(|| s(v, "output"))
+                            .filter(|t| !t.trim().is_empty())
+                            .map(|t| Cow::Owned(crate::event::result_excerpt(t))),
                     },
                 );
             }

@@ -1,6 +1,7 @@
 //! gemini-cli's telemetry outfile (`telemetry.target: "local"`, `outfile`): OpenTelemetry JS
 //! spans, log records and metric records, pretty-printed one after another in any order (or
-//! one per line).
+//! one per line). Also its forks' (Qwen Code): the same records under another agent prefix
+//! (`qwen-code.api_request`, ...), matched by structure ([`family`]).
 //!
 //! Owns: telling the records apart (a log record has `attributes["event.name"]`; spans and
 //! metric records are skipped as known), and mapping gemini-cli's log events. Model calls are
@@ -14,13 +15,21 @@
 //!   (the streamed chunks), its usage from the token counts, and a `Finish` only when a chunk
 //!   carried a `finishReason`; a stream cut without one (gemini-cli logs a 200 response for
 //!   it too) is an `Error` (`no_finish_reason`). Without `response_text` the
-//!   `finish_reasons` attribute is trusted.
+//!   `finish_reasons` attribute is trusted. A fork that logs plain text (Qwen Code) says
+//!   nothing of the finish there: the attempt finished unless a `chat.content_retry` follows
+//!   (its cut is announced that way), settled at the session's next record.
+//! - A request's history (`request_text`) shows what the client kept: a retry whose history
+//!   ends with a model turn the call's first request did not have is a continuation (the cut
+//!   attempt's partial text, prefilled), which is that attempt's text when its response was
+//!   never logged; the first new model turn in the next call's history is the previous call's
+//!   `Output` (kept text: a continuation that restarted shows both attempts' text, a splice).
 //! - `api_error`: the attempt failed.
 //! - `tool_call`: an execution, named by tool and `function_args` only. It goes to the call
 //!   of the current turn with the same tool and canonical arguments; one that matches no
 //!   logged call came from an attempt whose response was never logged (it failed), so it is
 //!   placed on the latest failed attempt, with a call synthesized there
-//!   (`telemetry:<tool>#<n>`); with no failed attempt the correlator attributes it.
+//!   (`telemetry:<tool>#<n>`); with no failed attempt the correlator attributes it. A fork's
+//!   `tool_call` names its `response_id` and `call_id`: it goes to that response's attempt.
 //!
 //! Time is `event.timestamp`, else the record's `hrTime`.
 
@@ -29,11 +38,15 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
+pub mod family;
+mod response;
+
 use super::json_objects::ObjectFramer;
 use super::provider::{StreamDecoder, owned, parse, utf8};
 use super::{DecodeError, SkipCounts};
 use crate::effect::canonical_args;
 use crate::event::{Event, EventKind, TimestampMs, Usage};
+use family::Kind;
 
 /// Prefix of the call ids this decoder makes up.
 pub const SYNTHETIC_CALL_PREFIX: &str = "telemetry:";
@@ -51,6 +64,16 @@ struct Call {
     /// Calls logged in responses: (attempt, tool, canonical args, executed).
     calls: Vec<(u32, String, String, bool)>,
     synthesized: u32,
+    session: String,
+    /// The current attempt's response was logged without saying whether it finished (a
+    /// fork's plain-text `response_text`): settled by the next record (time of the response).
+    pending_finish: Option<Option<TimestampMs>>,
+    /// Response ids of attempts (`api_response` / `api_error`), for a fork's `tool_call`.
+    responses: Vec<(String, u32)>,
+    /// Model turns in the history of the call's first request (`None`: not logged).
+    history_models: Option<usize>,
+    /// The current attempt has logged text.
+    has_text: bool,
 }
 
 /// The calls of one prompt and role.
@@ -101,79 +124,6 @@ fn ts_of(record: &Value, attrs: &Value) -> Option<TimestampMs> {
     secs.checked_mul(1000)?.checked_add(nanos / 1_000_000)
 }
 
-/// The last `finishReason` among the streamed chunks, and the chunks' events.
-fn response_events(
-    response: &Value,
-    call: &mut Call,
-    ts: Option<TimestampMs>,
-    out: &mut Vec<Event<'static>>,
-) -> Option<String> {
-    let chunks: Vec<&Value> = match response {
-        Value::Array(a) => a.iter().collect(),
-        v => vec![v],
-    };
-    let mut finish = None;
-    let mut unnamed = 0;
-    for chunk in chunks {
-        let Some(cand) = chunk
-            .get("candidates")
-            .and_then(Value::as_array)
-            .and_then(|c| c.first())
-        else {
-            continue;
-        };
-        let parts = cand
-            .get("content")
-            .and_then(|c| c.get("parts"))
-            .and_then(Value::as_array);
-        for part in parts.into_iter().flatten() {
-            if let Some(fc) = part.get("functionCall") {
-                let name = s(fc, "name").unwrap_or("tool").to_owned();
-                let args = fc
-                    .get("args")
-                    .map_or_else(|| "{}".to_owned(), Value::to_string);
-                let id = match s(fc, "id") {
-                    Some(id) if !id.is_empty() => id.to_owned(),
-                    _ => {
-                        unnamed += 1;
-                        format!("{}#fc{}.{unnamed}", call.turn, call.attempt)
-                    }
-                };
-                call.calls.push((
-                    call.attempt,
-                    name.clone(),
-                    canonical_args(Some(&args)),
-                    false,
-                ));
-                out.push(Event::owned(
-                    &call.turn,
-                    Some(call.attempt),
-                    ts,
-                    EventKind::ToolCall {
-                        id: Cow::Owned(id),
-                        name: Cow::Owned(name),
-                        args: Some(Cow::Owned(args)),
-                    },
-                ));
-            } else if part.get("thought").and_then(Value::as_bool) != Some(true)
-                && let Some(t) = s(part, "text")
-                && !t.is_empty()
-            {
-                out.push(Event::owned(
-                    &call.turn,
-                    Some(call.attempt),
-                    ts,
-                    EventKind::Text { text: owned(t) },
-                ));
-            }
-        }
-        if let Some(r) = s(cand, "finishReason") {
-            finish = Some(r.to_owned());
-        }
-    }
-    finish
-}
-
 impl Decoder {
     fn lane_key(&self, attrs: &Value, session: &str) -> Option<(String, String)> {
         let role = s(attrs, "role").unwrap_or("main").to_owned();
@@ -188,26 +138,67 @@ impl Decoder {
         &mut self,
         key: (String, String),
         attrs: &Value,
+        agent: &str,
         session: &str,
         ts: Option<TimestampMs>,
         out: &mut Vec<Event<'static>>,
     ) {
+        let models = s(attrs, "request_text").and_then(family::model_texts);
         let lane = self.lanes.entry(key.clone()).or_default();
         if let Some(c) = &mut lane.cur
             && c.retry_pending
         {
             c.retry_pending = false;
+            // A continuation: the history ends with a model turn the call's first request did
+            // not have, the cut attempt's partial output sent back to be continued.
+            let partial = match (&models, c.history_models) {
+                (Some(m), Some(base)) if m.len() > base => m.last().filter(|t| !t.is_empty()),
+                _ => None,
+            };
+            if let Some(text) = partial
+                && !c.has_text
+            {
+                out.push(Event::owned(
+                    &c.turn,
+                    Some(c.attempt),
+                    ts,
+                    EventKind::Text { text: owned(text) },
+                ));
+            }
             c.attempt += 1;
-            let reason = c.retry_reason.take().unwrap_or_else(|| "retry".to_owned());
+            c.has_text = false;
+            let reason = c.retry_reason.take().unwrap_or_else(|| {
+                if partial.is_some() {
+                    "continuation"
+                } else {
+                    "retry"
+                }
+                .to_owned()
+            });
             out.push(Event::owned(
                 &c.turn,
                 Some(c.attempt),
                 ts,
                 EventKind::Retry {
                     reason: Some(Cow::Owned(reason)),
+                    // the kept text is the partial text, then what the continuation adds
+                    prefill: partial.map(|t| owned(t)),
                 },
             ));
             return;
+        }
+        // What the client kept of the lane's previous call: the first model turn its history
+        // did not have.
+        if let Some(prev) = &lane.cur
+            && let (Some(m), Some(base)) = (&models, prev.history_models)
+            && let Some(kept) = m.get(base).filter(|t| !t.is_empty())
+        {
+            out.push(Event::owned(
+                &prev.turn,
+                None,
+                ts,
+                EventKind::Output { text: owned(kept) },
+            ));
         }
         lane.calls += 1;
         let (prompt, role) = &key;
@@ -227,15 +218,17 @@ impl Decoder {
             ts,
             EventKind::TurnStart {
                 model: s(attrs, "model").map(owned),
-                provider: Some(Cow::Borrowed("gemini")),
+                provider: (agent == "gemini-cli").then_some(Cow::Borrowed("gemini")),
                 session: (!session.is_empty()).then(|| owned(session)),
-                agent: Some(Cow::Borrowed("gemini-cli")),
+                agent: Some(Cow::Owned(agent.to_owned())),
                 traceparent: None,
                 wire_only: false,
             },
         ));
         lane.cur = Some(Call {
             turn,
+            session: session.to_owned(),
+            history_models: models.map(|m| m.len()),
             ..Call::default()
         });
     }
@@ -250,12 +243,36 @@ impl Decoder {
         let Some(c) = self.lanes.get_mut(key).and_then(|l| l.cur.as_mut()) else {
             return;
         };
-        let response =
-            s(attrs, "response_text").and_then(|t| serde_json::from_str::<Value>(t).ok());
+        if let Some(id) = s(attrs, "response_id").filter(|id| !id.is_empty()) {
+            c.responses.push((id.to_owned(), c.attempt));
+        }
+        let logged = s(attrs, "response_text");
+        let response = logged
+            .and_then(|t| serde_json::from_str::<Value>(t).ok())
+            .filter(family::is_chunks);
+        let plain = logged.filter(|_| response.is_none());
+        if let Some(t) = plain.filter(|t| !t.is_empty()) {
+            c.has_text = true;
+            out.push(Event::owned(
+                &c.turn,
+                Some(c.attempt),
+                ts,
+                EventKind::Text { text: owned(t) },
+            ));
+        }
+        let reasons = text(attrs, "finish_reasons");
+        if response.is_some() {
+            c.has_text = true;
+        }
         let finish = match &response {
-            Some(r) => response_events(r, c, ts, out),
+            Some(r) => response::events(r, c, ts, out),
+            // A fork's plain text says nothing of the finish: settled by the next record.
+            None if plain.is_some() && reasons.is_none() => {
+                c.pending_finish = Some(ts);
+                None
+            }
             // Prompts and responses not logged: trust the attribute.
-            None => text(attrs, "finish_reasons").map(|r| {
+            None => reasons.map(|r| {
                 r.trim_matches(|ch| matches!(ch, '[' | ']' | '\'' | '"' | ' '))
                     .rsplit(',')
                     .next()
@@ -281,6 +298,9 @@ impl Decoder {
                 model: s(attrs, "model").map(owned),
             },
         ));
+        if c.pending_finish.is_some() {
+            return;
+        }
         match finish {
             Some(reason) => out.push(Event::owned(
                 &c.turn,
@@ -324,8 +344,36 @@ impl Decoder {
             .min_by_key(|k| k.3);
         let mut attempt = None;
         let mut id = String::new();
+        // A fork names the response the call came in and the call's id.
+        let by_response = s(attrs, "response_id")
+            .filter(|r| !r.is_empty())
+            .and_then(|r| c.responses.iter().rev().find(|x| x.0 == r))
+            .map(|x| x.1);
+        let call_id = s(attrs, "call_id").filter(|i| !i.is_empty());
         match known {
             Some(k) => k.3 = true,
+            None if by_response.is_some() => {
+                id = call_id.map_or_else(
+                    || {
+                        c.synthesized += 1;
+                        format!("{SYNTHETIC_CALL_PREFIX}{name}#{}", c.synthesized)
+                    },
+                    str::to_owned,
+                );
+                attempt = by_response;
+                c.calls
+                    .push((by_response.unwrap_or(0), name.clone(), canonical, true));
+                out.push(Event::owned(
+                    &c.turn,
+                    attempt,
+                    c.pending_finish.flatten().or(ts),
+                    EventKind::ToolCall {
+                        id: owned(&id),
+                        name: owned(&name),
+                        args: args.clone().map(Cow::Owned),
+                    },
+                ));
+            }
             None => {
                 if let Some(&failed) = c.failed.last() {
                     // From an attempt whose response was never logged.
@@ -346,6 +394,8 @@ impl Decoder {
                 }
             }
         }
+        // The call was in the response: the attempt finished before it ran.
+        Self::settle(c, out);
         if matches!(s(attrs, "decision"), Some("reject" | "cancel")) {
             return;
         }
@@ -363,8 +413,34 @@ impl Decoder {
                 step: None,
                 effect: None,
                 status: Some(Cow::Borrowed(if ok { "success" } else { "error" })),
+                result: None,
             },
         ));
+    }
+
+    /// A response logged without a finish, not followed by a retry: it finished.
+    fn settle(c: &mut Call, out: &mut Vec<Event<'static>>) {
+        if let Some(ts) = c.pending_finish.take() {
+            out.push(Event::owned(
+                &c.turn,
+                Some(c.attempt),
+                ts,
+                EventKind::Finish {
+                    reason: Cow::Borrowed("stop"),
+                },
+            ));
+        }
+    }
+
+    /// Settle every pending finish of `session` (`None`: of every session).
+    fn settle_session(&mut self, session: Option<&str>, out: &mut Vec<Event<'static>>) {
+        for lane in self.lanes.values_mut() {
+            if let Some(c) = &mut lane.cur
+                && session.is_none_or(|s| s == c.session)
+            {
+                Self::settle(c, out);
+            }
+        }
     }
 
     /// One parsed record (span, log record or metrics batch).
@@ -387,26 +463,49 @@ impl Decoder {
         let name = s(attrs, "event.name").unwrap_or("");
         let ts = ts_of(record, attrs);
         let session = s(attrs, "session.id").unwrap_or("").to_owned();
-        if name == "gemini_cli.api_request"
+        let event = family::event(name);
+        let kind = event.map(|e| e.1);
+        // A logged response whose finish is still open is settled by the session's next
+        // record, unless that record announces the retry (or is the call's execution).
+        if !matches!(
+            kind,
+            Some(Kind::ContentRetry | Kind::NetworkRetry | Kind::ToolCall)
+        ) {
+            self.settle_session(Some(&session), out);
+        }
+        if kind == Some(Kind::ApiRequest)
             && s(attrs, "role").unwrap_or("main") == "main"
             && let Some(p) = s(attrs, "prompt_id")
         {
             self.latest.insert(session.clone(), p.to_owned());
         }
         let Some(key) = self.lane_key(attrs, &session) else {
-            if name.starts_with("gemini_cli.") || name.starts_with("gen_ai.") {
+            // Other events of an agent (`<agent>.config`, `session.end`, `gen_ai.*`).
+            if name.contains('.') {
                 return;
             }
             self.skips.unknown_types += 1;
             return;
         };
-        match name {
-            "gemini_cli.api_request" => self.api_request(key, attrs, &session, ts, out),
-            "gemini_cli.api_response" => self.api_response(&key, attrs, ts, out),
-            "gemini_cli.api_error" => {
+        let Some((agent, kind)) = event else {
+            if !name.contains('.') {
+                self.skips.unknown_types += 1;
+            }
+            return;
+        };
+        match kind {
+            Kind::ApiRequest => {
+                let agent = family::agent_name(agent);
+                self.api_request(key, attrs, &agent, &session, ts, out);
+            }
+            Kind::ApiResponse => self.api_response(&key, attrs, ts, out),
+            Kind::ApiError => {
                 let Some(c) = self.lanes.get_mut(&key).and_then(|l| l.cur.as_mut()) else {
                     return;
                 };
+                if let Some(id) = s(attrs, "response_id").filter(|id| !id.is_empty()) {
+                    c.responses.push((id.to_owned(), c.attempt));
+                }
                 let code = text(attrs, "status_code").or_else(|| text(attrs, "error.type"));
                 let message = text(attrs, "error")
                     .or_else(|| text(attrs, "error.message"))
@@ -425,13 +524,30 @@ impl Decoder {
                     },
                 ));
             }
-            "gemini_cli.network_retry_attempt" | "gemini_cli.chat.content_retry" => {
+            Kind::NetworkRetry | Kind::ContentRetry => {
                 let key = (key.0, "main".to_owned());
                 if let Some(c) = self.lanes.get_mut(&key).and_then(|l| l.cur.as_mut()) {
+                    // The logged response was cut: no finish after all.
+                    if let Some(at) = c.pending_finish.take() {
+                        if c.failed.last() != Some(&c.attempt) {
+                            c.failed.push(c.attempt);
+                        }
+                        out.push(Event::owned(
+                            &c.turn,
+                            Some(c.attempt),
+                            at,
+                            EventKind::Error {
+                                message: Cow::Borrowed("stream ended without a finish reason"),
+                                code: text(attrs, "error_type")
+                                    .map(Cow::Owned)
+                                    .or(Some(Cow::Borrowed("no_finish_reason"))),
+                            },
+                        ));
+                    }
                     c.retry_pending = true;
                     c.retry_reason = text(attrs, "error_type").or_else(|| {
                         Some(
-                            if name.ends_with("content_retry") {
+                            if kind == Kind::ContentRetry {
                                 "content_retry"
                             } else {
                                 "network_retry"
@@ -441,7 +557,7 @@ impl Decoder {
                     });
                 }
             }
-            "gemini_cli.chat.content_retry_failure" => {
+            Kind::ContentRetryFailure => {
                 let key = (key.0, "main".to_owned());
                 if let Some(c) = self.lanes.get_mut(&key).and_then(|l| l.cur.as_mut()) {
                     c.retry_pending = false;
@@ -456,13 +572,10 @@ impl Decoder {
                     ));
                 }
             }
-            "gemini_cli.tool_call" => {
+            Kind::ToolCall => {
                 let key = (key.0, "main".to_owned());
                 self.tool_call(&key, attrs, ts, out);
             }
-            // Other gemini-cli and GenAI events are known and carry nothing a turn needs.
-            n if n.starts_with("gemini_cli.") || n.starts_with("gen_ai.") => {}
-            _ => self.skips.unknown_types += 1,
         }
     }
 }
@@ -477,9 +590,10 @@ impl StreamDecoder for Decoder {
         Ok(())
     }
 
-    fn finish(&mut self, _out: &mut Vec<Event<'static>>) {
+    fn finish(&mut self, out: &mut Vec<Event<'static>>) {
         // An object cut mid-way is dropped.
         self.framer.reset();
+        self.settle_session(None, out);
     }
 
     fn skips(&self) -> SkipCounts {

@@ -217,6 +217,7 @@ struct Fields<'a> {
     wire_only: Option<bool>,
     request_id: Option<Cow<'a, str>>,
     reason: Option<Cow<'a, str>>,
+    prefill: Option<Cow<'a, str>>,
     text: Option<Cow<'a, str>>,
     id: Option<Cow<'a, str>>,
     name: Option<Cow<'a, str>>,
@@ -226,6 +227,7 @@ struct Fields<'a> {
     step: Option<i64>,
     effect: Option<EffectClass>,
     status: Option<Cow<'a, str>>,
+    result: Option<Cow<'a, str>>,
     message: Option<Cow<'a, str>>,
     code: Option<Cow<'a, str>>,
     signal: Option<Cow<'a, str>>,
@@ -275,6 +277,7 @@ impl<'de> Visitor<'de> for FieldsVisitor {
                 "wire_only" => f.wire_only = map.next_value()?,
                 "request_id" => f.request_id = opt_str(&mut map)?,
                 "reason" => f.reason = opt_str(&mut map)?,
+                "prefill" => f.prefill = opt_str(&mut map)?,
                 "text" => f.text = opt_str(&mut map)?,
                 "id" => f.id = map.next_value::<Option<Id<'de>>>()?.map(|s| s.0),
                 "name" => f.name = opt_str(&mut map)?,
@@ -283,6 +286,7 @@ impl<'de> Visitor<'de> for FieldsVisitor {
                 "step" => f.step = map.next_value()?,
                 "effect" => f.effect = map.next_value()?,
                 "status" => f.status = opt_str(&mut map)?,
+                "result" => f.result = opt_str(&mut map)?,
                 "message" => f.message = opt_str(&mut map)?,
                 "code" => f.code = map.next_value::<Option<Id<'de>>>()?.map(|s| s.0),
                 "signal" => f.signal = opt_str(&mut map)?,
@@ -353,6 +357,7 @@ impl<'a> Fields<'a> {
             },
             "retry" => EventKind::Retry {
                 reason: self.reason,
+                prefill: self.prefill,
             },
             "stream_splice" => EventKind::StreamSplice {
                 signal: self.signal.unwrap_or(Cow::Borrowed("unspecified")),
@@ -373,6 +378,12 @@ impl<'a> Fields<'a> {
                 step: self.step,
                 effect: self.effect,
                 status: self.status,
+                result: self.result.map(|r| match r {
+                    Cow::Borrowed(s) if s.len() <= crate::event::MAX_RESULT_BYTES => {
+                        Cow::Borrowed(s)
+                    }
+                    r => Cow::Owned(crate::event::result_excerpt(&r)),
+                }),
             },
             "render_reset" => EventKind::RenderReset,
             "usage" => EventKind::Usage {

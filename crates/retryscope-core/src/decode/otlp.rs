@@ -20,7 +20,9 @@
 //!
 //! Owns: dispatching each record to the agent it came from. gemini-cli's records are the same
 //! records as its telemetry outfile, so they go to that decoder unchanged (findings are the
-//! same whichever way they came); Codex's `codex.*` events go to `codex`, Claude Code's
+//! same whichever way they came); so do its forks' (Qwen Code's `qwen-code.api_request`, ...:
+//! recognised by the events' structure, `gemini_telemetry::family`), and a service that sent
+//! such events has its other records and its spans (which repeat them) go the same way; Codex's `codex.*` events go to `codex`, Claude Code's
 //! `claude_code.*` events to `claude`; GenAI semantic-convention records of any other service
 //! (inference and `execute_tool` spans, `gen_ai.client.inference.operation.details` events) to
 //! `genai`; records no decoder knows are counted as unknown types. With a session joiner
@@ -31,6 +33,7 @@ mod claude;
 mod codex;
 mod genai;
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
@@ -53,6 +56,8 @@ pub struct Decoder {
     codex: codex::Codex,
     claude: claude::Claude,
     genai: genai::GenAi,
+    /// Services that sent gemini-cli-family events (gemini-cli's forks).
+    family: HashSet<String>,
     skips: SkipCounts,
     /// Where gemini-cli's events go instead of the caller, when joined.
     joiner: Option<Arc<Mutex<SessionJoiner>>>,
@@ -153,9 +158,24 @@ enum Agent {
     Other,
 }
 
-fn agent_of(record: &Value, name: Option<&str>) -> Agent {
+fn agent_of(record: &Value, name: Option<&str>, family: &HashSet<String>) -> Agent {
     let service = record.get("service").and_then(Value::as_str).unwrap_or("");
-    if service == "gemini-cli" || name.is_some_and(|n| n.starts_with("gemini_cli.")) {
+    if service == "gemini-cli"
+        || family.contains(service)
+        || name.is_some_and(|n| gemini_telemetry::family::event(n).is_some())
+    {
+        return Agent::GeminiCli;
+    }
+    // A span that names a gemini-cli prompt (`qwen-code.prompt_id`) is a fork's.
+    if name.is_none()
+        && record
+            .get("attributes")
+            .and_then(Value::as_object)
+            .is_some_and(|a| {
+                a.keys()
+                    .any(|k| k.ends_with(".prompt_id") && !k.starts_with("gen_ai."))
+            })
+    {
         return Agent::GeminiCli;
     }
     if name.is_some_and(|n| n.starts_with("codex.")) {
@@ -175,7 +195,13 @@ fn agent_of(record: &Value, name: Option<&str>) -> Agent {
 impl Decoder {
     fn log(&mut self, mut record: Value, out: &mut Vec<Event<'static>>) {
         let name = event_name(&record).map(str::to_owned);
-        match agent_of(&record, name.as_deref()) {
+        if let Some(n) = &name
+            && gemini_telemetry::family::event(n).is_some()
+            && let Some(service) = record.get("service").and_then(Value::as_str)
+        {
+            self.family.insert(service.to_owned());
+        }
+        match agent_of(&record, name.as_deref(), &self.family) {
             Agent::GeminiCli => {
                 // The outfile's records carry `hrTime` ([seconds, nanoseconds]); it stands in
                 // when `event.timestamp` is missing.
@@ -228,7 +254,7 @@ impl Decoder {
     }
 
     fn span(&mut self, record: &Value, out: &mut Vec<Event<'static>>) {
-        match agent_of(record, None) {
+        match agent_of(record, None, &self.family) {
             // gemini-cli's and Claude Code's spans repeat what their log records say.
             Agent::GeminiCli | Agent::Claude => {}
             // Codex's spans are its internals (`run_turn`, `receiving`, ...); its log events
@@ -300,5 +326,29 @@ impl StreamDecoder for Decoder {
         let mut s = self.skips;
         s.add(self.gemini.skips());
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Format;
+    use super::super::provider::decode_lines;
+
+    #[test]
+    fn a_gemini_cli_forks_spans_are_not_read_as_genai_turns() {
+        // Qwen Code's inference span repeats its `qwen-code.api_*` log records; it may arrive
+        // before them. A span without the fork's prompt id is a GenAI inference.
+        let span = |extra: &str| {
+            format!(
+                r#"{{"otlp":"span","service":"qwen-code","name":"qwen-code.llm_request","span_id":"01","start_time_unix_nano":1000000000,"end_time_unix_nano":2000000000,"attributes":{{"gen_ai.operation.name":"chat","gen_ai.request.model":"m","session.id":"s"{extra}}}}}"#
+            )
+        };
+        let fork = span(r#","qwen-code.prompt_id":"s########0""#);
+        let (evs, skips) = decode_lines(Format::Otlp, [fork.as_str()]);
+        assert!(evs.is_empty(), "{evs:?}");
+        assert_eq!(skips.unknown_types, 0);
+        let plain = span("");
+        let (evs, _) = decode_lines(Format::Otlp, [plain.as_str()]);
+        assert!(!evs.is_empty());
     }
 }

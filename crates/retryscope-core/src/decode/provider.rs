@@ -157,7 +157,9 @@ pub fn stream_decoder(format: Format, stream_name: &str) -> Option<Box<dyn Strea
             ctx("gemini"),
             super::gemini::Decoder::default(),
         )),
-        Format::GeminiCliResponses => Box::new(super::gemini_cli::Decoder::new(ctx("gemini"))),
+        Format::GeminiCliResponses => Box::new(super::gemini_cli::Decoder::new(
+            ctx("gemini").with_agent("gemini-cli"),
+        )),
         Format::Acp => Box::new(super::acp::Decoder::default()),
         Format::GeminiCliTelemetry => Box::new(super::gemini_telemetry::Decoder::default()),
         Format::ClaudeCode => Box::new(super::claude_code::Decoder::default()),
@@ -186,6 +188,8 @@ pub struct Ctx {
     ts_ms: Option<TimestampMs>,
     default_ts: Option<TimestampMs>,
     provider: &'static str,
+    /// The client kind, when the format is one client's own (the turns' `agent`).
+    agent: Option<&'static str>,
 }
 
 impl Ctx {
@@ -199,6 +203,7 @@ impl Ctx {
             ts_ms: None,
             default_ts: None,
             provider,
+            agent: None,
         }
     }
 
@@ -212,7 +217,14 @@ impl Ctx {
             ts_ms: None,
             default_ts: None,
             provider,
+            agent: None,
         }
+    }
+
+    /// Name the client whose recording this is: every turn's `agent`.
+    pub fn with_agent(mut self, agent: &'static str) -> Self {
+        self.agent = Some(agent);
+        self
     }
 
     /// The current attempt number.
@@ -251,7 +263,7 @@ impl Ctx {
                 model: model.filter(|m| !m.is_empty()).map(owned),
                 provider: Some(Cow::Borrowed(self.provider)),
                 session: None,
-                agent: None,
+                agent: self.agent.map(Cow::Borrowed),
                 traceparent: None,
                 wire_only: false,
             },

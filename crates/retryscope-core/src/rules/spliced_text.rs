@@ -14,19 +14,29 @@ pub const RULE: Rule = Rule {
 };
 
 /// How the splice was proven.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Proof {
     /// The shown output carries the abandoned attempt's text.
     Output,
     /// A retry came without a renderer reset, so the abandoned text stayed on screen.
     NoReset,
+    /// A continuation (asked to go on from the cut attempt's partial text) restarted its
+    /// answer instead, and the client kept both: `overlap` is the text both openings share.
+    Restart {
+        /// The text both openings share.
+        overlap: String,
+    },
 }
 
+/// The evidence of a restarted continuation starts with this.
+pub const RESTART_EVIDENCE: &str = "restart: ";
+
 /// At close: attempt `attempt`'s text was spliced into what the user saw.
-pub fn on_close(turn: &str, attempt: u32, proof: Proof, ts: i64) -> Finding {
+pub fn on_close(turn: &str, attempt: u32, proof: &Proof, ts: i64) -> Finding {
     let evidence = match proof {
-        Proof::Output => "output",
-        Proof::NoReset => "no_reset",
+        Proof::Output => "output".to_owned(),
+        Proof::NoReset => "no_reset".to_owned(),
+        Proof::Restart { overlap } => format!("{RESTART_EVIDENCE}{overlap}"),
     };
-    Finding::new(RULE.kind, turn, Some(attempt), evidence.to_owned()).at(ts)
+    Finding::new(RULE.kind, turn, Some(attempt), evidence).at(ts)
 }

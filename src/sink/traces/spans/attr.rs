@@ -114,3 +114,5 @@ pub const FINDING_KIND: &str = "retryscope.finding.kind";
 pub const FINDING_SEVERITY: &str = "retryscope.finding.severity";
 /// Finding evidence (event attribute).
 pub const FINDING_EVIDENCE: &str = "retryscope.finding.evidence";
+/// Text from the input that shows a finding (a tool's result; content capture only).
+pub const FINDING_QUOTE: &str = "retryscope.finding.quote";

@@ -152,6 +152,7 @@ fn expected_call_attrs(r: &TurnReport) -> Vec<KeyValue> {
         kv(attr::USAGE_SOURCE, "estimated"),
         kv(attr::COST_USD, c0 + c1),
         kv(attr::WASTED_COST_USD, c0),
+        kv(attr::AGENT_NAME, "help-desk"),
     ]
 }
 
@@ -178,6 +179,7 @@ fn expected_attempt0_attrs(r: &TurnReport) -> Vec<KeyValue> {
         kv(attr::ATTEMPT_TEXT_CHARS, 42_i64),
         kv(attr::ATTEMPT_TOOL_CALLS, 1_i64),
         kv(attr::ERROR_TYPE, "abandoned"),
+        kv(attr::AGENT_NAME, "help-desk"),
     ]);
     a
 }
@@ -199,6 +201,7 @@ fn expected_attempt1_attrs(r: &TurnReport) -> Vec<KeyValue> {
         kv(attr::ATTEMPT_TEXT_CHARS, 83_i64),
         kv(attr::ATTEMPT_TOOL_CALLS, 1_i64),
         kv(attr::ATTEMPT_RETRY_REASON, "connection_reset"),
+        kv(attr::AGENT_NAME, "help-desk"),
     ]);
     a
 }
@@ -212,6 +215,7 @@ fn exec_attrs(call: &'static str, attempt: i64) -> Vec<KeyValue> {
         kv(attr::EFFECT_KEY, KEY),
         kv(attr::TOOL_READ, false),
         kv(attr::TOOL_STATUS, "ok"),
+        kv(attr::AGENT_NAME, "help-desk"),
     ]
 }
 

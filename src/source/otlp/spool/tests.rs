@@ -54,3 +54,26 @@ fn release_deletes_only_segments_a_checkpoint_has_passed() {
     let (_, replay) = Spool::open(dir.path(), Some(p2)).expect("open");
     assert!(replay.is_empty());
 }
+
+#[test]
+fn bytes_on_disk_follow_appends_and_releases() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (mut spool, _) = Spool::open(dir.path(), None).expect("open");
+    assert_eq!(spool.bytes(), 0);
+    let first = spool.append(&[rec("a", 1), rec("b", 2)]).expect("append");
+    assert_eq!(spool.bytes(), first.offset);
+    drop(spool);
+    // A restart counts the old segment (not released yet) and starts a new one.
+    let (mut spool, _) = Spool::open(dir.path(), Some(first)).expect("reopen");
+    assert_eq!(spool.bytes(), first.offset);
+    let second = spool.append(&[rec("a", 3)]).expect("append");
+    assert_eq!(spool.bytes(), first.offset + second.offset);
+    // A checkpoint past the old segment deletes it; its bytes go with it.
+    spool.release(second);
+    assert_eq!(spool.bytes(), second.offset);
+    let on_disk: u64 = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .map(|e| e.expect("entry").metadata().expect("meta").len())
+        .sum();
+    assert_eq!(spool.bytes(), on_disk);
+}

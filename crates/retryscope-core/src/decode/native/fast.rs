@@ -67,6 +67,7 @@ pub(super) fn fill<'a>(line: &'a [u8], f: &mut Fields<'a>) -> Option<()> {
                 "traceparent" => f.traceparent = p.opt_str()?,
                 "request_id" => f.request_id = p.opt_str()?,
                 "reason" => f.reason = p.opt_str()?,
+                "prefill" => f.prefill = p.opt_str()?,
                 "text" => f.text = p.opt_str()?,
                 "id" => f.id = p.opt_id()?,
                 "name" => f.name = p.opt_str()?,

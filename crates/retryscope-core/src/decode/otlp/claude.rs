@@ -94,7 +94,10 @@ impl Claude {
                     &turn,
                     Some(attempt + 1),
                     started,
-                    EventKind::Retry { reason: None },
+                    EventKind::Retry {
+                        reason: None,
+                        prefill: None,
+                    },
                 ));
                 (turn, attempt + 1)
             }
@@ -146,6 +149,7 @@ impl Claude {
                     step: None,
                     effect: None,
                     status: Some(Cow::Borrowed(if ok { "success" } else { "error" })),
+                    result: None,
                 }
             };
             out.push(Event::owned(&turn, Some(attempt), t, kind));

@@ -84,7 +84,10 @@ impl Codex {
                 &c.turn,
                 Some(c.attempt),
                 ts,
-                EventKind::Retry { reason: None },
+                EventKind::Retry {
+                    reason: None,
+                    prefill: None,
+                },
             ));
         } else {
             self.calls += 1;
@@ -233,6 +236,7 @@ impl Codex {
                 step: None,
                 effect: None,
                 status: Some(Cow::Borrowed(if ok { "success" } else { "error" })),
+                result: None,
             },
         ));
     }

@@ -114,7 +114,10 @@ impl GenAi {
                     &turn,
                     Some(attempt + 1),
                     r.start,
-                    EventKind::Retry { reason: None },
+                    EventKind::Retry {
+                        reason: None,
+                        prefill: None,
+                    },
                 ));
                 (turn, attempt + 1)
             }
@@ -238,6 +241,7 @@ impl GenAi {
                 step: None,
                 effect: None,
                 status: Some(Cow::Borrowed(if failed { "error" } else { "success" })),
+                result: None,
             },
         ));
     }

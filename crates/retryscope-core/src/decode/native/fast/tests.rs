@@ -19,6 +19,7 @@ const LINES: &[&str] = &[
     r#"{"v":1,"turn":"r-1","type":"finish","attempt":0,"reason":"stop"}"#,
     r#"{"v":1,"turn":"r-1","type":"error","attempt":0,"message":"overloaded","code":529}"#,
     r#"{"v":1,"turn":"r-1","type":"retry","attempt":1,"reason":"connection_reset","ts":"2026-11-12T10:00:00.250Z"}"#,
+    r#"{"turn":"r-1","type":"retry","attempt":1,"ts":5,"reason":"injected_reset","prefill":"[A1] I will now cr"}"#,
     r#"{"v":1,"turn":"r-1","type":"render_reset","attempt":1}"#,
     r#"{"v":1,"turn":"r-1","type":"stream_splice","attempt":1,"signal":"duplicate_prefix"}"#,
     r#"{"v":1,"turn":"r-1","type":"output","text":"final words"}"#,
@@ -68,6 +69,12 @@ fn agree(line: &[u8]) -> bool {
 #[test]
 fn fast_and_serde_paths_agree_on_every_sample_line() {
     let taken = LINES.iter().filter(|l| agree(l.as_bytes())).count();
+    // A continuation's retry (issue 21) is read by both, with its prefill.
+    let prefill = LINES
+        .iter()
+        .find(|l| l.contains("prefill"))
+        .expect("a retry with a prefill");
+    assert!(fast_result(prefill.as_bytes()).is_some_and(|r| r.contains("[A1] I will now cr")));
     // The common shapes must take the fast path, or it saves nothing.
     for common in &LINES[..4] {
         assert!(fast_result(common.as_bytes()).is_some(), "{common}");

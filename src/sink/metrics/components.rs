@@ -1,0 +1,89 @@
+//! Setters of the series of the parts around the engine: the OTLP receiver's spool, the
+//! proxy's streams and added latency, a `run --nats` collector's share of the cluster, and the
+//! listeners' connections.
+
+use super::Metrics;
+use super::family::F;
+use super::state::lock;
+
+/// What a `run --nats` collector exports about its share of the cluster (counters since the
+/// process started).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClusterStats {
+    /// Partitions of the events stream.
+    pub partitions: u32,
+    /// Partitions owned now.
+    pub owned: u32,
+    /// Leases acquired.
+    pub takeovers: u64,
+    /// Messages correlated and not yet covered by a stored checkpoint.
+    pub checkpoint_lag: u64,
+    /// Findings not published or not acknowledged.
+    pub publish_failures: u64,
+    /// Partition checkpoints stored.
+    pub checkpoint_writes: u64,
+    /// Partition checkpoints that failed.
+    pub checkpoint_failures: u64,
+}
+
+impl Metrics {
+    /// Count a connection refused or closed by a listener (both labels from closed sets in
+    /// [`crate::listener`]).
+    pub fn listener_connection_refused(&self, listener: &str, reason: &str) {
+        lock(&self.inner).add(F::ListenerRefused, &[listener, reason], 1.0);
+    }
+
+    /// Connections open on a listener.
+    pub fn set_listener_connections(&self, listener: &str, open: u64) {
+        lock(&self.inner)
+            .table
+            .set(F::ListenerOpen as usize, &[listener], open as f64);
+    }
+
+    /// Count one model stream `retryscope proxy` forwarded and tracked.
+    pub fn inc_proxy_streams(&self) {
+        lock(&self.inner).add(F::ProxyStreams, &[], 1.0);
+    }
+
+    /// Observe the time `retryscope proxy` held one upstream chunk.
+    pub fn observe_proxy_latency(&self, seconds: f64) {
+        if seconds.is_finite() && seconds >= 0.0 {
+            lock(&self.inner)
+                .table
+                .observe(F::ProxyLatency as usize, &[], seconds);
+        }
+    }
+
+    /// Set the cluster series of `run --nats` (instance-wide, set after the owned partitions'
+    /// sum is restored): they are this process's own, never a partition's.
+    pub fn set_cluster(&self, c: &ClusterStats) {
+        let mut inner = lock(&self.inner);
+        let t = &mut inner.table;
+        t.set(F::NatsPartitions as usize, &[], f64::from(c.partitions));
+        t.set(F::NatsOwned as usize, &[], f64::from(c.owned));
+        t.set(F::NatsTakeovers as usize, &[], c.takeovers as f64);
+        t.set(F::NatsCheckpointLag as usize, &[], c.checkpoint_lag as f64);
+        t.set(
+            F::NatsPublishFailures as usize,
+            &[],
+            c.publish_failures as f64,
+        );
+        t.set(
+            F::CheckpointWrites as usize,
+            &[],
+            c.checkpoint_writes as f64,
+        );
+        t.set(
+            F::CheckpointFailures as usize,
+            &[],
+            c.checkpoint_failures as f64,
+        );
+    }
+
+    /// The OTLP receiver's spool on disk.
+    pub fn set_otlp_spool_bytes(&self, bytes: u64) {
+        lock(&self.inner)
+            .table
+            .set(F::OtlpSpoolBytes as usize, &[], bytes as f64);
+    }
+}
