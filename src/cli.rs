@@ -3,6 +3,7 @@
 
 mod check_cmd;
 mod collect_cmd;
+mod limits_args;
 mod proxy_cmd;
 mod run_cmd;
 mod ship_cmd;
@@ -37,7 +38,7 @@ enum Command {
     Ship(ship_cmd::ShipArgs),
     /// Sit between an agent and its model provider: see every attempt on the wire, and cut
     /// streams on purpose (docs/proxy.md).
-    Proxy(proxy_cmd::ProxyArgs),
+    Proxy(Box<proxy_cmd::ProxyArgs>),
     /// Check a `run` configuration file without running.
     Validate(run_cmd::ValidateArgs),
 }
@@ -69,7 +70,7 @@ pub fn main() -> ExitCode {
         }
         Command::Run(args) => run_cmd::run(*args),
         Command::Validate(args) => run_cmd::validate(args),
-        Command::Proxy(args) => proxy_cmd::run(args),
+        Command::Proxy(args) => proxy_cmd::run(*args),
         Command::Ship(args) => {
             init_logging("info");
             ship_cmd::run(args)

@@ -162,6 +162,9 @@ pub struct RunConfig {
     pub otlp: OtlpSettings,
     /// The OTLP receiver.
     pub otlp_receiver: OtlpReceiverSettings,
+    /// Limits of every listener (`/metrics`, the OTLP receiver, the proxy): connection caps
+    /// and timeouts.
+    pub connections: crate::listener::Limits,
     /// The demo fleet (`--demo`).
     pub demo: DemoSettings,
     /// `retryscope proxy`: listener, upstreams, injection, recording.
@@ -200,6 +203,7 @@ impl Default for RunConfig {
             labels: MetricsConfig::default(),
             otlp: OtlpSettings::default(),
             otlp_receiver: OtlpReceiverSettings::default(),
+            connections: crate::listener::Limits::default(),
             demo: DemoSettings::default(),
             proxy: crate::proxy::ProxySettings::default(),
             reset_checkpoint: false,
@@ -312,6 +316,11 @@ impl RunConfig {
                 "otlp_receiver.max_request_bytes and queue_bytes must be positive".to_owned(),
             ));
         }
+        if let Some(name) = self.connections.zero_field() {
+            return Err(ConfigError::Invalid(format!(
+                "connections.{name} must be positive"
+            )));
+        }
         if !(0.0..=1.0).contains(&self.demo.retry_rate) {
             return Err(ConfigError::Invalid(
                 "demo.retry_rate must be between 0 and 1".to_owned(),
@@ -329,6 +338,21 @@ impl RunConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connection_limits_are_read_and_zero_is_refused() {
+        let cfg: RunConfig =
+            toml::from_str("[connections]\nmax_connections = 5\nbody_timeout_ms = 250\n").unwrap();
+        assert_eq!(cfg.connections.max_connections, 5);
+        assert_eq!(cfg.connections.body_timeout_ms, 250);
+        assert_eq!(cfg.connections.max_connections_per_peer, 256);
+        cfg.validate().unwrap();
+        let zero: RunConfig = toml::from_str("[connections]\nidle_timeout_ms = 0\n").unwrap();
+        let err = zero.validate().unwrap_err().to_string();
+        assert!(err.contains("connections.idle_timeout_ms"), "{err}");
+        let typo = toml::from_str::<RunConfig>("[connections]\nmax_conections = 1").unwrap_err();
+        assert!(typo.to_string().contains("max_conections"), "{typo}");
+    }
 
     #[test]
     fn empty_file_is_all_defaults() {

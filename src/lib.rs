@@ -17,6 +17,7 @@ pub mod check;
 pub mod config;
 pub mod demo;
 pub mod internal_events;
+pub mod listener;
 pub mod nats;
 pub mod otlp;
 pub mod proxy;

@@ -24,7 +24,7 @@ mod whole;
 
 pub use attempts::{AttemptRef, End, LineSink, Tracker, TrackerStats};
 pub use body::ObservedBody;
-pub use forward::{MAX_FRAME, Proxy, ProxyBody, ProxyNote, now_ms, serve};
+pub use forward::{MAX_FRAME, Proxy, ProxyBody, ProxyNote, now_ms, serve, serve_gated};
 pub use frames::{Frame, Framer, Framing};
 pub use history::Api;
 pub use inject::{How, InjectRule, Match as InjectMatch, Point, Target as InjectTarget};

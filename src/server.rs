@@ -22,22 +22,30 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 
+use crate::listener::{Gate, Limits, Name};
 use crate::sink::live_page::SharedPage;
 use crate::sink::metrics::Metrics;
 
 /// Where `retryscope run` serves metrics unless told otherwise.
 pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9464";
 
-/// A client must send its request headers within this time.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// After shutdown, connections get this long to finish their current response.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 const TEXT: &str = "text/plain; charset=utf-8";
 const HTML: &str = "text/html; charset=utf-8";
+
+/// Serve `/metrics`, `/healthz` and `/-/ready` on `listener` until `shutdown` completes,
+/// with the default listener limits ([`serve_limited`]).
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    ready: Arc<AtomicBool>,
+    shutdown: impl Future<Output = ()>,
+) {
+    serve_limited(listener, metrics, ready, Limits::default(), shutdown).await;
+}
 
 /// Serve `/metrics`, `/healthz` and `/-/ready` on `listener` until `shutdown` completes.
 ///
@@ -47,79 +55,59 @@ const HTML: &str = "text/html; charset=utf-8";
 /// * Any other path: 404. A known path with a method other than GET (or HEAD): 405 with
 ///   `Allow: GET, HEAD`.
 ///
-/// On shutdown it stops accepting, asks open connections to close after their current
-/// response, and returns once they have (or after a few seconds).
-pub async fn serve(
+/// Connections are capped and timed out by `limits` ([`crate::listener`]). On shutdown it
+/// stops accepting, asks open connections to close after their current response, and
+/// returns once they have (or after a few seconds).
+pub async fn serve_limited(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     ready: Arc<AtomicBool>,
+    limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) {
-    serve_with_page(listener, metrics, ready, None, shutdown).await;
+    serve_with_page(listener, metrics, ready, limits, None, shutdown).await;
 }
 
-/// [`serve`], with the live page ([`crate::sink::live_page`]) at `GET /` and `GET /ui`.
+/// [`serve_limited`], with the live page ([`crate::sink::live_page`]) at `GET /` and `GET /ui`.
 pub async fn serve_with_page(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     ready: Arc<AtomicBool>,
+    limits: Limits,
     page: Option<SharedPage>,
     shutdown: impl Future<Output = ()>,
 ) {
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut conns = JoinSet::new();
-    tokio::pin!(shutdown);
-    loop {
-        let accepted = tokio::select! {
-            () = &mut shutdown => break,
-            accepted = listener.accept() => accepted,
-            // Reap finished connection tasks so the set does not grow without bound.
-            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
-        };
-        let stream = match accepted {
-            Ok((stream, _peer)) => stream,
-            Err(e) => {
-                // Typically EMFILE: back off instead of spinning.
-                tracing::warn!(error = %e, "metrics endpoint: accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+    let gate = Gate::new(Name::Metrics, limits, Some(metrics.clone()));
+    let header_timeout = gate.limits().header_timeout();
+    let stopped = async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    };
+    crate::listener::serve(listener, gate, stopped, DRAIN_TIMEOUT, |stream, conn| {
         let metrics = metrics.clone();
         let ready = ready.clone();
         let page = page.clone();
         let mut stop = stop_rx.clone();
-        conns.spawn(async move {
-            let svc = service_fn(move |req| {
+        async move {
+            let svc = conn.track(service_fn(move |req| {
                 let resp = route(&req, &metrics, &ready, page.as_ref());
                 async move { Ok::<_, Infallible>(resp) }
-            });
-            let conn = http1::Builder::new()
+            }));
+            let io = conn.watch(stream);
+            let served = http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), svc);
-            tokio::pin!(conn);
-            let result = tokio::select! {
-                r = conn.as_mut() => r,
-                () = async { drop(stop.wait_for(|s| *s).await) } => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(e) = result {
+                .header_read_timeout(header_timeout)
+                .serve_connection(TokioIo::new(io), svc);
+            let stop = async move { drop(stop.wait_for(|s| *s).await) };
+            let result = conn.run(served, |c| c.graceful_shutdown(), stop).await;
+            if let Some(Err(e)) = result {
+                conn.note_error(&e);
                 tracing::debug!(error = %e, "metrics endpoint: connection error");
             }
-        });
-    }
-    drop(listener);
-    let _ = stop_tx.send(true);
-    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
-        while conns.join_next().await.is_some() {}
+        }
     })
     .await;
-    if drained.is_err() {
-        conns.abort_all();
-    }
 }
 
 /// The response to one request.

@@ -17,7 +17,7 @@ use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use prost::Message;
 use retryscope::sink::metrics::{Metrics, MetricsConfig};
-use retryscope::source::otlp::{Queue, Receiver, ReceiverConfig, grpc, http};
+use retryscope::source::otlp::{Queue, Receiver, ReceiverConfig, grpc, http, intake};
 use tokio::sync::watch;
 
 const PER_REQUEST: u64 = 20;
@@ -76,15 +76,16 @@ fn a_stalled_pipeline_answers_retryable_and_after_draining_everything_arrives_on
         .build()
         .expect("runtime");
     let metrics = Arc::new(Metrics::new(MetricsConfig::default()).expect("metrics"));
-    // Room for a few requests only.
-    let queue = Arc::new(Queue::new(8_000));
+    // Room for a few requests only. A request in flight holds its body (twice over gRPC:
+    // as sent and unframed) and the estimate of what decoding it builds.
+    let wire = request(0).encode_to_vec().len() as u64;
+    let one = intake::protobuf_estimate(&request(0).encode_to_vec(), u64::MAX) + 2 * wire;
+    let limit = 3 * one;
+    let queue = Arc::new(Queue::new(limit));
     let rx = Arc::new(Receiver::new(
         queue.clone(),
         metrics.clone(),
-        ReceiverConfig {
-            max_request_bytes: 1 << 20,
-            token: None,
-        },
+        ReceiverConfig::new(1 << 20, None),
     ));
     let (stop_tx, stop) = watch::channel(false);
     let (http_l, grpc_l) = rt.block_on(async {
@@ -158,10 +159,7 @@ fn a_stalled_pipeline_answers_retryable_and_after_draining_everything_arrives_on
         std::thread::sleep(Duration::from_millis(10));
     }
     let (_, queued) = queue.depth();
-    assert!(
-        queued <= 8_000 + 4_000,
-        "the queue stayed bounded: {queued} bytes"
-    );
+    assert!(queued <= limit, "the queue stayed bounded: {queued} bytes");
     // Then it drains, slowly.
     let mut seen: BTreeMap<String, u32> = BTreeMap::new();
     let mut batches = Vec::new();

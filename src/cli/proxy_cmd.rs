@@ -103,6 +103,8 @@ pub struct ProxyArgs {
     /// Put the first characters of each attempt's text in the exported traces.
     #[arg(long)]
     capture_content: bool,
+    #[command(flatten)]
+    limits: super::limits_args::LimitArgs,
 }
 
 fn merge(args: &ProxyArgs) -> anyhow::Result<RunConfig> {
@@ -110,6 +112,7 @@ fn merge(args: &ProxyArgs) -> anyhow::Result<RunConfig> {
         Some(path) => RunConfig::load(path)?,
         None => RunConfig::default(),
     };
+    args.limits.apply_to(&mut cfg.connections);
     let p = &mut cfg.proxy;
     if let Some(v) = &args.listen {
         p.listen = v.clone();
@@ -254,10 +257,11 @@ async fn serve(cfg: RunConfig, traces: Option<TraceExportConfig>) -> anyhow::Res
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let server = {
         let mut rx = stop_rx.clone();
-        tokio::spawn(retryscope::server::serve(
+        tokio::spawn(retryscope::server::serve_limited(
             metrics_listener,
             metrics.clone(),
             ready.clone(),
+            cfg.connections.clone(),
             async move {
                 let _ = rx.changed().await;
             },
@@ -310,9 +314,19 @@ async fn serve(cfg: RunConfig, traces: Option<TraceExportConfig>) -> anyhow::Res
     tracing::info!(listen = %listen_addr, "proxying");
     let proxy_task = {
         let mut rx = stop_rx.clone();
-        tokio::spawn(proxy::serve(proxy_listener, proxy.clone(), async move {
-            let _ = rx.changed().await;
-        }))
+        let gate = retryscope::listener::Gate::new(
+            retryscope::listener::Name::Proxy,
+            cfg.connections.clone(),
+            Some(metrics.clone()),
+        );
+        tokio::spawn(proxy::serve_gated(
+            proxy_listener,
+            proxy.clone(),
+            gate,
+            async move {
+                let _ = rx.changed().await;
+            },
+        ))
     };
     let signal_flag = shutdown.clone();
     tokio::spawn(async move {

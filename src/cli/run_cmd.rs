@@ -142,6 +142,8 @@ pub struct RunArgs {
     /// With human output: a summary line this often (seconds; 0: only at the stop).
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     summary_every: u64,
+    #[command(flatten)]
+    limits: super::limits_args::LimitArgs,
 }
 
 /// Flags of `validate`.
@@ -247,6 +249,7 @@ fn merge(args: &RunArgs) -> anyhow::Result<(RunConfig, Sources)> {
             to.clone_from(from);
         }
     }
+    args.limits.apply_to(&mut cfg.connections);
     cfg.reset_checkpoint = args.reset_checkpoint;
     cfg.live_view = live_view(args);
     cfg.validate()?;
@@ -452,6 +455,7 @@ async fn serve(
         listener,
         metrics.clone(),
         ready.clone(),
+        cfg.connections.clone(),
         Some(page.clone()),
         async move {
             let _ = stop_server_rx.await;
@@ -482,6 +486,7 @@ async fn serve(
         Some(queue) => Some(
             retryscope::source::otlp::listen::Listeners::bind(
                 &cfg.otlp_receiver,
+                &cfg.connections,
                 queue.clone(),
                 metrics.clone(),
             )

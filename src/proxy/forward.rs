@@ -200,42 +200,61 @@ fn client(
         .build(https))
 }
 
-/// Serve until `shutdown` resolves. Each connection speaks HTTP/1.1 or HTTP/2 (prior
-/// knowledge).
+/// Serve until `shutdown` resolves, with the default listener limits ([`serve_gated`]).
 pub async fn serve(
     listener: TcpListener,
     proxy: Arc<Proxy>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    tokio::pin!(shutdown);
-    loop {
-        let (stream, _) = tokio::select! {
-            _ = &mut shutdown => return,
-            accepted = listener.accept() => match accepted {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "proxy: accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let ctl = Arc::new(ConnCtl::default());
-        let io = TokioIo::new(ResettableStream {
-            inner: stream,
-            ctl: ctl.clone(),
-        });
+    let gate = crate::listener::Gate::new(
+        crate::listener::Name::Proxy,
+        crate::listener::Limits::default(),
+        None,
+    );
+    serve_gated(listener, proxy, gate, shutdown).await;
+}
+
+/// Serve until `shutdown` resolves. Each connection speaks HTTP/1.1 or HTTP/2 (prior
+/// knowledge), capped and timed out by `gate` ([`crate::listener`]: connections, header and
+/// idle timeouts, HTTP/2 streams).
+pub async fn serve_gated(
+    listener: TcpListener,
+    proxy: Arc<Proxy>,
+    gate: Arc<crate::listener::Gate>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let limits = gate.limits().clone();
+    // Open connections are not drained on shutdown: the process exits after this returns.
+    let drain = std::time::Duration::ZERO;
+    crate::listener::serve(listener, gate, shutdown, drain, move |stream, conn| {
         let proxy = proxy.clone();
-        tokio::spawn(async move {
-            let service =
-                hyper::service::service_fn(move |req| handle(proxy.clone(), ctl.clone(), req));
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            if let Err(e) = builder.serve_connection(io, service).await {
+        let limits = limits.clone();
+        async move {
+            let ctl = Arc::new(ConnCtl::default());
+            let io = TokioIo::new(conn.watch(ResettableStream {
+                inner: stream,
+                ctl: ctl.clone(),
+            }));
+            let service = conn.track(hyper::service::service_fn(move |req| {
+                handle(proxy.clone(), ctl.clone(), req)
+            }));
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits.header_timeout());
+            builder
+                .http2()
+                .max_concurrent_streams(limits.max_streams_per_connection);
+            let served = builder.serve_connection(io, service);
+            let never = std::future::pending::<()>();
+            if let Some(Err(e)) = conn.run(served, |c| c.graceful_shutdown(), never).await {
+                conn.note_error(&*e);
                 tracing::debug!(error = %e, "proxy: connection ended with an error");
             }
-        });
-    }
+        }
+    })
+    .await;
 }
 
 fn plain(status: StatusCode, msg: &str) -> Response<ProxyBody> {

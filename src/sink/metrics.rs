@@ -250,6 +250,12 @@ impl Inner {
         t.touch(F::OtlpQueueRecords as usize, &[]);
         t.touch(F::OtlpQueueBytes as usize, &[]);
         t.touch(F::OtlpSpoolBytes as usize, &[]);
+        for l in crate::listener::Name::ALL {
+            t.touch(F::ListenerOpen as usize, &[l.as_str()]);
+            for r in crate::listener::Reason::ALL {
+                t.touch(F::ListenerRefused as usize, &[l.as_str(), r.as_str()]);
+            }
+        }
         for p in crate::proxy::Point::ALL {
             for h in crate::proxy::How::ALL {
                 t.touch(F::ProxyCuts as usize, &[p.as_str(), h.as_str(), "true"]);

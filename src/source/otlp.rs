@@ -11,6 +11,7 @@ pub mod accept;
 pub mod auth;
 pub mod grpc;
 pub mod http;
+pub mod intake;
 pub mod json;
 pub mod listen;
 pub mod queue;

@@ -1,5 +1,6 @@
 //! Setters of the series of the parts around the engine: the OTLP receiver's spool, the
-//! proxy's streams and added latency, and a `run --nats` collector's share of the cluster.
+//! proxy's streams and added latency, a `run --nats` collector's share of the cluster, and the
+//! listeners' connections.
 
 use super::Metrics;
 use super::family::F;
@@ -26,6 +27,19 @@ pub struct ClusterStats {
 }
 
 impl Metrics {
+    /// Count a connection refused or closed by a listener (both labels from closed sets in
+    /// [`crate::listener`]).
+    pub fn listener_connection_refused(&self, listener: &str, reason: &str) {
+        lock(&self.inner).add(F::ListenerRefused, &[listener, reason], 1.0);
+    }
+
+    /// Connections open on a listener.
+    pub fn set_listener_connections(&self, listener: &str, open: u64) {
+        lock(&self.inner)
+            .table
+            .set(F::ListenerOpen as usize, &[listener], open as f64);
+    }
+
     /// Count one model stream `retryscope proxy` forwarded and tracked.
     pub fn inc_proxy_streams(&self) {
         lock(&self.inner).add(F::ProxyStreams, &[], 1.0);

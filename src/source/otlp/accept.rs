@@ -8,7 +8,7 @@ use crate::internal_events::{InternalEvent, OtlpRequestRejected};
 use crate::sink::metrics::Metrics;
 
 use super::auth::Token;
-use super::queue::{Queue, Refused};
+use super::queue::{Queue, Refused, Reservation};
 use super::record::Record;
 
 /// The signal of a request (a metric label).
@@ -73,6 +73,9 @@ pub enum Outcome {
     Unsupported,
     /// The spool could not be written (HTTP 503, gRPC UNAVAILABLE; nothing acknowledged).
     SpoolError,
+    /// The body did not arrive within the body-read deadline (HTTP 408, gRPC
+    /// DEADLINE_EXCEEDED).
+    TooSlow,
 }
 
 impl Outcome {
@@ -86,6 +89,7 @@ impl Outcome {
             Outcome::Unauthorized => "unauthorized",
             Outcome::Unsupported => "unsupported",
             Outcome::SpoolError => "spool_error",
+            Outcome::TooSlow => "too_slow",
         }
     }
 }
@@ -116,6 +120,19 @@ pub struct ReceiverConfig {
     pub max_request_bytes: usize,
     /// The bearer token clients must send, if any.
     pub token: Option<Token>,
+    /// Time for a whole request body to arrive.
+    pub body_timeout: std::time::Duration,
+}
+
+impl ReceiverConfig {
+    /// `max_request_bytes` and `token`, with the default body-read deadline.
+    pub fn new(max_request_bytes: usize, token: Option<Token>) -> Self {
+        ReceiverConfig {
+            max_request_bytes,
+            token,
+            body_timeout: crate::listener::Limits::default().body_timeout(),
+        }
+    }
 }
 
 /// The state both protocol servers share.
@@ -139,6 +156,21 @@ impl Receiver {
     /// The request size limit.
     pub fn max_request_bytes(&self) -> usize {
         self.cfg.max_request_bytes
+    }
+
+    /// The body-read deadline.
+    pub fn body_timeout(&self) -> std::time::Duration {
+        self.cfg.body_timeout
+    }
+
+    /// The metrics the receiver counts into.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// A reservation under the queue's bound for a request about to be read.
+    pub fn reserve(&self) -> Reservation {
+        self.queue.reserve()
     }
 
     /// Check an `authorization` header value against the token (when one is required).
@@ -172,17 +204,20 @@ impl Receiver {
         protocol: Protocol,
         records: Vec<Record>,
         metric_points: u64,
+        reservation: Option<Reservation>,
     ) -> Result<(), Rejection> {
         let n = records.len() as u64 + metric_points;
+        let own = reservation.as_ref().map_or(0, Reservation::bytes);
         let offered = if self.queue.durable() && !records.is_empty() {
             let queue = self.queue.clone();
-            match tokio::task::spawn_blocking(move || queue.offer(records)).await {
+            match tokio::task::spawn_blocking(move || queue.offer_reserved(records, own)).await {
                 Ok(r) => r,
                 Err(_) => Err(Refused::Closed),
             }
         } else {
-            self.queue.offer(records)
+            self.queue.offer_reserved(records, own)
         };
+        drop(reservation);
         match offered {
             Ok(()) => {
                 self.metrics
@@ -190,11 +225,7 @@ impl Receiver {
                 Ok(())
             }
             Err(e) => {
-                let outcome = match e {
-                    Refused::Spool(_) => Outcome::SpoolError,
-                    Refused::Full { .. } | Refused::Closed => Outcome::Busy,
-                };
-                let r = Rejection::new(outcome, e.to_string());
+                let r = super::intake::refused(e);
                 self.refused(signal, protocol, &r);
                 Err(r)
             }

@@ -1,20 +1,24 @@
 //! OTLP/gRPC (`run --otlp-grpc-listen`): the logs, trace and metrics `Export` services
 //! (opentelemetry-proto's tonic servers) over HTTP/2 without TLS (h2c) or with TLS.
 //!
-//! Requests compressed with `grpc-encoding: gzip` (gemini-cli's gRPC exporter compresses) are
-//! decompressed here, bounded like any request.
+//! The token is checked on the headers before any byte of the body is read. Requests
+//! compressed with `grpc-encoding: gzip` (gemini-cli's gRPC exporter compresses) are
+//! decompressed here, all their messages together bounded like any request, and charged to
+//! the queue with the estimate of what decoding builds before tonic decodes them
+//! ([`super::intake`]).
 //!
 //! Owns: the gRPC status of every outcome: OK; UNAVAILABLE when the queue is full, the
 //! collector is stopping or the spool cannot be written (retryable: the exporter retries);
-//! RESOURCE_EXHAUSTED when a message is over the size limit (checked here, before tonic reads
-//! it, with the limit in the message; not retried); INVALID_ARGUMENT for a body that is not an
-//! export request; UNAUTHENTICATED for a missing or wrong bearer token.
+//! RESOURCE_EXHAUSTED when a request is over the size limit or alone cannot fit in the queue
+//! (checked here, before tonic reads it, with the limit in the message; not retried);
+//! DEADLINE_EXCEEDED when the body does not arrive in time; INVALID_ARGUMENT for a body that
+//! is not an export request; UNAUTHENTICATED for a missing or wrong bearer token.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{
@@ -37,14 +41,15 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 use tonic::codegen::Service;
 use tonic::{Request, Response, Status};
 
 use super::accept::{Outcome, Protocol, Receiver, Rejection, Signal};
 use super::http::stopped;
-use super::listen::accept_tls;
+use super::intake::{self, ReadError};
+use super::queue::Reservation;
 use super::record;
+use crate::listener::{Gate, Limits, Name, Reason};
 
 /// The three services over one receiver.
 #[derive(Clone)]
@@ -55,18 +60,29 @@ fn status(r: &Rejection) -> Status {
         Outcome::Busy | Outcome::SpoolError => Status::unavailable(r.message.clone()),
         Outcome::TooLarge => Status::resource_exhausted(r.message.clone()),
         Outcome::Unauthorized => Status::unauthenticated(r.message.clone()),
+        Outcome::TooSlow => Status::deadline_exceeded(r.message.clone()),
         _ => Status::invalid_argument(r.message.clone()),
     }
 }
 
 impl Services {
-    fn authorize<T>(&self, signal: Signal, req: &Request<T>) -> Result<(), Status> {
-        let header = req.metadata().get("authorization").map(|v| v.as_bytes());
+    fn authorize(&self, signal: Signal, header: Option<&[u8]>) -> Result<(), Status> {
         self.0.authorize(header).map_err(|r| {
             self.0.refused(signal, Protocol::Grpc, &r);
             status(&r)
         })
     }
+}
+
+/// A request's reservation, handed from [`route`] (which read the body under it) to the
+/// service that queues the records.
+#[derive(Clone)]
+struct Held(Arc<std::sync::Mutex<Option<Reservation>>>);
+
+fn held<T>(req: &Request<T>) -> Option<Reservation> {
+    req.extensions()
+        .get::<Held>()
+        .and_then(|h| h.0.lock().ok()?.take())
 }
 
 #[tonic::async_trait]
@@ -75,12 +91,12 @@ impl LogsService for Services {
         &self,
         req: Request<ExportLogsServiceRequest>,
     ) -> Result<Response<ExportLogsServiceResponse>, Status> {
-        self.authorize(Signal::Logs, &req)?;
+        let res = held(&req);
         let mut records = Vec::new();
         record::logs_from_proto(req.get_ref(), &mut records);
         drop(req);
         self.0
-            .accept(Signal::Logs, Protocol::Grpc, records, 0)
+            .accept(Signal::Logs, Protocol::Grpc, records, 0, res)
             .await
             .map_err(|r| status(&r))?;
         Ok(Response::new(ExportLogsServiceResponse::default()))
@@ -93,12 +109,12 @@ impl TraceService for Services {
         &self,
         req: Request<ExportTraceServiceRequest>,
     ) -> Result<Response<ExportTraceServiceResponse>, Status> {
-        self.authorize(Signal::Traces, &req)?;
+        let res = held(&req);
         let mut records = Vec::new();
         record::spans_from_proto(req.get_ref(), &mut records);
         drop(req);
         self.0
-            .accept(Signal::Traces, Protocol::Grpc, records, 0)
+            .accept(Signal::Traces, Protocol::Grpc, records, 0, res)
             .await
             .map_err(|r| status(&r))?;
         Ok(Response::new(ExportTraceServiceResponse::default()))
@@ -111,10 +127,10 @@ impl MetricsService for Services {
         &self,
         req: Request<ExportMetricsServiceRequest>,
     ) -> Result<Response<ExportMetricsServiceResponse>, Status> {
-        self.authorize(Signal::Metrics, &req)?;
+        let res = held(&req);
         let points = record::metric_points_proto(req.get_ref());
         self.0
-            .accept(Signal::Metrics, Protocol::Grpc, Vec::new(), points)
+            .accept(Signal::Metrics, Protocol::Grpc, Vec::new(), points, res)
             .await
             .map_err(|r| status(&r))?;
         Ok(Response::new(ExportMetricsServiceResponse::default()))
@@ -128,9 +144,12 @@ fn error_response(s: &Status) -> GrpcResponse {
     s.clone().into_http()
 }
 
-/// Route one HTTP/2 request to its service, after bounding its size.
+/// Route one HTTP/2 request to its service: the token checked before any byte of the body
+/// is read, the body read within the deadline, decompressed and bounded (all its messages
+/// together), its memory charged to the queue before tonic decodes it.
 async fn route(
     services: Services,
+    gate: Arc<Gate>,
     limit: usize,
     req: http::Request<Incoming>,
 ) -> Result<GrpcResponse, Infallible> {
@@ -140,40 +159,56 @@ async fn route(
         Some("/opentelemetry.proto.collector.metrics.v1.MetricsService") => Signal::Metrics,
         _ => return Ok(error_response(&Status::unimplemented("unknown service"))),
     };
-    let (parts, body) = req.into_parts();
-    // One gRPC message: 5 bytes of framing, then at most `limit` bytes.
-    let body = match Limited::new(body, limit + 5).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) => {
-            let r = if e.is::<http_body_util::LengthLimitError>() {
+    let (mut parts, body) = req.into_parts();
+    let auth = parts.headers.get("authorization").map(|v| v.as_bytes());
+    if let Err(s) = services.authorize(signal, auth) {
+        return Ok(error_response(&s));
+    }
+    let refuse = |r: Rejection| {
+        services.0.refused(signal, Protocol::Grpc, &r);
+        Ok(error_response(&status(&r)))
+    };
+    let mut res = services.0.reserve();
+    // The messages with their 5-byte frame headers.
+    let raw_limit = limit.saturating_add(64);
+    let raw = match intake::read(body, raw_limit, services.0.body_timeout(), &mut res).await {
+        Ok(b) => b,
+        Err(ReadError::Refused(r)) => {
+            let r = if r.outcome == Outcome::TooLarge {
                 Rejection::new(
                     Outcome::TooLarge,
                     format!("the request message is larger than the limit of {limit} bytes"),
                 )
             } else {
-                Rejection::new(Outcome::Malformed, format!("cannot read the request: {e}"))
+                r
             };
-            services.0.refused(signal, Protocol::Grpc, &r);
-            return Ok(error_response(&status(&r)));
+            return refuse(r);
+        }
+        Err(ReadError::TimedOut(r)) => {
+            gate.count(Reason::BodyTimeout);
+            return refuse(r);
         }
     };
-    let (mut parts, body) = (parts, body);
     let gzip = parts
         .headers
-        .get("grpc-encoding")
+        .remove("grpc-encoding")
         .is_some_and(|v| v.as_bytes() == b"gzip");
-    let body = if gzip {
-        parts.headers.remove("grpc-encoding");
-        match inflate(&body, limit) {
-            Ok(b) => b,
-            Err(r) => {
-                services.0.refused(signal, Protocol::Grpc, &r);
-                return Ok(error_response(&status(&r)));
-            }
-        }
-    } else {
-        body
+    // Inflating and scanning take CPU: off the async workers.
+    let work = move || {
+        let body = intake::grpc_frames(&raw, gzip, limit, &mut res)?;
+        drop(raw);
+        let estimate = intake::protobuf_estimate(body.get(5..).unwrap_or_default(), res.limit());
+        res.grow(estimate).map_err(intake::refused)?;
+        Ok((body, res))
     };
+    let (body, res) = match tokio::task::spawn_blocking(work).await {
+        Ok(Ok(x)) => x,
+        Ok(Err(r)) => return refuse(r),
+        Err(_) => return refuse(Rejection::new(Outcome::Busy, "shutting down; retry later")),
+    };
+    parts
+        .extensions
+        .insert(Held(Arc::new(std::sync::Mutex::new(Some(res)))));
     let req = http::Request::from_parts(parts, Full::new(body));
     let resp = match signal {
         Signal::Logs => {
@@ -198,94 +233,61 @@ async fn route(
     Ok(resp.unwrap_or_else(|e| match e {}))
 }
 
-/// Decompress the gzip'd messages of a gRPC body (`grpc-encoding: gzip`), each at most `limit`
-/// bytes decompressed, and frame them uncompressed (so a small body cannot expand without
-/// bound, and tonic needs no compression support).
-fn inflate(body: &[u8], limit: usize) -> Result<bytes::Bytes, Rejection> {
-    use std::io::Read;
-    let mut out = Vec::with_capacity(body.len() * 4);
-    let mut rest = body;
-    while !rest.is_empty() {
-        let bad = || Rejection::new(Outcome::Malformed, "a truncated gRPC message");
-        let (head, tail) = rest.split_at_checked(5).ok_or_else(bad)?;
-        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
-        let (msg, tail) = tail.split_at_checked(len).ok_or_else(bad)?;
-        rest = tail;
-        let plain: std::borrow::Cow<'_, [u8]> = if head[0] == 1 {
-            let mut v = Vec::new();
-            flate2::read::GzDecoder::new(msg)
-                .take(limit as u64 + 1)
-                .read_to_end(&mut v)
-                .map_err(|e| {
-                    Rejection::new(
-                        Outcome::Malformed,
-                        format!("the gzip message cannot be decompressed: {e}"),
-                    )
-                })?;
-            v.into()
-        } else {
-            msg.into()
-        };
-        if plain.len() > limit {
-            return Err(Rejection::new(
-                Outcome::TooLarge,
-                format!(
-                    "the request message is larger than the limit of {limit} bytes (decompressed)"
-                ),
-            ));
-        }
-        out.push(0);
-        out.extend_from_slice(&(plain.len() as u32).to_be_bytes());
-        out.extend_from_slice(&plain);
-    }
-    Ok(out.into())
-}
-
-/// Serve OTLP/gRPC on `listener` until `stop` turns true.
+/// Serve OTLP/gRPC on `listener` until `stop` turns true, with the default listener limits.
 pub async fn serve(
     listener: TcpListener,
     tls: super::http::Tls,
     rx: Arc<Receiver>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
+) {
+    let gate = Gate::new(
+        Name::OtlpGrpc,
+        Limits::default(),
+        Some(rx.metrics().clone()),
+    );
+    serve_gated(listener, tls, rx, gate, stop).await;
+}
+
+/// Serve OTLP/gRPC on `listener` until `stop` turns true, connections capped and timed out
+/// by `gate` (and their HTTP/2 streams capped).
+pub async fn serve_gated(
+    listener: TcpListener,
+    tls: super::http::Tls,
+    rx: Arc<Receiver>,
+    gate: Arc<Gate>,
+    stop: watch::Receiver<bool>,
 ) {
     let limit = rx.max_request_bytes();
     let services = Services(rx);
-    let mut conns = JoinSet::new();
-    loop {
-        let accepted = tokio::select! {
-            () = stopped(&mut stop) => break,
-            accepted = listener.accept() => accepted,
-            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
-        };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                tracing::warn!(error = %e, "OTLP/gRPC: accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+    let streams = gate.limits().max_streams_per_connection;
+    let mut accept_stop = stop.clone();
+    let stopping = async move { stopped(&mut accept_stop).await };
+    crate::listener::serve(listener, gate, stopping, DRAIN, move |stream, conn| {
         let services = services.clone();
         let tls = tls.clone();
         let mut stop = stop.clone();
-        conns.spawn(async move {
-            let svc = hyper::service::service_fn(move |req| route(services.clone(), limit, req));
-            let builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-            let Some(io) = accept_tls(stream, tls, "OTLP/gRPC").await else {
+        async move {
+            let Some(io) = conn.tls(stream, tls).await else {
                 return;
             };
-            let conn = builder.serve_connection(TokioIo::new(io), svc);
-            tokio::pin!(conn);
-            let served = tokio::select! {
-                r = conn.as_mut() => r,
-                () = stopped(&mut stop) => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(e) = served {
+            let gate = conn.gate().clone();
+            let svc = conn.track(hyper::service::service_fn(move |req| {
+                route(services.clone(), gate.clone(), limit, req)
+            }));
+            let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+            builder
+                .timer(hyper_util::rt::TokioTimer::new())
+                .max_concurrent_streams(streams)
+                .max_header_list_size(64 * 1024);
+            let served = builder.serve_connection(TokioIo::new(io), svc);
+            let stop = async move { stopped(&mut stop).await };
+            if let Some(Err(e)) = conn.run(served, |c| c.graceful_shutdown(), stop).await {
                 tracing::debug!(error = %e, "OTLP/gRPC connection ended with an error");
             }
-        });
-    }
+        }
+    })
+    .await;
 }
+
+/// After stop, open connections get this long to finish their current request.
+const DRAIN: Duration = Duration::from_secs(5);

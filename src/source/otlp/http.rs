@@ -3,19 +3,19 @@
 //! `content-encoding: gzip`; HTTP/1.1 on plain TCP or TLS.
 //!
 //! Owns: the HTTP status of every outcome. 200 with an empty export response (protobuf or
-//! JSON, as the request); 400 malformed, 401 token, 404 path, 405 method, 413 over the size
-//! limit (compressed and decompressed both bounded; the limit is in the message), 415 content
-//! type or encoding, 429 (`Retry-After`) when the queue is full, 503 (`Retry-After`) when
+//! JSON, as the request); 400 malformed, 401 token (checked before the body is read), 404
+//! path, 405 method, 408 body not received within the deadline, 413 over the size limit
+//! (compressed and decompressed both bounded; the limit is in the message) or alone too large
+//! for the queue, 415 content type or encoding, 429 (`Retry-After`) when the queue is full, 503 (`Retry-After`) when
 //! stopping or the spool cannot be written. Error bodies are a `google.rpc.Status` in the
 //! request's encoding.
 
 use std::convert::Infallible;
-use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use hyper::server::conn::http1;
@@ -25,14 +25,15 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use prost::Message;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 
 use super::accept::{Outcome, Protocol, Receiver, Rejection, Signal};
-use super::listen::accept_tls;
+use super::intake::{self, ReadError};
+use super::queue::Reservation;
 use super::record::{self, Record};
+use crate::listener::{Gate, Limits, Name, Reason};
 
-/// A client must send its request headers within this time.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// After stop, open connections get this long to finish their current request.
+const DRAIN: Duration = Duration::from_secs(5);
 
 /// What a client retrying a refused request should wait, in seconds.
 pub const RETRY_AFTER_SECS: u64 = 1;
@@ -75,11 +76,13 @@ fn error(protocol: Protocol, r: &Rejection) -> Response<Full<Bytes>> {
         Outcome::Malformed => StatusCode::BAD_REQUEST,
         Outcome::Unauthorized => StatusCode::UNAUTHORIZED,
         Outcome::Unsupported => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        Outcome::TooSlow => StatusCode::REQUEST_TIMEOUT,
     };
     // gRPC codes in the Status body: UNAVAILABLE 14, RESOURCE_EXHAUSTED 8, INVALID_ARGUMENT 3,
-    // UNAUTHENTICATED 16.
+    // UNAUTHENTICATED 16, DEADLINE_EXCEEDED 4.
     let code = match r.outcome {
         Outcome::Busy | Outcome::SpoolError => 14,
+        Outcome::TooSlow => 4,
         Outcome::TooLarge => 8,
         Outcome::Unauthorized => 16,
         _ => 3,
@@ -136,8 +139,16 @@ fn too_large(limit: usize, what: &str) -> Rejection {
     )
 }
 
-/// The body, decompressed when gzip, at most `limit` bytes either way.
-async fn read_body(req: Request<Incoming>, limit: usize) -> Result<Bytes, Rejection> {
+/// The body, decompressed when gzip, at most `limit` bytes either way, read within the
+/// deadline and charged to `res` (raw, inflated, and what decoding it will build).
+async fn read_body(
+    req: Request<Incoming>,
+    protocol: Protocol,
+    rx: &Receiver,
+    gate: &Gate,
+    mut res: Reservation,
+) -> Result<(Bytes, Reservation), Rejection> {
+    let limit = rx.max_request_bytes();
     let gzip = match req.headers().get(CONTENT_ENCODING).map(|v| v.as_bytes()) {
         None | Some(b"identity") => false,
         Some(b"gzip") => true,
@@ -160,33 +171,32 @@ async fn read_body(req: Request<Incoming>, limit: usize) -> Result<Bytes, Reject
     {
         return Err(too_large(limit, "content-length"));
     }
-    let body = match Limited::new(req.into_body(), limit).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            return Err(too_large(limit, "as sent"));
-        }
-        Err(e) => {
-            return Err(Rejection::new(
-                Outcome::Malformed,
-                format!("cannot read the request body: {e}"),
-            ));
+    let body = match intake::read(req.into_body(), limit, rx.body_timeout(), &mut res).await {
+        Ok(b) => b,
+        Err(ReadError::Refused(r)) => return Err(r),
+        Err(ReadError::TimedOut(r)) => {
+            gate.count(Reason::BodyTimeout);
+            return Err(r);
         }
     };
-    if !gzip {
-        return Ok(body);
-    }
-    let mut out = Vec::new();
-    let mut dec = flate2::read::GzDecoder::new(&body[..]).take(limit as u64 + 1);
-    if let Err(e) = dec.read_to_end(&mut out) {
-        return Err(Rejection::new(
-            Outcome::Malformed,
-            format!("the gzip body cannot be decompressed: {e}"),
-        ));
-    }
-    if out.len() > limit {
-        return Err(too_large(limit, "decompressed"));
-    }
-    Ok(Bytes::from(out))
+    // Inflating and scanning take CPU: off the async workers (so `/metrics` and other
+    // clients are served meanwhile).
+    let work = move || {
+        let body = if gzip {
+            Bytes::from(intake::gunzip(&body, limit, &mut res)?)
+        } else {
+            body
+        };
+        let estimate = match protocol {
+            Protocol::HttpProtobuf => intake::protobuf_estimate(&body, res.limit()),
+            _ => intake::json_estimate(&body),
+        };
+        res.grow(estimate).map_err(intake::refused)?;
+        Ok((body, res))
+    };
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|_| Err(Rejection::new(Outcome::Busy, "shutting down; retry later")))
 }
 
 /// The records (and metric data points) of a body.
@@ -232,7 +242,7 @@ fn decode(
     Ok((records, points))
 }
 
-async fn handle(rx: &Receiver, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn handle(rx: &Receiver, gate: &Gate, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let Some(signal) = signal_of(req.uri().path()) else {
         return plain(
             StatusCode::NOT_FOUND,
@@ -282,7 +292,7 @@ async fn handle(rx: &Receiver, req: Request<Incoming>) -> Response<Full<Bytes>> 
         rx.refused(signal, protocol, &r);
         return error(protocol, &r);
     }
-    let body = match read_body(req, rx.max_request_bytes()).await {
+    let (body, res) = match read_body(req, protocol, rx, gate, rx.reserve()).await {
         Ok(b) => b,
         Err(r) => {
             rx.refused(signal, protocol, &r);
@@ -297,7 +307,10 @@ async fn handle(rx: &Receiver, req: Request<Incoming>) -> Response<Full<Bytes>> 
         }
     };
     drop(body);
-    match rx.accept(signal, protocol, records, points).await {
+    match rx
+        .accept(signal, protocol, records, points, Some(res))
+        .await
+    {
         Ok(()) => ok(protocol),
         Err(r) => error(protocol, &r),
     }
@@ -306,57 +319,59 @@ async fn handle(rx: &Receiver, req: Request<Incoming>) -> Response<Full<Bytes>> 
 /// A TLS acceptor, when the listener speaks TLS.
 pub type Tls = Option<tokio_rustls::TlsAcceptor>;
 
-/// Serve OTLP/HTTP on `listener` until `stop` turns true.
+/// Serve OTLP/HTTP on `listener` until `stop` turns true, with the default listener limits.
 pub async fn serve(
     listener: TcpListener,
     tls: Tls,
     rx: Arc<Receiver>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
-    let mut conns = JoinSet::new();
-    loop {
-        let accepted = tokio::select! {
-            () = stopped(&mut stop) => break,
-            accepted = listener.accept() => accepted,
-            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
-        };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                tracing::warn!(error = %e, "OTLP/HTTP: accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+    let gate = Gate::new(
+        Name::OtlpHttp,
+        Limits::default(),
+        Some(rx.metrics().clone()),
+    );
+    serve_gated(listener, tls, rx, gate, stop).await;
+}
+
+/// Serve OTLP/HTTP on `listener` until `stop` turns true, connections capped and timed out
+/// by `gate`.
+pub async fn serve_gated(
+    listener: TcpListener,
+    tls: Tls,
+    rx: Arc<Receiver>,
+    gate: Arc<Gate>,
+    stop: watch::Receiver<bool>,
+) {
+    let header_timeout = gate.limits().header_timeout();
+    let mut accept_stop = stop.clone();
+    let stopping = async move { stopped(&mut accept_stop).await };
+    crate::listener::serve(listener, gate, stopping, DRAIN, move |stream, conn| {
         let rx = rx.clone();
         let tls = tls.clone();
         let mut stop = stop.clone();
-        conns.spawn(async move {
-            let svc = service_fn(move |req| {
-                let rx = rx.clone();
-                async move { Ok::<_, Infallible>(handle(&rx, req).await) }
-            });
+        async move {
+            let Some(io) = conn.tls(stream, tls).await else {
+                return;
+            };
+            let gate = conn.gate().clone();
+            let svc = conn.track(service_fn(move |req| {
+                let (rx, gate) = (rx.clone(), gate.clone());
+                async move { Ok::<_, Infallible>(handle(&rx, &gate, req).await) }
+            }));
             let mut builder = http1::Builder::new();
             builder
                 .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT);
-            let Some(io) = accept_tls(stream, tls, "OTLP/HTTP").await else {
-                return;
-            };
-            let conn = builder.serve_connection(TokioIo::new(io), svc);
-            tokio::pin!(conn);
-            let served = tokio::select! {
-                r = conn.as_mut() => r,
-                () = stopped(&mut stop) => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(e) = served {
+                .header_read_timeout(header_timeout);
+            let served = builder.serve_connection(TokioIo::new(io), svc);
+            let stop = async move { stopped(&mut stop).await };
+            if let Some(Err(e)) = conn.run(served, |c| c.graceful_shutdown(), stop).await {
+                conn.note_error(&e);
                 tracing::debug!(error = %e, "OTLP/HTTP connection ended with an error");
             }
-        });
-    }
+        }
+    })
+    .await;
 }
 
 /// Completes when `stop` turns true (or its sender is gone).

@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::{OtlpReceiverSettings, listen_addr};
+use crate::listener::{Gate, Limits, Name};
 use crate::sink::metrics::Metrics;
 
 use super::accept::{Receiver, ReceiverConfig};
@@ -44,6 +45,8 @@ pub struct Listeners {
     tls_http: super::http::Tls,
     tls_grpc: super::http::Tls,
     receiver: Arc<Receiver>,
+    limits: Limits,
+    metrics: Arc<Metrics>,
 }
 
 /// Serving listeners.
@@ -68,6 +71,7 @@ impl Listeners {
     /// Bind the configured addresses and load credentials.
     pub async fn bind(
         cfg: &OtlpReceiverSettings,
+        limits: &Limits,
         queue: Arc<Queue>,
         metrics: Arc<Metrics>,
     ) -> Result<Self, ListenError> {
@@ -111,10 +115,11 @@ impl Listeners {
         }
         let receiver = Arc::new(Receiver::new(
             queue,
-            metrics,
+            metrics.clone(),
             ReceiverConfig {
                 max_request_bytes: cfg.max_request_bytes,
                 token,
+                body_timeout: limits.body_timeout(),
             },
         ));
         Ok(Listeners {
@@ -123,6 +128,8 @@ impl Listeners {
             tls_http,
             tls_grpc,
             receiver,
+            limits: limits.clone(),
+            metrics,
         })
     }
 
@@ -140,7 +147,9 @@ impl Listeners {
     pub fn start_when(self, ready: Arc<AtomicBool>) -> Running {
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
+        let gate = |name| Gate::new(name, self.limits.clone(), Some(self.metrics.clone()));
         if let Some((l, _)) = self.http {
+            let gate = gate(Name::OtlpHttp);
             let (rx, tls, stop, ready) = (
                 self.receiver.clone(),
                 self.tls_http,
@@ -149,14 +158,15 @@ impl Listeners {
             );
             tasks.push(tokio::spawn(async move {
                 wait_ready(&ready, &stop).await;
-                super::http::serve(l, tls, rx, stop).await;
+                super::http::serve_gated(l, tls, rx, gate, stop).await;
             }));
         }
         if let Some((l, _)) = self.grpc {
+            let gate = gate(Name::OtlpGrpc);
             let (rx, tls, stop) = (self.receiver.clone(), self.tls_grpc, stop_rx.clone());
             tasks.push(tokio::spawn(async move {
                 wait_ready(&ready, &stop).await;
-                super::grpc::serve(l, tls, rx, stop).await;
+                super::grpc::serve_gated(l, tls, rx, gate, stop).await;
             }));
         }
         Running { stop, tasks }
@@ -176,31 +186,5 @@ impl Running {
         for t in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }
-    }
-}
-
-/// A served connection's byte stream: the TCP stream itself or its TLS session.
-pub(super) trait ConnIo:
-    tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send
-{
-}
-impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> ConnIo for T {}
-
-/// The stream both listeners serve for an accepted connection: the plain stream, or the TLS
-/// session after the handshake (`None` when it failed; logged at debug, the client's fault).
-pub(super) async fn accept_tls(
-    stream: tokio::net::TcpStream,
-    tls: Option<tokio_rustls::TlsAcceptor>,
-    listener: &'static str,
-) -> Option<Box<dyn ConnIo>> {
-    match tls {
-        None => Some(Box::new(stream)),
-        Some(acceptor) => match acceptor.accept(stream).await {
-            Ok(s) => Some(Box::new(s)),
-            Err(e) => {
-                tracing::debug!(error = %e, listener, "OTLP: TLS handshake failed");
-                None
-            }
-        },
     }
 }

@@ -121,7 +121,9 @@ pub(super) fn session_of(attrs: &serde_json::Map<String, Value>) -> String {
 }
 
 fn push(out: &mut Vec<Record>, service: &str, session: &str, line: &Value) {
-    if let Ok(line) = serde_json::to_vec(line) {
+    if let Ok(mut line) = serde_json::to_vec(line) {
+        // Exactly the line's size: records wait in the queue, charged by their size.
+        line.shrink_to_fit();
         out.push(Record {
             stream: stream_name(service, session),
             line,
@@ -226,12 +228,14 @@ pub fn logs_from_proto(req: &ExportLogsServiceRequest, out: &mut Vec<Record>) {
             .unwrap_or(&[]);
         let service = attr_str(rattrs, "service.name").unwrap_or("");
         let mut head = Line(Vec::new());
+        // One buffer reused for every record; each record keeps an exact-size copy.
+        let mut w = Line(Vec::new());
         head.raw(b"{\"otlp\":\"log\",\"service\":");
         head.str(service);
         for sl in &rl.scope_logs {
             let scope = sl.scope.as_ref().map(|s| s.name.as_str()).unwrap_or("");
             for r in &sl.log_records {
-                let mut w = Line(Vec::with_capacity(256 + head.0.len()));
+                w.0.clear();
                 w.raw(&head.0);
                 w.raw(b",\"scope\":");
                 w.str(scope);
@@ -259,7 +263,7 @@ pub fn logs_from_proto(req: &ExportLogsServiceRequest, out: &mut Vec<Record>) {
                 w.raw(b"}");
                 out.push(Record {
                     stream: stream_name(service, session_of_kvs(&r.attributes)),
-                    line: w.0,
+                    line: w.0.as_slice().to_vec(),
                 });
             }
         }
