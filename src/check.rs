@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use crate::correlate::{Correlator, CorrelatorConfig, Output};
 use crate::cost::PriceTable;
-use crate::decode::{self, Format};
+use crate::decode::{self, BadLineReason, Format};
 use crate::finding::{FindingKind, Severity};
 use crate::ingest::{Ingest, Note, Source};
 use crate::input::{Line, LineReader};
@@ -66,6 +66,9 @@ pub struct Summary {
     pub inputs: u64,
     /// Inputs that could not be read.
     pub unreadable_inputs: Vec<String>,
+    /// Inputs refused: they borrow a provider format's names without its shape (not decoded).
+    #[serde(default)]
+    pub refused_inputs: Vec<String>,
     /// Turns.
     pub turns: u64,
     /// Turns by status.
@@ -252,6 +255,8 @@ pub trait CheckObserver {
     fn bad_line(&mut self, bad: &BadLine);
     /// An input could not be read.
     fn unreadable(&mut self, input: &str, error: &io::Error);
+    /// An input was refused: it borrows a provider format's names without its shape.
+    fn refused(&mut self, _input: &str, _lookalike: &decode::detect::Lookalike) {}
     /// Progress: bytes consumed so far across file inputs.
     fn progress(&mut self, _bytes: u64) {}
 }
@@ -296,7 +301,7 @@ fn all_native_files(inputs: &[InputSpec], requested: Format) -> bool {
                     f.take(decode::detect::SNIFF_BYTES as u64)
                         .read_to_end(&mut head)
                 })
-                .is_ok_and(|_| decode::detect(&head) == Format::Native)
+                .is_ok_and(|_| decode::detect(&head) == Ok(Format::Native))
         }
     })
 }
@@ -332,20 +337,33 @@ fn input_name(input: &InputSpec) -> String {
     }
 }
 
-/// A bad line from the ingest path's notes, for the observer.
-fn collect_bad(note: Note<'_>, bad: &mut Vec<BadLine>) {
-    if let Note::Line {
-        name,
-        number,
-        outcome: Err(e),
-        ..
-    } = note
-    {
-        bad.push(BadLine {
+/// What the ingest path's notes tell the observer: bad lines, and refused inputs.
+#[derive(Default)]
+struct Noted {
+    bad: Vec<BadLine>,
+    refused: Vec<(String, decode::detect::Lookalike)>,
+}
+
+fn collect_bad(note: Note<'_>, noted: &mut Noted) {
+    match note {
+        // A refused input's lines are counted (`unknown_format`); the refusal says why once.
+        Note::Line {
+            outcome: Err(e), ..
+        } if e.reason == BadLineReason::UnknownFormat => {}
+        Note::Line {
+            name,
+            number,
+            outcome: Err(e),
+            ..
+        } => noted.bad.push(BadLine {
             input: name.to_owned(),
             line: number,
             reason: e.to_string(),
-        });
+        }),
+        Note::Refused {
+            name, lookalike, ..
+        } => noted.refused.push((name.to_owned(), lookalike.clone())),
+        _ => {}
     }
 }
 
@@ -360,7 +378,7 @@ fn sequential(
     ingest.join_sessions();
     let mut summary = Summary::default();
     let mut out = Vec::new();
-    let mut bad = Vec::new();
+    let mut noted = Noted::default();
     let mut done_bytes = 0u64;
     for input in inputs {
         let name = input_name(input);
@@ -384,11 +402,13 @@ fn sequential(
             match lines.next_line() {
                 Ok(Some(Line::Complete { number, bytes })) => {
                     ingest.line(stream, Some(number), bytes, None, &mut out, &mut |n| {
-                        collect_bad(n, &mut bad)
+                        collect_bad(n, &mut noted)
                     });
                 }
                 Ok(Some(Line::TooLong { number, len })) => {
-                    ingest.too_long(stream, Some(number), len, &mut |n| collect_bad(n, &mut bad));
+                    ingest.too_long(stream, Some(number), len, &mut |n| {
+                        collect_bad(n, &mut noted)
+                    });
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -404,27 +424,31 @@ fn sequential(
                 ingest.tick(clock, &mut out);
                 observer.progress(done_bytes + lines.consumed());
             }
-            report(&mut bad, &mut out, &mut summary, observer);
+            report(&mut noted, &mut out, &mut summary, observer);
         }
-        ingest.end(stream, None, &mut out, &mut |n| collect_bad(n, &mut bad));
-        report(&mut bad, &mut out, &mut summary, observer);
+        ingest.end(stream, None, &mut out, &mut |n| collect_bad(n, &mut noted));
+        report(&mut noted, &mut out, &mut summary, observer);
         done_bytes += lines.consumed();
         observer.progress(done_bytes);
     }
-    ingest.close_all(&mut out, &mut |n| collect_bad(n, &mut bad));
-    report(&mut bad, &mut out, &mut summary, observer);
+    ingest.close_all(&mut out, &mut |n| collect_bad(n, &mut noted));
+    report(&mut noted, &mut out, &mut summary, observer);
     summary.finish(ingest.counters(), ingest.correlator());
     summary
 }
 
-/// Hand bad lines, then closed turns, to the observer.
+/// Hand refusals and bad lines, then closed turns, to the observer.
 fn report(
-    bad: &mut Vec<BadLine>,
+    noted: &mut Noted,
     out: &mut Vec<Output>,
     summary: &mut Summary,
     observer: &mut dyn CheckObserver,
 ) {
-    for b in bad.drain(..) {
+    for (name, lookalike) in noted.refused.drain(..) {
+        observer.refused(&name, &lookalike);
+        summary.refused_inputs.push(name);
+    }
+    for b in noted.bad.drain(..) {
         observer.bad_line(&b);
     }
     if !out.is_empty() {
