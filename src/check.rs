@@ -22,7 +22,7 @@ use std::sync::Arc;
 use crate::correlate::{Correlator, CorrelatorConfig, Output};
 use crate::cost::PriceTable;
 use crate::coverage::{Coverage, InputKind, Sight};
-use crate::decode::{self, Format};
+use crate::decode::{self, BadLineReason, Format};
 use crate::finding::{FindingKind, Severity};
 use crate::ingest::{Ingest, Note, Source};
 use crate::input::{Line, LineReader};
@@ -67,6 +67,9 @@ pub struct Summary {
     pub inputs: u64,
     /// Inputs that could not be read.
     pub unreadable_inputs: Vec<String>,
+    /// Inputs refused: they borrow a provider format's names without its shape (not decoded).
+    #[serde(default)]
+    pub refused_inputs: Vec<String>,
     /// Turns.
     pub turns: u64,
     /// Turns by status.
@@ -298,6 +301,8 @@ pub trait CheckObserver {
     fn bad_line(&mut self, bad: &BadLine);
     /// An input could not be read.
     fn unreadable(&mut self, input: &str, error: &io::Error);
+    /// An input was refused: it borrows a provider format's names without its shape.
+    fn refused(&mut self, _input: &str, _lookalike: &decode::detect::Lookalike) {}
     /// Progress: bytes consumed so far across file inputs.
     fn progress(&mut self, _bytes: u64) {}
 }
@@ -342,7 +347,7 @@ fn all_native_files(inputs: &[InputSpec], requested: Format) -> bool {
                     f.take(decode::detect::SNIFF_BYTES as u64)
                         .read_to_end(&mut head)
                 })
-                .is_ok_and(|_| decode::detect(&head) == Format::Native)
+                .is_ok_and(|_| decode::detect(&head) == Ok(Format::Native))
         }
     })
 }
@@ -378,22 +383,36 @@ fn input_name(input: &InputSpec) -> String {
     }
 }
 
-/// A bad line from the ingest path's notes, for the observer; a sniffed format, for the
-/// coverage.
-fn collect_bad(note: Note<'_>, bad: &mut Vec<BadLine>, kinds: &mut Vec<InputKind>) {
+/// What the ingest path's notes tell the observer: bad lines, refused inputs, and the input
+/// kinds sniffed (for the coverage).
+#[derive(Default)]
+struct Noted {
+    bad: Vec<BadLine>,
+    refused: Vec<(String, decode::detect::Lookalike)>,
+    kinds: Vec<InputKind>,
+}
+
+fn collect_bad(note: Note<'_>, noted: &mut Noted) {
     match note {
+        // A refused input's lines are counted (`unknown_format`); the refusal says why once.
+        Note::Line {
+            outcome: Err(e), ..
+        } if e.reason == BadLineReason::UnknownFormat => {}
         Note::Line {
             name,
             number,
             outcome: Err(e),
             ..
-        } => bad.push(BadLine {
+        } => noted.bad.push(BadLine {
             input: name.to_owned(),
             line: number,
             reason: e.to_string(),
         }),
-        Note::Format { name, format, .. } => kinds.extend(InputKind::of(format, name)),
-        Note::Line { .. } => {}
+        Note::Format { name, format, .. } => noted.kinds.extend(InputKind::of(format, name)),
+        Note::Refused {
+            name, lookalike, ..
+        } => noted.refused.push((name.to_owned(), lookalike.clone())),
+        _ => {}
     }
 }
 
@@ -408,8 +427,7 @@ fn sequential(
     ingest.join_sessions();
     let mut summary = Summary::default();
     let mut out = Vec::new();
-    let mut bad = Vec::new();
-    let mut kinds = Vec::new();
+    let mut noted = Noted::default();
     let mut done_bytes = 0u64;
     for input in inputs {
         let name = input_name(input);
@@ -433,12 +451,12 @@ fn sequential(
             match lines.next_line() {
                 Ok(Some(Line::Complete { number, bytes })) => {
                     ingest.line(stream, Some(number), bytes, None, &mut out, &mut |n| {
-                        collect_bad(n, &mut bad, &mut kinds)
+                        collect_bad(n, &mut noted)
                     });
                 }
                 Ok(Some(Line::TooLong { number, len })) => {
                     ingest.too_long(stream, Some(number), len, &mut |n| {
-                        collect_bad(n, &mut bad, &mut kinds)
+                        collect_bad(n, &mut noted)
                     });
                 }
                 Ok(None) => break,
@@ -455,59 +473,45 @@ fn sequential(
                 ingest.tick(clock, &mut out);
                 observer.progress(done_bytes + lines.consumed());
             }
-            report(&mut bad, &mut kinds, &mut out, &mut summary, observer);
+            report(&mut noted, &mut out, &mut summary, observer);
         }
-        ingest.end(stream, None, &mut out, &mut |n| {
-            collect_bad(n, &mut bad, &mut kinds)
-        });
-        report(&mut bad, &mut kinds, &mut out, &mut summary, observer);
+        ingest.end(stream, None, &mut out, &mut |n| collect_bad(n, &mut noted));
+        report(&mut noted, &mut out, &mut summary, observer);
         done_bytes += lines.consumed();
         observer.progress(done_bytes);
     }
     // Closed in batches, each reported before the next: the reports of every turn still open
     // at the end never exist at once.
-    let bad = std::cell::RefCell::new(bad);
-    let kinds = std::cell::RefCell::new(kinds);
+    let noted = std::cell::RefCell::new(noted);
     ingest.close_all_batched(
         CLOSE_BATCH,
         &mut out,
-        &mut |n| collect_bad(n, &mut bad.borrow_mut(), &mut kinds.borrow_mut()),
-        &mut |o| {
-            report(
-                &mut bad.borrow_mut(),
-                &mut kinds.borrow_mut(),
-                o,
-                &mut summary,
-                observer,
-            )
-        },
+        &mut |n| collect_bad(n, &mut noted.borrow_mut()),
+        &mut |o| report(&mut noted.borrow_mut(), o, &mut summary, observer),
     );
-    report(
-        &mut bad.borrow_mut(),
-        &mut kinds.borrow_mut(),
-        &mut out,
-        &mut summary,
-        observer,
-    );
+    report(&mut noted.borrow_mut(), &mut out, &mut summary, observer);
     summary.finish(ingest.counters(), ingest.correlator());
     summary
 }
 
-/// Hand bad lines, then closed turns, to the observer.
 /// Turns closed at the end of input between two reports.
 pub(crate) const CLOSE_BATCH: usize = 1024;
 
+/// Hand refusals and bad lines, then closed turns, to the observer.
 fn report(
-    bad: &mut Vec<BadLine>,
-    kinds: &mut Vec<InputKind>,
+    noted: &mut Noted,
     out: &mut Vec<Output>,
     summary: &mut Summary,
     observer: &mut dyn CheckObserver,
 ) {
-    for b in bad.drain(..) {
+    for (name, lookalike) in noted.refused.drain(..) {
+        observer.refused(&name, &lookalike);
+        summary.refused_inputs.push(name);
+    }
+    for b in noted.bad.drain(..) {
         observer.bad_line(&b);
     }
-    for k in kinds.drain(..) {
+    for k in noted.kinds.drain(..) {
         summary.saw_input(k);
     }
     if !out.is_empty() {

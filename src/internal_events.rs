@@ -9,7 +9,8 @@
 use std::io;
 use std::path::Path;
 
-use crate::decode::{DecodeError, Format};
+use crate::decode::detect::Lookalike;
+use crate::decode::{BadLineReason, DecodeError, Format};
 use crate::ingest::{Note, Source};
 use crate::pipeline::LineOutcome;
 use crate::sanitize::display;
@@ -70,6 +71,13 @@ impl InternalEvent for Ingested<'_> {
                 forced,
             }
             .emit(metrics),
+            Note::Refused {
+                name, lookalike, ..
+            } => StreamRefused {
+                input: name,
+                lookalike,
+            }
+            .emit(metrics),
         }
     }
 }
@@ -89,11 +97,35 @@ pub struct LineRejected<'a> {
 impl InternalEvent for LineRejected<'_> {
     fn emit(self, metrics: &Metrics) {
         metrics.add_bad_lines(self.source, self.error.reason, 1);
+        if self.error.reason == BadLineReason::UnknownFormat {
+            return; // a refused stream's line: counted; the refusal was logged once
+        }
         tracing::warn!(
             input = %display(self.input),
             line = self.line,
             error = %self.error,
             "skipped a bad line"
+        );
+    }
+}
+
+/// A stream was refused: it borrows a provider format's names without its shape. Its lines
+/// are counted as bad lines (`unknown_format`) as they come; this logs why, once per stream
+/// (and rate-limited by the log layer across streams).
+pub struct StreamRefused<'a> {
+    /// The input's name.
+    pub input: &'a str,
+    /// What it looks like, and why it is not that.
+    pub lookalike: &'a Lookalike,
+}
+
+impl InternalEvent for StreamRefused<'_> {
+    fn emit(self, _metrics: &Metrics) {
+        tracing::error!(
+            input = %display(self.input),
+            looks_like = self.lookalike.like.as_str(),
+            "{}",
+            self.lookalike.sentence()
         );
     }
 }

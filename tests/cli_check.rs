@@ -437,3 +437,73 @@ fn validate_checks_a_config_without_running() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("metrics_addr"));
 }
+
+fn lookalike() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/lookalike/agent-events-anthropic-names.jsonl")
+}
+
+/// The sentence that refuses a lookalike names the routes that do work.
+fn assert_refused_sentence(stderr: &str, name: &str) {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("not a format retryscope reads"))
+        .unwrap_or_else(|| panic!("no refusal in stderr: {stderr}"));
+    assert!(line.contains(name), "{line}");
+    assert!(line.contains("Anthropic Messages"), "{line}");
+    assert!(line.contains("`retryscope proxy`"), "{line}");
+    assert!(line.contains("--otlp-listen"), "{line}");
+    assert_eq!(
+        stderr.matches("not a format retryscope reads").count(),
+        1,
+        "once per input, not per line: {stderr}"
+    );
+}
+
+/// Issue 21, item 7: another agent's own event stream that borrows Anthropic's event names
+/// (a clean run) was read as an Anthropic stream: 3 retries, `spliced_stream` x3 and a
+/// `spliced_text` quoting the user's prompt, and `--fail-on high` exited 1. It is refused.
+#[test]
+fn a_lookalike_of_a_provider_stream_is_refused_with_exit_2() {
+    let path = lookalike();
+    let out = check(&["--json", "--fail-on", "high", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_refused_sentence(
+        &String::from_utf8_lossy(&out.stderr),
+        "agent-events-anthropic-names.jsonl",
+    );
+    let (turns, summary) = json_lines(&out);
+    assert!(turns.is_empty(), "{turns:?}");
+    assert_eq!(summary["retries"], 0);
+    assert_eq!(summary["findings_by_severity"], serde_json::json!({}));
+    assert_eq!(summary["bad_lines_by_reason"]["unknown_format"], 21);
+    assert!(
+        summary["refused_inputs"][0]
+            .as_str()
+            .is_some_and(|s| s.ends_with("agent-events-anthropic-names.jsonl")),
+        "{summary}"
+    );
+}
+
+/// In a folder, the lookalike is refused and the logs beside it are still checked.
+#[test]
+fn a_lookalike_in_a_folder_is_refused_and_the_other_logs_still_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(lookalike(), dir.path().join("agent-events.jsonl")).unwrap();
+    std::fs::copy(example("naive.jsonl"), dir.path().join("naive.jsonl")).unwrap();
+    let out = check(&["--json", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_refused_sentence(&String::from_utf8_lossy(&out.stderr), "agent-events.jsonl");
+    let (_, summary) = json_lines(&out);
+    assert_eq!(summary["inputs"], 2);
+    assert_eq!(summary["turns"], 1, "the native log beside it: {summary}");
+    assert_eq!(summary["findings"]["duplicate_effect"], 1);
+    // The human report says it too.
+    let out = check(&[dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("refused inputs"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

@@ -450,3 +450,59 @@ fn kill_9_while_gemini_cli_events_are_held_for_the_join_loses_none() {
     b.sort();
     assert_eq!(a, b, "the same findings, each exactly once");
 }
+
+/// Issue 21, item 7: a stream that borrows Anthropic's event names without its shape (another
+/// agent's own event log) is refused by `run`'s auto-detection: its lines are counted as
+/// `unknown_format`, the refusal is logged once as an error naming the proxy and OTLP, and the
+/// native log beside it is still read.
+#[test]
+fn a_lookalike_stream_is_refused_while_others_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/lookalike/agent-events-anthropic-names.jsonl");
+    std::fs::copy(&fixture, dir.path().join("agent-events.log")).unwrap();
+    std::fs::copy(example("reset.jsonl"), dir.path().join("native.log")).unwrap();
+    let glob = format!("{}/*.log", dir.path().display());
+    let stderr = dir.path().join("stderr.txt");
+    let c = Collector::start_logging(
+        &[&glob, "--findings-out", "", "--idle-timeout-secs", "1"],
+        &stderr,
+    );
+    let m = c.wait_until(
+        |m| {
+            sum(m, "retryscope_turns_total{") >= 1.0
+                && m.get("retryscope_bad_lines_total{source=\"file\",reason=\"unknown_format\"}")
+                    == Some(&21.0)
+        },
+        "the native turn and the refused stream's lines",
+    );
+    assert_eq!(
+        get(
+            &m,
+            "retryscope_findings_total{kind=\"duplicate_effect\",severity=\"critical\",tool=\"issue_refund\"}"
+        ),
+        1.0,
+        "the native file beside it still decodes"
+    );
+    assert_eq!(
+        sum(&m, "retryscope_turns_total{"),
+        1.0,
+        "no turn from the lookalike"
+    );
+    for kind in ["spliced_stream", "spliced_text"] {
+        assert_eq!(
+            sum(&m, &format!("retryscope_findings_total{{kind=\"{kind}\"")),
+            0.0,
+            "{kind}"
+        );
+    }
+    assert!(c.terminate().success());
+    let log = std::fs::read_to_string(&stderr).unwrap();
+    let refusals: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("not a format retryscope reads"))
+        .collect();
+    assert_eq!(refusals.len(), 1, "{log}");
+    assert!(refusals[0].contains("agent-events.log"), "{log}");
+    assert!(refusals[0].contains("retryscope proxy") && refusals[0].contains("--otlp-listen"));
+}

@@ -32,6 +32,9 @@ def shell_args(tool, command):
 
 def route(method, path, body):
     p = path.split("?")[0]
+    resume = resume_route(method, path)
+    if resume:
+        return resume
     if method == "GET" and p.endswith("/models"):
         return {"kind": "static", "status": 200,
                 "body": {"object": "list", "data": [{"id": MODEL, "object": "model"}], "models": []}}
@@ -165,3 +168,61 @@ def write_side(h, route_, body):
 def status_error():
     return 500, {"error": {"message": "The server had an error while processing your request.",
                            "type": "server_error", "param": None, "code": "server_error"}}
+
+
+def full_message(script, tool, ids):
+    """The scripted turn as a non-streamed response object (`stream: false`): the
+    `response.completed` event's `response`."""
+    done = [data for label, data in events(script, tool, ids, {}) if label == "finish"][-1]
+    return _payload(done)["response"]
+
+
+# ---- background responses (`background: true`) and resuming their streams ------------------
+# A background response keeps generating when the client's connection drops; the client
+# resumes its stream with `GET /v1/responses/{id}?stream=true&starting_after=N` (the SDK's
+# `responses.retrieve(id, stream=True, starting_after=N)`) and gets the same response's events
+# after sequence number N. Its first events say so: `response.created` with `"status":
+# "queued"`, then `response.queued`, `response.in_progress`; every response object carries
+# `"background": true`.
+
+def _payload(data):
+    line = [x for x in data.decode().split("\n") if x.startswith("data: ")][0]
+    return json.loads(line[len("data: "):])
+
+
+def background_events(script, tool, ids, body):
+    """`events()` as a background response streams them, renumbered."""
+    out = []
+    for label, data in events(script, tool, ids, body):
+        obj = _payload(data)
+        if isinstance(obj.get("response"), dict):
+            obj["response"]["background"] = True
+        if obj["type"] == "response.created":
+            obj["response"]["status"] = "queued"
+            out.append((label, obj))
+            out.append((label, {"type": "response.queued", "response": dict(obj["response"])}))
+            continue
+        out.append((label, obj))
+    for n, (_, obj) in enumerate(out):
+        obj["sequence_number"] = n
+    return [(label, sse(obj, obj["type"])) for label, obj in out]
+
+
+def resume_route(method, path):
+    """`GET …/responses/{id}?stream=true&starting_after=N`: {"kind": "resume", ...} or None."""
+    from urllib.parse import parse_qs, urlsplit
+
+    u = urlsplit(path)
+    parts = u.path.rstrip("/").split("/")
+    if method != "GET" or len(parts) < 2 or parts[-2] != "responses":
+        return None
+    q = parse_qs(u.query)
+    after = q.get("starting_after", ["-1"])[0]
+    return {"kind": "resume", "id": parts[-1], "stream": q.get("stream", [""])[0] == "true",
+            "starting_after": int(after) if after.lstrip("-").isdigit() else -1}
+
+
+def events_after(stored, starting_after):
+    """The stored events of a background response after sequence number `starting_after`."""
+    return [(label, data) for label, data in stored
+            if _payload(data).get("sequence_number", -1) > starting_after]

@@ -118,3 +118,21 @@ def write_side(h, route_, body):
 def status_error():
     return 500, {"error": {"message": "The server had an error while processing your request.",
                            "type": "server_error", "param": None, "code": "server_error"}}
+
+
+def full_message(script, tool, ids):
+    """The scripted turn as a non-streamed `chat.completion` (`stream: false`, e.g. a client's
+    non-streamed fallback after a stream broke), shaped as the `choices[].message` the
+    streamed chunks above assemble into."""
+    msg = {"role": "assistant", "content": "".join(script["before"]) + "".join(script["after"]),
+           "refusal": None, "annotations": []}
+    finish = "stop"
+    if script["call"]:
+        finish = "tool_calls"
+        c = script["call"]
+        msg["tool_calls"] = [{"id": c["id"], "type": "function", "function": {
+            "name": tool, "arguments": json.dumps({"command": c["command"]})}}]
+    return {"id": ids["completion_id"], "object": "chat.completion", "created": int(time.time()),
+            "model": MODEL, "system_fingerprint": "fp_mock",
+            "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 900, "completion_tokens": 42, "total_tokens": 942}}

@@ -65,6 +65,9 @@ class State:
         self.lock = threading.Lock()
         self.attempts = 0
         self.seq = 0
+        # background responses (OpenAI Responses `background: true`): response id ->
+        # (step, attempt, every event the "server" generated, cut or not)
+        self.background = {}
         if scenario == "clean":
             self.point, self.mode = None, None
         else:
@@ -238,6 +241,15 @@ class Handler(BaseHTTPRequestHandler):
         rec["route"] = route["kind"]
         if isinstance(body, dict) and "stream" in body:
             rec["stream_requested"] = body.get("stream")
+        if isinstance(body, dict):
+            # what a retry may change besides the history (the strategy zoo's ground truth)
+            rec["request"] = {k: body[k] for k in ("model", "temperature", "speed", "background",
+                                                   "previous_response_id") if k in body}
+            rec["request"]["headers"] = {k: v for k, v in self.headers.items() if k.lower() in (
+                "idempotency-key", "x-stainless-retry-count", "x-zoo-retry")}
+        if route["kind"] == "resume":
+            self.resume(st, rec, route)
+            return
         if route["kind"] == "static":
             rec["status"] = route["status"]
             st.write_log(rec)
@@ -279,9 +291,34 @@ class Handler(BaseHTTPRequestHandler):
             outcome = {"finished": True, "events_written": ["json"],
                        "ended_ms": int(time.time() * 1000)}
         else:
-            events = mod.events(script, tool, rec["ids"], body)
+            if isinstance(body, dict) and body.get("background") and hasattr(mod, "background_events"):
+                events = mod.background_events(script, tool, rec["ids"], body)
+                rec["background_response"] = rec["ids"]["response_id"]
+                with st.lock:
+                    st.background[rec["ids"]["response_id"]] = (rec["step"], attempt, events)
+            else:
+                events = mod.events(script, tool, rec["ids"], body)
             outcome = self.play(events, cut, mod, rec)
         rec["outcome"] = outcome
+        st.write_log(rec)
+
+    def resume(self, st, rec, route):
+        """`GET /v1/responses/{id}?stream=true&starting_after=N`: the rest of a background
+        response's stream, the SAME attempt continued (never cut by the mock)."""
+        with st.lock:
+            stored = st.background.get(route["id"])
+        if not stored or not route["stream"]:
+            rec["status"] = 404
+            st.write_log(rec)
+            self.send_json(404, {"error": {"message": f"Response with id '{route['id']}' not found.",
+                                           "type": "invalid_request_error", "param": None,
+                                           "code": None}})
+            return
+        step, attempt, events = stored
+        mod = PROVIDERS[st.provider]
+        rec.update({"step": step, "attempt": attempt, "resumed": route["id"],
+                    "starting_after": route["starting_after"], "cut": None})
+        rec["outcome"] = self.play(mod.events_after(events, route["starting_after"]), None, mod, rec)
         st.write_log(rec)
 
     def play(self, events, cut, mod, rec):

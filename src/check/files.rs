@@ -76,8 +76,10 @@ pub fn looks_like_log(head: &[u8]) -> bool {
 /// records named in the first bytes: the format sniffer decides it before the input ends).
 fn starts_like_log(head: &[u8]) -> bool {
     looks_like_log(head)
-        || crate::decode::detect::sniff(head, false)
-            == Some(crate::decode::Format::GeminiCliTelemetry)
+        || matches!(
+            crate::decode::detect::sniff(head, false),
+            Some(Ok(crate::decode::Format::GeminiCliTelemetry))
+        )
 }
 
 fn head_of(path: &Path) -> Option<Vec<u8>> {

@@ -284,6 +284,13 @@ pub fn summary_text_styled(summary: &Summary, style: Style) -> String {
             display(&summary.unreadable_inputs.join(", "))
         );
     }
+    if !summary.refused_inputs.is_empty() {
+        let _ = writeln!(
+            s,
+            "  refused inputs (not a format retryscope reads): {}",
+            display(&summary.refused_inputs.join(", "))
+        );
+    }
     s
 }
 

@@ -322,6 +322,14 @@ impl CheckObserver for Printer {
         }
     }
 
+    fn refused(&mut self, input: &str, lookalike: &retryscope::decode::detect::Lookalike) {
+        self.warn(&format!(
+            "retryscope: error: {}: {}.",
+            display(input),
+            lookalike.sentence()
+        ));
+    }
+
     fn unreadable(&mut self, input: &str, error: &io::Error) {
         self.warn(&format!(
             "retryscope: cannot read {}: {}",
@@ -489,7 +497,7 @@ fn report_and_status(
         return Err(e).context("writing the report");
     }
     printer.out.flush().context("writing the report")?;
-    if !summary.unreadable_inputs.is_empty() {
+    if !summary.unreadable_inputs.is_empty() || !summary.refused_inputs.is_empty() {
         return Ok(ExitCode::from(2));
     }
     if summary.events == 0 {

@@ -23,6 +23,16 @@ pub struct Collector {
 
 impl Collector {
     pub fn start(args: &[&str]) -> Collector {
+        Self::start_with(args, Stdio::null())
+    }
+
+    /// [`Collector::start`], its log lines (stderr) written to `stderr`.
+    pub fn start_logging(args: &[&str], stderr: &Path) -> Collector {
+        let file = std::fs::File::create(stderr).expect("create the stderr file");
+        Self::start_with(args, Stdio::from(file))
+    }
+
+    fn start_with(args: &[&str], stderr: Stdio) -> Collector {
         let port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_retryscope"))
             .arg("run")
@@ -31,7 +41,7 @@ impl Collector {
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("start retryscope run");
         let c = Collector { child, port };

@@ -43,16 +43,20 @@ pub enum BadLineReason {
     InvalidValue,
     /// Longer than the configured maximum line length.
     TooLong,
+    /// A line of a stream refused as a lookalike of a provider format
+    /// ([`detect::Lookalike`]): not decoded at all.
+    UnknownFormat,
 }
 
 impl BadLineReason {
     /// Every reason, for pre-registering metric series.
-    pub const ALL: [BadLineReason; 5] = [
+    pub const ALL: [BadLineReason; 6] = [
         BadLineReason::InvalidUtf8,
         BadLineReason::InvalidJson,
         BadLineReason::MissingField,
         BadLineReason::InvalidValue,
         BadLineReason::TooLong,
+        BadLineReason::UnknownFormat,
     ];
 
     /// The label value.
@@ -63,6 +67,7 @@ impl BadLineReason {
             BadLineReason::MissingField => "missing_field",
             BadLineReason::InvalidValue => "invalid_value",
             BadLineReason::TooLong => "too_long",
+            BadLineReason::UnknownFormat => "unknown_format",
         }
     }
 }

@@ -8,6 +8,10 @@
 //! (correlator and input counters). It reports every line's fate through a callback, with the
 //! stream, its name and the line number, so callers count and log without re-deciding anything.
 //!
+//! A stream whose first records borrow a provider's event names without its shape (a
+//! [`Lookalike`]) is refused: [`Note::Refused`] once, then each of its lines is counted as a
+//! bad line (`unknown_format`) and never decoded; other streams go on.
+//!
 //! Blank-line policy: in the native format a blank (or whitespace-only) line is not a record:
 //! skipped, not counted. Provider streams get every line, since SSE ends an event on a blank
 //! line.
@@ -16,6 +20,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use crate::correlate::{Correlator, Output};
+use crate::decode::detect::Lookalike;
 use crate::decode::gemini_join::{self, JoinFeed, JoinerSnapshot, SessionJoiner};
 use crate::decode::{self, BadLineReason, DecodeError, Format, StreamDecoder};
 use crate::fasthash::FastMap;
@@ -105,6 +110,16 @@ pub enum Note<'a> {
         /// Forced by the caller (`--format`, the OTLP receiver), not sniffed.
         forced: bool,
     },
+    /// A stream was refused: it borrows a provider format's names without its shape. Its
+    /// lines are counted as bad lines (`unknown_format`), never decoded.
+    Refused {
+        /// The stream.
+        source: Source,
+        /// The stream's name.
+        name: &'a str,
+        /// What it looks like, and why it is not that.
+        lookalike: &'a Lookalike,
+    },
 }
 
 /// Lines held while a stream's format is not known yet.
@@ -120,6 +135,7 @@ enum Decoding {
     Sniffing(Held),
     Native,
     Provider(Box<dyn StreamDecoder>),
+    Refused(Lookalike),
 }
 
 struct Stream {
@@ -365,8 +381,8 @@ impl Ingest {
             held.head.push(b'\n');
             held.lines.push((number, bytes.to_vec()));
             held.idle = false;
-            if let Some(format) = decode::detect::sniff(&held.head, false) {
-                self.decide(id, format, arrival_ms, out, note);
+            if let Some(sniffed) = decode::detect::sniff(&held.head, false) {
+                self.decide(id, sniffed, arrival_ms, out, note);
             }
             return;
         }
@@ -421,8 +437,8 @@ impl Ingest {
             return;
         };
         if let Decoding::Sniffing(held) = &stream.decoding {
-            let format = decode::detect::sniff(&held.head, true).unwrap_or(Format::Native);
-            self.decide(id, format, arrival_ms, out, note);
+            let sniffed = decode::detect::sniff(&held.head, true).unwrap_or(Ok(Format::Native));
+            self.decide(id, sniffed, arrival_ms, out, note);
         }
     }
 
@@ -507,7 +523,7 @@ impl Ingest {
     fn decide(
         &mut self,
         id: StreamId,
-        format: Format,
+        sniffed: decode::detect::Sniffed,
         arrival_ms: Option<i64>,
         out: &mut Vec<Output>,
         note: &mut dyn FnMut(Note<'_>),
@@ -520,22 +536,32 @@ impl Ingest {
         else {
             return;
         };
-        let decoding = self.decoding_for(format, &name);
+        let decoding = match &sniffed {
+            Ok(format) => self.decoding_for(*format, &name),
+            Err(lookalike) => Decoding::Refused(lookalike.clone()),
+        };
         let Some(stream) = self.streams.get_mut(id.0 as usize).and_then(Option::as_mut) else {
             return;
         };
-        stream.format = Some(format);
+        stream.format = sniffed.as_ref().ok().copied();
         stream.announced = true;
         let Decoding::Sniffing(held) = std::mem::replace(&mut stream.decoding, decoding) else {
             return;
         };
         if self.pipeline.shard().is_none_or(Shard::primary) {
-            note(Note::Format {
-                source: stream.source,
-                name: &stream.name,
-                format,
-                forced: false,
-            });
+            match &sniffed {
+                Ok(format) => note(Note::Format {
+                    source: stream.source,
+                    name: &stream.name,
+                    format: *format,
+                    forced: false,
+                }),
+                Err(lookalike) => note(Note::Refused {
+                    source: stream.source,
+                    name: &stream.name,
+                    lookalike,
+                }),
+            }
         }
         for (number, bytes) in held.lines {
             decode_line(
@@ -598,6 +624,20 @@ fn decode_line(
                 return;
             }
             outcome
+        }
+        Decoding::Refused(_) if bytes.iter().all(u8::is_ascii_whitespace) => return,
+        Decoding::Refused(lookalike) => {
+            pipeline.refused_line();
+            if shard.is_some_and(|s| !s.primary()) {
+                return;
+            }
+            Err(DecodeError::new(
+                BadLineReason::UnknownFormat,
+                format!(
+                    "not decoded: the stream borrows {} names without its shape",
+                    lookalike.like_name()
+                ),
+            ))
         }
         Decoding::Sniffing(_) => return,
     };

@@ -342,6 +342,14 @@ impl Pipeline {
         self.correlator.observe(ev, now, out);
     }
 
+    /// Count a line of a stream refused as a lookalike (never decoded).
+    pub fn refused_line(&mut self) {
+        if self.primary() {
+            self.counters.lines += 1;
+            self.counters.bad(BadLineReason::UnknownFormat);
+        }
+    }
+
     /// Count a line skipped for its length.
     pub fn too_long(&mut self) {
         self.counters.lines += 1;

@@ -1,12 +1,22 @@
 //! Format sniffing from the first bytes of a stream.
 //!
-//! Owns: [`detect`]. It looks at the first few payloads only (SSE `event:` names, then the
-//! JSON keys of `data:` payloads or of JSON lines) and never fails: when unsure it answers
-//! [`Format::Native`], the format whose decoder reports bad lines most clearly.
+//! Owns: [`detect`] and [`sniff`]. They look at the first few payloads only (the JSON of
+//! `data:` payloads or of JSON lines; SSE `event:` names decide nothing alone) and never fail:
+//! when unsure they answer [`Format::Native`], the format whose decoder reports bad lines most
+//! clearly. A provider format is accepted only on its defining shape (`shape.rs`); a record
+//! that borrows a provider's event names without its shape (another agent's own event log) is
+//! a [`Lookalike`], refused rather than decoded into false retries and splices.
 
 use serde_json::Value;
 
 use super::provider::Format;
+
+mod shape;
+
+pub use shape::Lookalike;
+
+/// What sniffing decided: a format to decode with, or a lookalike to refuse.
+pub type Sniffed = Result<Format, Lookalike>;
 
 /// How many payloads to look at before giving up.
 const MAX_PAYLOADS: usize = 16;
@@ -16,9 +26,10 @@ const MAX_LINES: usize = 64;
 pub const SNIFF_BYTES: usize = 64 * 1024;
 
 /// Sniff the format from the first bytes (up to [`SNIFF_BYTES`]) of a whole stream. Never
-/// returns `Auto`; returns `Native` when unsure.
-pub fn detect(head: &[u8]) -> Format {
-    sniff(head, true).unwrap_or(Format::Native)
+/// returns `Auto`; returns `Native` when unsure, a [`Lookalike`] for a stream that borrows a
+/// provider's event names without its shape.
+pub fn detect(head: &[u8]) -> Sniffed {
+    sniff(head, true).unwrap_or(Ok(Format::Native))
 }
 
 /// Sniff the format from the first bytes of a stream that may still grow: `Some` once a
@@ -26,7 +37,7 @@ pub fn detect(head: &[u8]) -> Format {
 /// much as it will) or the look-ahead budget is spent, when the answer is the best guess;
 /// `None` while more input could still decide. [`detect`] and the ingest path's incremental
 /// sniffing both answer through here, so a file and a live stream get the same format.
-pub fn sniff(head: &[u8], at_end: bool) -> Option<Format> {
+pub fn sniff(head: &[u8], at_end: bool) -> Option<Sniffed> {
     let head = &head[..head.len().min(SNIFF_BYTES)];
     let budget_spent = head.len() == SNIFF_BYTES;
     // A cut may split a UTF-8 sequence: use the valid prefix.
@@ -47,15 +58,13 @@ pub fn sniff(head: &[u8], at_end: bool) -> Option<Format> {
         if lines > MAX_LINES {
             break;
         }
-        if let Some(name) = line.strip_prefix("event:") {
-            if let Some(f) = by_event_name(name.trim()) {
-                return Some(f);
-            }
+        if line.starts_with("event:") {
+            // A name is not a shape: the `data:` payload that follows decides.
             continue;
         }
         let payload = line.strip_prefix("data:").map_or(line, str::trim);
         if payload == "[DONE]" {
-            return Some(Format::OpenAiChat);
+            return Some(Ok(Format::OpenAiChat));
         }
         if !payload.starts_with('{') {
             continue;
@@ -88,48 +97,35 @@ pub fn sniff(head: &[u8], at_end: bool) -> Option<Format> {
         "\"instrumentationScope\"",
     ];
     if (pretty_object || text.contains("\"gemini_cli.")) && MARKS.iter().any(|m| text.contains(m)) {
-        return Some(Format::GeminiCliTelemetry);
+        return Some(Ok(Format::GeminiCliTelemetry));
     }
     if pretty_object && (at_end || budget_spent) {
-        return Some(Format::GeminiCliTelemetry);
+        return Some(Ok(Format::GeminiCliTelemetry));
     }
     let spent = budget_spent || lines > MAX_LINES || payloads >= MAX_PAYLOADS;
-    (at_end || spent).then_some(Format::Native)
+    (at_end || spent).then_some(Ok(Format::Native))
 }
 
-fn by_event_name(name: &str) -> Option<Format> {
-    match name {
-        "message_start"
-        | "message_delta"
-        | "message_stop"
-        | "content_block_start"
-        | "content_block_delta"
-        | "content_block_stop" => Some(Format::Anthropic),
-        n if n.starts_with("response.") => Some(Format::OpenAiResponses),
-        _ => None,
-    }
-}
-
-fn by_payload(v: &Value) -> Option<Format> {
+fn by_payload(v: &Value) -> Option<Sniffed> {
     let obj = v.as_object()?;
     let ty = obj.get("type").and_then(Value::as_str);
     if obj.contains_key("turn") && ty.is_some() {
-        return Some(Format::Native);
+        return Some(Ok(Format::Native));
     }
     if matches!(
         obj.get("otlp").and_then(Value::as_str),
         Some(crate::decode::otlp::LOG | crate::decode::otlp::SPAN)
     ) {
-        return Some(Format::Otlp);
+        return Some(Ok(Format::Otlp));
     }
     if let Some(f) = agent_cli(obj, ty) {
-        return Some(f);
+        return Some(Ok(f));
     }
     if obj.contains_key("jsonrpc") {
-        return Some(Format::Acp);
+        return Some(Ok(Format::Acp));
     }
     if obj.contains_key("method") && obj.contains_key("response") {
-        return Some(Format::GeminiCliResponses);
+        return Some(Ok(Format::GeminiCliResponses));
     }
     if obj
         .get("attributes")
@@ -138,21 +134,9 @@ fn by_payload(v: &Value) -> Option<Format> {
         || obj.contains_key("_spanContext")
         || obj.contains_key("scopeMetrics")
     {
-        return Some(Format::GeminiCliTelemetry);
+        return Some(Ok(Format::GeminiCliTelemetry));
     }
-    if obj.get("object").and_then(Value::as_str) == Some("chat.completion.chunk")
-        || obj.contains_key("choices")
-    {
-        return Some(Format::OpenAiChat);
-    }
-    if obj.contains_key("candidates") || obj.contains_key("usageMetadata") {
-        return Some(Format::Gemini);
-    }
-    match ty {
-        Some(t) if t.starts_with("response.") => Some(Format::OpenAiResponses),
-        Some(t) => by_event_name(t),
-        None => None,
-    }
+    shape::provider(obj, ty)
 }
 
 /// The coding agents' own outputs, by their event types.
@@ -186,9 +170,12 @@ mod tests {
     #[test]
     fn sniffs_each_format() {
         let cases: [(&str, Format); 12] = [
-            ("event: message_start\ndata: {}\n", Format::Anthropic),
             (
-                "{\"type\":\"ping\"}\n{\"type\":\"message_start\",\"message\":{}}\n",
+                "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\"}}\n",
+                Format::Anthropic,
+            ),
+            (
+                "{\"type\":\"ping\"}\n{\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\"}}\n",
                 Format::Anthropic,
             ),
             (
@@ -200,11 +187,11 @@ mod tests {
                 Format::OpenAiChat,
             ),
             (
-                "event: response.created\ndata: {}\n",
+                "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\"}}\n",
                 Format::OpenAiResponses,
             ),
             (
-                "{\"type\":\"response.created\",\"response\":{}}\n",
+                "{\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\"}}\n",
                 Format::OpenAiResponses,
             ),
             ("{\"candidates\":[]}\n", Format::Gemini),
@@ -227,7 +214,7 @@ mod tests {
             ("hello\n", Format::Native),
         ];
         for (head, want) in cases {
-            assert_eq!(detect(head.as_bytes()), want, "{head}");
+            assert_eq!(detect(head.as_bytes()), Ok(want), "{head}");
         }
     }
 
@@ -236,24 +223,24 @@ mod tests {
         // Regression: the real outfile starts with a span (often larger than the sniffed head
         // holds), not a log record.
         let span = "{\n  \"_spanContext\": {\n    \"traceId\": \"1c\",\n";
-        assert_eq!(detect(span.as_bytes()), Format::GeminiCliTelemetry);
+        assert_eq!(detect(span.as_bytes()), Ok(Format::GeminiCliTelemetry));
         assert_eq!(
             detect(b"{\n"),
-            Format::GeminiCliTelemetry,
+            Ok(Format::GeminiCliTelemetry),
             "a pretty-printed object, input ended"
         );
         let metric = "{\"resource\":{},\"scopeMetrics\":[]}\n";
-        assert_eq!(detect(metric.as_bytes()), Format::GeminiCliTelemetry);
+        assert_eq!(detect(metric.as_bytes()), Ok(Format::GeminiCliTelemetry));
     }
 
     #[test]
     fn coding_agent_outputs() {
         let claude = "{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"s\"}\n";
-        assert_eq!(detect(claude.as_bytes()), Format::ClaudeCode);
+        assert_eq!(detect(claude.as_bytes()), Ok(Format::ClaudeCode));
         let codex = "{\"type\":\"thread.started\",\"thread_id\":\"t\"}\n";
-        assert_eq!(detect(codex.as_bytes()), Format::CodexExec);
+        assert_eq!(detect(codex.as_bytes()), Ok(Format::CodexExec));
         let gemini = "{\"type\":\"init\",\"timestamp\":\"2026-12-02T15:53:54.007Z\",\"session_id\":\"s\",\"model\":\"auto\"}\n";
-        assert_eq!(detect(gemini.as_bytes()), Format::GeminiCliStreamJson);
+        assert_eq!(detect(gemini.as_bytes()), Ok(Format::GeminiCliStreamJson));
         // Files that start mid-session: a delta, a Claude Code assistant line, a Codex item,
         // a Claude Code result line whose keys do not start with `type`.
         let starts = [
@@ -275,7 +262,7 @@ mod tests {
             ),
         ];
         for (head, want) in starts {
-            assert_eq!(detect(head.as_bytes()), want, "{head}");
+            assert_eq!(detect(head.as_bytes()), Ok(want), "{head}");
         }
     }
 
@@ -284,9 +271,9 @@ mod tests {
         let pretty = "{\n  \"x\": [1, 2],\n";
         assert_eq!(sniff(pretty.as_bytes(), false), None);
         assert_eq!(sniff(b"{\"unknown\":1}\n", false), None);
-        assert_eq!(sniff(b"{\"unknown\":1}\n", true), Some(Format::Native));
+        assert_eq!(sniff(b"{\"unknown\":1}\n", true), Some(Ok(Format::Native)));
         let text = "not a log line\n".repeat(MAX_LINES + 1);
-        assert_eq!(sniff(text.as_bytes(), false), Some(Format::Native));
+        assert_eq!(sniff(text.as_bytes(), false), Some(Ok(Format::Native)));
         let full =
             format!("{pretty}  \"attributes\": {{\"event.name\": \"gemini_cli.api_request\"");
         assert_eq!(sniff(full.as_bytes(), false), Some(detect(full.as_bytes())));
@@ -294,7 +281,26 @@ mod tests {
 
     #[test]
     fn a_lone_error_event_looks_further() {
-        let head = "{\"type\":\"error\",\"error\":{}}\n{\"type\":\"response.failed\"}\n";
-        assert_eq!(detect(head.as_bytes()), Format::OpenAiResponses);
+        let head = "{\"type\":\"error\",\"error\":{}}\n{\"type\":\"response.failed\",\"sequence_number\":1}\n";
+        assert_eq!(detect(head.as_bytes()), Ok(Format::OpenAiResponses));
+    }
+
+    #[test]
+    fn event_names_without_the_shape_are_a_lookalike() {
+        // Another agent's own event log that borrows Anthropic's event names (issue 21, item
+        // 7): user, assistant and tool messages alike, no message id, no `"type":"message"`.
+        let head = "{\"type\":\"agent_start\"}\n\
+                    {\"type\":\"message_start\",\"message\":{\"role\":\"user\",\"content\":\"hi\"}}\n";
+        let got = detect(head.as_bytes());
+        assert!(
+            matches!(&got, Err(l) if l.like == Format::Anthropic),
+            "{got:?}"
+        );
+        // An SSE event name alone decides nothing: its payload must have the shape too.
+        let sse = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{}}\n";
+        assert!(detect(sse.as_bytes()).is_err());
+        // The sentence names the routes that do work.
+        let sentence = detect(head.as_bytes()).expect_err("refused").sentence();
+        assert!(sentence.contains("retryscope proxy") && sentence.contains("--otlp-listen"));
     }
 }
