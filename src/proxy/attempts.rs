@@ -250,6 +250,7 @@ impl Tracker {
             .and_then(|id| self.responses.get(id))
             .map(|(t, _)| t)
             .map(|t| (0, t.clone()));
+        let server_side = stateful.is_some();
         let parent = stateful.or_else(|| {
             fps.len().checked_sub(1).and_then(|n| {
                 (0..n)
@@ -261,7 +262,7 @@ impl Tracker {
             Some((from, parent)) => {
                 self.stats.steps += 1;
                 let messages = request.and_then(|r| r.messages.get(from..)).unwrap_or(&[]);
-                self.read_history(&parent, messages, now_ms);
+                self.read_history(&parent, messages, server_side, now_ms);
                 if let Some(p) = self.turns.get_mut(&parent)
                     && p.closed
                 {

@@ -12,8 +12,17 @@ use crate::proxy::history::{Message, Role};
 impl Tracker {
     /// The messages a request added after `parent`'s history: what the client kept of the
     /// parent's answer (`output`) and which calls it executed (`tool_exec`); then the parent
-    /// turn ends.
-    pub(super) fn read_history(&mut self, parent: &str, added: &[Message], now_ms: i64) {
+    /// turn ends. `server_side`: the request continues the parent's response on the server
+    /// (OpenAI Responses `previous_response_id`), so the answer it keeps is the one the server
+    /// stored: what the parent's last attempt streamed, after the partial text a continuation
+    /// retry carried.
+    pub(super) fn read_history(
+        &mut self,
+        parent: &str,
+        added: &[Message],
+        server_side: bool,
+        now_ms: i64,
+    ) {
         let Some(conversation) = self.turns.get(parent).map(|t| t.conversation.clone()) else {
             return;
         };
@@ -24,6 +33,12 @@ impl Tracker {
                 break;
             }
             output.push_str(&m.text);
+        }
+        if output.is_empty()
+            && server_side
+            && let Some(t) = self.turns.get(parent)
+        {
+            output.push_str(&t.kept.text);
         }
         if !output.is_empty() {
             self.emit(

@@ -433,6 +433,41 @@ fn responses_continuing_the_cut_response_on_the_server_is_a_retry() {
     let a1 = t.begin(api, r1.as_ref(), None, ts);
     assert_eq!((a1.turn.as_str(), a1.attempt), (a0.turn.as_str(), 1));
     assert_eq!(lines_of(&lines, "retry")[0]["prefill"], PARTIAL);
+    // The continuation starts its answer over; the next call chains on the server again, so
+    // no history shows the kept text: it is what the server stored, the partial text followed
+    // by the continuation's, and the restart is spliced_text (e2e/zoo previous-response-id).
+    let restart = "[A2] I will now create the marker file (A2).";
+    stream(
+        &mut t,
+        &a1,
+        &text_chunks(api, "resp_cont", restart, true),
+        End::Complete,
+        &mut ts,
+    );
+    let r2 = history::parse(
+        api,
+        "/v1/responses",
+        serde_json::json!({"model":"gpt-5","stream":true,"previous_response_id":"resp_cont",
+            "input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"Thanks."}]}]})
+        .to_string()
+        .as_bytes(),
+    );
+    let a2 = t.begin(api, r2.as_ref(), None, ts + 50);
+    assert_eq!(a2.turn, format!("{}#2", a0.turn));
+    assert_eq!(
+        lines_of(&lines, "output")[0]["text"],
+        format!("{PARTIAL}{restart}")
+    );
+    let all = reports(&lines);
+    let first = report(&all, &a0.turn);
+    assert!(
+        first
+            .findings
+            .iter()
+            .any(|f| f.kind == crate::finding::FindingKind::SplicedText),
+        "{:?}",
+        first.findings
+    );
 }
 
 #[test]
