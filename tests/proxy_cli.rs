@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use proxy_support::{Ending, Mock, Stream, post};
+use proxy_support::{Ending, Mock, Stream, addr_in, post, spawn_proxy, wait_for};
 use serde_json::json;
 
 /// One Anthropic attempt of the article's help-desk turn, with refund call `id`.
@@ -40,28 +40,6 @@ fn attempt(id: &str, opening: &str) -> Stream {
             })
             .collect(),
     }
-}
-
-fn wait_for(lines: &std::sync::mpsc::Receiver<String>, what: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if let Ok(l) = lines.recv_timeout(Duration::from_millis(200))
-            && l.contains(what)
-        {
-            return l;
-        }
-    }
-    panic!("no `{what}` in the proxy's log");
-}
-
-fn addr_in(line: &str, key: &str) -> std::net::SocketAddr {
-    let at = line.find(key).expect("key") + key.len();
-    line[at..]
-        .split_whitespace()
-        .next()
-        .expect("addr")
-        .parse()
-        .expect("socket address")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -306,45 +284,6 @@ fn title() -> Stream {
             .collect(),
         ..attempt("title", "")
     }
-}
-
-/// The proxy binary with `extra` flags in front of `mock`; its log lines and addresses.
-fn spawn_proxy(
-    mock: std::net::SocketAddr,
-    extra: &[&str],
-) -> (
-    std::process::Child,
-    std::sync::mpsc::Receiver<String>,
-    std::net::SocketAddr,
-    std::net::SocketAddr,
-) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_retryscope"))
-        .args([
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "127.0.0.1:0",
-        ])
-        .arg("--upstream")
-        .arg(format!("http://{mock}"))
-        .args(extra)
-        .env("NO_COLOR", "1")
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stderr = child.stderr.take().expect("stderr");
-    std::thread::spawn(move || {
-        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
-    let metrics_addr = addr_in(&wait_for(&rx, "serving /metrics"), "addr=");
-    let proxy_addr = addr_in(&wait_for(&rx, "proxying"), "listen=");
-    (child, rx, proxy_addr, metrics_addr)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

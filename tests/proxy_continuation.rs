@@ -8,12 +8,11 @@
 
 mod proxy_support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use proxy_support::{Ending, Mock, Stream, post};
+use proxy_support::{Ending, Mock, Stream, post, spawn_proxy};
 use serde_json::json;
 
 /// A Chat Completions stream of `texts`, then (when `finish`) its finish and usage chunks
@@ -46,28 +45,6 @@ fn chat(id: &str, texts: &[&str], finish: bool) -> Stream {
         content_type: "text/event-stream",
         parts,
     }
-}
-
-fn wait_for(lines: &std::sync::mpsc::Receiver<String>, what: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if let Ok(l) = lines.recv_timeout(Duration::from_millis(200))
-            && l.contains(what)
-        {
-            return l;
-        }
-    }
-    panic!("no `{what}` in the proxy's log");
-}
-
-fn addr_in(line: &str, key: &str) -> std::net::SocketAddr {
-    let at = line.find(key).expect("key") + key.len();
-    line[at..]
-        .split_whitespace()
-        .next()
-        .expect("addr")
-        .parse()
-        .expect("socket address")
 }
 
 /// The sum of a family's samples whose labels contain every one of `with`.
@@ -104,39 +81,25 @@ async fn a_continuation_that_restarts_through_the_binary() {
     let dir = tempfile::tempdir().expect("tempdir");
     let findings = dir.path().join("findings.jsonl");
     let record = dir.path().join("rec");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_retryscope"))
-        .args([
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "127.0.0.1:0",
-        ])
-        .arg("--upstream")
-        .arg(format!("http://{}", mock.addr))
-        .args(["--inject", "mid-word", "--inject-how", "reset"])
-        .args(["--inject-first", "1"])
-        // the requests below offer no tools, so aim at every request
-        .args(["--inject-match", "all"])
-        .arg("--findings-out")
-        .arg(&findings)
-        .arg("--record")
-        .arg(&record)
-        .env("NO_COLOR", "1")
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stderr = child.stderr.take().expect("stderr");
-    std::thread::spawn(move || {
-        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
-    let metrics_addr = addr_in(&wait_for(&rx, "serving /metrics"), "addr=");
-    let proxy_addr = addr_in(&wait_for(&rx, "proxying"), "listen=");
+    let (findings_arg, record_arg) = (findings.display().to_string(), record.display().to_string());
+    let (mut child, _rx, proxy_addr, metrics_addr) = spawn_proxy(
+        mock.addr,
+        &[
+            "--inject",
+            "mid-word",
+            "--inject-how",
+            "reset",
+            "--inject-first",
+            "1",
+            // the requests below offer no tools, so aim at every request
+            "--inject-match",
+            "all",
+            "--findings-out",
+            &findings_arg,
+            "--record",
+            &record_arg,
+        ],
+    );
 
     let system = json!({"role":"system","content":"You are Qwen Code, a coding agent."});
     let user = json!({"role":"user","content":"Create the marker file."});

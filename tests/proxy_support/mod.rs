@@ -6,11 +6,14 @@
 #![allow(dead_code)]
 
 use std::convert::Infallible;
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -505,4 +508,68 @@ pub fn request_for(path: &str, user: &str) -> String {
         serde_json::json!({"model":"m","stream":true,"messages":[{"role":"user","content":user}]})
             .to_string()
     }
+}
+
+/// The `retryscope proxy` binary with `extra` flags in front of `mock`, logging at info:
+/// its log lines (stderr) and its proxy and metrics addresses.
+pub fn spawn_proxy(
+    mock: std::net::SocketAddr,
+    extra: &[&str],
+) -> (
+    std::process::Child,
+    std::sync::mpsc::Receiver<String>,
+    std::net::SocketAddr,
+    std::net::SocketAddr,
+) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_retryscope"))
+        .args([
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .arg("--upstream")
+        .arg(format!("http://{mock}"))
+        .args(extra)
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().expect("stderr");
+    std::thread::spawn(move || {
+        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let metrics_addr = addr_in(&wait_for(&rx, "serving /metrics"), "addr=");
+    let proxy_addr = addr_in(&wait_for(&rx, "proxying"), "listen=");
+    (child, rx, proxy_addr, metrics_addr)
+}
+
+/// The first log line containing `what` (30 s at most).
+pub fn wait_for(lines: &std::sync::mpsc::Receiver<String>, what: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Ok(l) = lines.recv_timeout(Duration::from_millis(200))
+            && l.contains(what)
+        {
+            return l;
+        }
+    }
+    panic!("no `{what}` in the proxy's log");
+}
+
+/// The socket address after `key` in a log line.
+pub fn addr_in(line: &str, key: &str) -> std::net::SocketAddr {
+    let at = line.find(key).expect("key") + key.len();
+    line[at..]
+        .split_whitespace()
+        .next()
+        .expect("addr")
+        .parse()
+        .expect("socket address")
 }
