@@ -368,3 +368,62 @@ fn qwen_code_files_give_run_and_check_the_same_retry_and_splice() {
         }
     }
 }
+
+#[test]
+fn qwen_code_telemetry_and_stream_json_together_are_one_session_in_check_and_run() {
+    // Regression: Qwen Code's two outputs of one session name its calls differently (the
+    // telemetry by prompt id `<session>########0`, the stream-json by session id), so checked
+    // together every attempt was counted twice. Joined: one retry, two model calls, and the
+    // splice both where only the screen showed it (a resend after a clean end of body) and
+    // where the history kept it (a continuation after a reset); `run` tailing both agrees.
+    for scenario in ["mid-word-reset", "mid-word-eof"] {
+        let files = ["telemetry.log", "stream.jsonl"];
+        let (code, lines) = check_json(&files.map(|f| recording("qwen-code", scenario, f)), &[]);
+        assert!(matches!(code, Some(0 | 1)), "{scenario}: {code:?}");
+        let turns: Vec<&Value> = lines.iter().filter(|l| l.get("turn").is_some()).collect();
+        assert_eq!(turns.len(), 2, "{scenario}: one turn per model call");
+        let retries: u64 = turns
+            .iter()
+            .map(|t| t["retries"].as_u64().unwrap_or(0))
+            .sum();
+        assert_eq!(retries, 1, "{scenario}");
+        let mut want = std::collections::BTreeMap::new();
+        for t in &turns {
+            for k in kinds(t) {
+                *want.entry(k).or_insert(0.0) += 1.0;
+            }
+        }
+        assert_eq!(want.get("spliced_text"), Some(&1.0), "{scenario}: {want:?}");
+        let dir = tempfile::tempdir().unwrap();
+        for f in files {
+            std::fs::copy(recording("qwen-code", scenario, f), dir.path().join(f)).unwrap();
+        }
+        let port = free_port();
+        let _run = Run(Command::new(env!("CARGO_BIN_EXE_retryscope"))
+            .arg("run")
+            .arg(dir.path().join("telemetry.log"))
+            .arg(dir.path().join("stream.jsonl"))
+            .args(["--findings-out", "", "--idle-timeout-secs", "2"])
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start retryscope run"));
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            let m = scrape(port).unwrap_or_default();
+            let got = findings_by_kind(&m);
+            if got == want && total(&m, "retryscope_retries_total") == 1.0 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{scenario}: run found {got:?} ({} retries), check found {want:?}",
+                total(&m, "retryscope_retries_total")
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}

@@ -109,3 +109,111 @@ fn clean_chat_spans_of_one_conversation_are_one_turn_each_without_findings() {
     );
     assert_eq!(rs[0].attempts[0].executed.len(), 1);
 }
+
+/// `gen_ai.input.messages` as the attribute's JSON text, ready to append to a span's
+/// attributes. Messages of the registry's shape: `{"role", "parts": [{"type": "text",
+/// "content"}]}`.
+fn input(messages: &[(&str, &str)]) -> String {
+    let v: Vec<serde_json::Value> = messages
+        .iter()
+        .map(|(role, text)| {
+            serde_json::json!({"role": role, "parts": [{"type": "text", "content": text}]})
+        })
+        .collect();
+    let text = serde_json::to_string(&v).unwrap();
+    format!(
+        r#","gen_ai.input.messages":{}"#,
+        serde_json::to_string(&text).unwrap()
+    )
+}
+
+/// An output text part, escaped for `chat`'s `gen_ai.output.messages`.
+fn text_part(text: &str) -> String {
+    format!(r#"{{\"type\":\"text\",\"content\":\"{text}\"}}"#)
+}
+
+fn retries(events: &[retryscope::event::Event<'_>]) -> Vec<(Option<String>, Option<String>)> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            retryscope::event::EventKind::Retry { reason, prefill } => Some((
+                reason.as_deref().map(str::to_owned),
+                prefill.as_deref().map(str::to_owned),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_retry_whose_input_ends_with_the_cut_partial_text_is_a_continuation() {
+    // Invented (no GenAI-convention client is installable here), modelled on the registry's
+    // `gen_ai.input.messages` / `gen_ai.output.messages` and on what Qwen Code sends after a
+    // reset (the proxy's `retry_match.rs` recognises the same): the cut attempt's input,
+    // then its partial text as an assistant message, then a user message asking to go on.
+    let history = [
+        ("system", "You are a coding agent."),
+        ("user", "Create the marker file."),
+    ];
+    let mut continued = history.to_vec();
+    continued.push(("assistant", "[A1] I will now cr"));
+    continued.push((
+        "user",
+        "Output only text that comes after this suffix: now cr",
+    ));
+    let lines = [
+        chat(
+            "a1",
+            0,
+            true,
+            &text_part("[A1] I will now cr"),
+            &format!(r#","error.type":"ConnectionResetError"{}"#, input(&history)),
+        ),
+        chat(
+            "a2",
+            1200,
+            false,
+            &text_part("[A2] I will now create the marker file."),
+            &format!(
+                r#","gen_ai.response.finish_reasons":["stop"]{}"#,
+                input(&continued)
+            ),
+        ),
+    ]
+    .join("\n");
+    let d = decode("otlp", lines.as_bytes(), Format::Auto);
+    assert_eq!((d.format, d.errors), (Format::Otlp, 0));
+    assert_eq!(
+        retries(&d.events),
+        [(
+            Some("continuation".to_owned()),
+            Some("[A1] I will now cr".to_owned())
+        )]
+    );
+    let rs = correlate(&d.events);
+    assert_eq!(rs.len(), 1, "one model call");
+    assert_eq!(rs[0].attempts.len(), 2, "{}", summary(&rs[0]));
+
+    // Not a continuation: a history that is not the cut attempt's input before the partial
+    // text, or a partial text the cut attempt never streamed. Still a retry (the attempt
+    // failed), without a prefill.
+    let mut other = vec![("user", "Something else.")];
+    other.push(("assistant", "[A1] I will now cr"));
+    let mut unstreamed = history.to_vec();
+    unstreamed.push(("assistant", "Text the cut attempt never sent."));
+    for input_of_retry in [other, unstreamed] {
+        let lines = [
+            chat(
+                "a1",
+                0,
+                true,
+                &text_part("[A1] I will now cr"),
+                &format!(r#","error.type":"ConnectionResetError"{}"#, input(&history)),
+            ),
+            chat("a2", 1200, false, "", &input(&input_of_retry)),
+        ]
+        .join("\n");
+        let d = decode("otlp", lines.as_bytes(), Format::Auto);
+        assert_eq!(retries(&d.events), [(None, None)], "{input_of_retry:?}");
+    }
+}

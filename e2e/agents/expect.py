@@ -37,9 +37,9 @@ CLIENT_FILES = {
     "codex": ["exec.jsonl"],
     "qwen-code": ["telemetry.log", "stream.jsonl"],
 }
-# Clients whose outputs are checked one at a time, each against what it can show
-# (input_view): Qwen Code's telemetry and stream-json name turns differently (prompt id,
-# session id) and nothing joins them, so together they would count each attempt twice.
+# Clients whose outputs are also checked one at a time, each against what it can show
+# (input_view), besides together (one session: its attempts once, every finding): Qwen
+# Code's telemetry and stream-json each show a different splice.
 SEPARATE = {"qwen-code"}
 
 
@@ -184,7 +184,7 @@ def check_dir(binary, d):
     truth = json.load(open(os.path.join(d, "truth.json")))
     client = truth["client"]
     if client in SEPARATE:
-        results = []
+        results = check_files(binary, d, truth, CLIENT_FILES[client], " [together]")
         for f in CLIENT_FILES[client]:
             results += check_files(binary, d, truth, [f], f" [{f}]")
         return results
@@ -238,7 +238,8 @@ def check_files(binary, d, truth, names, label):
             for w, g in zip(want_ids, got_ids))
         res("call_ids", ok, f"executed call ids per attempt: want {want_ids}, got {got_ids}")
 
-    want = input_view(truth, names[0]) if client in SEPARATE else implied_findings(truth)
+    alone = client in SEPARATE and len(names) == 1
+    want = input_view(truth, names[0]) if alone else implied_findings(truth)
     got = set()
     for t in turns:
         got |= {f.get("kind") for f in t.get("findings") or []}

@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod bounds;
+pub mod continuation;
 pub mod correlate;
 pub mod cost;
 pub mod coverage;

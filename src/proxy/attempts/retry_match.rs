@@ -78,38 +78,30 @@ impl Kept {
     /// Whether `partial` (a history's trailing assistant text) is what this attempt streamed,
     /// or a prefix or suffix of it (clients trim, or keep only what was rendered).
     pub(super) fn carries(&self, partial: &str) -> bool {
-        let p = partial.trim();
-        if p.is_empty() {
-            return false;
-        }
-        let kept = self.text.as_str();
-        if self.truncated {
-            // Only the start is known: one must start the other.
-            return kept.starts_with(partial.trim_end()) || partial.starts_with(kept);
-        }
-        let k = kept.trim();
-        k.starts_with(p) || k.ends_with(p)
+        retryscope_core::continuation::carries(&self.text, self.truncated, partial)
     }
 }
 
 /// The trailing messages of a continuation request: where the history before them ends, and
-/// the partial text they carry. `None`: the request does not end like a continuation.
+/// the partial text they carry. `None`: the request does not end like a continuation. The
+/// judgement is core's ([`retryscope_core::continuation::tail`]), shared with the decoders.
 pub(super) fn continuation_tail(messages: &[Message]) -> Option<(usize, &str)> {
-    let is_partial =
-        |m: &Message| m.role == Some(Role::Assistant) && m.calls.is_empty() && !m.text.is_empty();
-    let n = messages.len();
-    let last = messages.last()?;
-    if is_partial(last) {
-        return Some((n - 1, &last.text));
-    }
-    // A partial answer, then one user message (asking the model to go on).
-    if last.role == Some(Role::User) && last.results.is_empty() && n >= 2 {
-        let m = &messages[n - 2];
-        if is_partial(m) {
-            return Some((n - 2, &m.text));
-        }
-    }
-    None
+    use retryscope_core::continuation as c;
+    let view: Vec<c::Message<'_>> = messages
+        .iter()
+        .map(|m| c::Message {
+            role: match m.role {
+                Some(Role::System) => c::Role::System,
+                Some(Role::User) => c::Role::User,
+                Some(Role::Assistant) => c::Role::Assistant,
+                Some(Role::Tool) | None => c::Role::Other,
+            },
+            text: &m.text,
+            calls: !m.calls.is_empty(),
+            results: !m.results.is_empty(),
+        })
+        .collect();
+    c::tail(&view)
 }
 
 impl Tracker {

@@ -1,7 +1,10 @@
 //! Joining gemini-cli's two outputs of one session: the telemetry outfile (the attempts:
 //! requests, errors, retries, logged responses, usage) and the `-o stream-json` output (what
 //! the user saw: every delta and `tool_use` as it arrived, and the executions with their call
-//! ids). Both name turns by the session id, so their events meet in the same turns.
+//! ids). Also any other agent's pair of the same shapes (Qwen Code: gemini-cli's records under
+//! `qwen-code.*`, and a stream-json of Claude Code's shape). The telemetry names calls by
+//! prompt id, the stream-json by session id; both group under the session id, and the
+//! telemetry's calls take the stream-json's names by their order in the session.
 //!
 //! Owns: [`SessionJoiner`], which holds the events of every gemini-cli input, and merges them
 //! in time order (ties keep input order): at the end of a check run, or for a live collector,
@@ -38,7 +41,8 @@ impl Source {
     pub fn of(format: Format) -> Option<Source> {
         match format {
             Format::GeminiCliTelemetry => Some(Source::Telemetry),
-            Format::GeminiCliStreamJson => Some(Source::StreamJson),
+            // Claude Code's shape, which other agents (Qwen Code) print too.
+            Format::GeminiCliStreamJson | Format::ClaudeCode => Some(Source::StreamJson),
             _ => None,
         }
     }
@@ -157,9 +161,40 @@ fn merge(held: Vec<(Source, Event<'static>)>) -> Vec<Event<'static>> {
     };
     let shown = sessions(Source::StreamJson);
     let logged = sessions(Source::Telemetry);
+    let renamed = call_names(&held, &shown);
+    // Calls the telemetry saw retried by continuation (a prefill): the stream-json prints
+    // their kept text as one message, never the cut part alone, so only the history (the
+    // telemetry's output) shows a splice there. Elsewhere the screen is the judge.
+    let continued: HashSet<String> = held
+        .iter()
+        .filter(|(s, e)| {
+            *s == Source::Telemetry
+                && matches!(
+                    &e.kind,
+                    EventKind::Retry {
+                        prefill: Some(_),
+                        ..
+                    }
+                )
+        })
+        .map(|(_, e)| e.turn.to_string())
+        .collect();
     let mut kept: Vec<(i64, usize, Event<'static>)> = Vec::with_capacity(held.len());
+    // Joined sessions whose stream-json gives no time at all (Qwen Code's): its events go
+    // after the telemetry's, in their order; they name their attempts, and the attempts are
+    // the telemetry's.
+    let timed_shown: HashSet<&str> = held
+        .iter()
+        .filter(|(s, e)| *s == Source::StreamJson && e.ts_ms.is_some())
+        .map(|(_, e)| session_of(&e.turn))
+        .collect();
+    let untimed_shown: HashSet<String> = shown
+        .iter()
+        .filter(|s| logged.contains(*s) && !timed_shown.contains(s.as_str()))
+        .cloned()
+        .collect();
     let mut last_ts = i64::MIN;
-    for (i, (source, e)) in held.into_iter().enumerate() {
+    for (i, (source, mut e)) in held.into_iter().enumerate() {
         let session = session_of(&e.turn);
         let replaced = match source {
             Source::Telemetry => {
@@ -167,23 +202,79 @@ fn merge(held: Vec<(Source, Event<'static>)>) -> Vec<Event<'static>> {
                     && match &e.kind {
                         EventKind::Text { .. } | EventKind::ToolExec { .. } => true,
                         EventKind::ToolCall { id, .. } => id.starts_with(SYNTHETIC_CALL_PREFIX),
+                        EventKind::Output { .. } => !continued.contains(e.turn.as_ref()),
                         _ => false,
                     }
             }
-            // The telemetry knows whether and how each attempt finished.
+            // The telemetry knows the attempts: how each ended, its usage, the retries
+            // (a stream-json's retry record announces the attempt the telemetry logs).
             Source::StreamJson => {
-                logged.contains(session) && matches!(e.kind, EventKind::Finish { .. })
+                logged.contains(session)
+                    && matches!(
+                        e.kind,
+                        EventKind::Finish { .. }
+                            | EventKind::Retry { .. }
+                            | EventKind::Error { .. }
+                            | EventKind::Usage { .. }
+                            | EventKind::AttemptStart { .. }
+                    )
             }
         };
+        if source == Source::Telemetry
+            && let Some(name) = renamed.get(e.turn.as_ref())
+        {
+            e.turn = std::borrow::Cow::Owned(name.clone());
+        }
         // An event without a time stays after the one before it.
-        let ts = e.ts_ms.unwrap_or(last_ts);
-        last_ts = ts;
+        let ts = if e.ts_ms.is_none()
+            && source == Source::StreamJson
+            && untimed_shown.contains(session_of(&e.turn))
+        {
+            i64::MAX
+        } else {
+            last_ts = e.ts_ms.unwrap_or(last_ts);
+            last_ts
+        };
         if !replaced {
             kept.push((ts, i, e));
         }
     }
     kept.sort_by_key(|(ts, i, _)| (*ts, *i));
     kept.into_iter().map(|(_, _, e)| e).collect()
+}
+
+/// The telemetry's name of each main model call of a session that has a stream-json, mapped
+/// to the stream-json's name of the same call. The telemetry names calls by prompt id (the
+/// session id for gemini-cli, `<session id>########<n>` for Qwen Code), the stream-json by
+/// session id; both number a session's calls in order (`<id>`, `<id>#2`, ...), so the k-th
+/// call the telemetry logged is the stream-json's k-th: `<session>` or `<session>#k`.
+/// Other roles' calls (`~<role>`) have no counterpart and keep their names.
+fn call_names(
+    held: &[(Source, Event<'static>)],
+    shown: &HashSet<String>,
+) -> HashMap<String, String> {
+    let mut names = HashMap::new();
+    let mut calls_per_session: HashMap<&str, usize> = HashMap::new();
+    for (source, e) in held {
+        let turn = e.turn.as_ref();
+        let session = session_of(turn);
+        if *source != Source::Telemetry
+            || turn.contains('~')
+            || !shown.contains(session)
+            || names.contains_key(turn)
+        {
+            continue;
+        }
+        let k = calls_per_session.entry(session).or_insert(0);
+        *k += 1;
+        let name = if *k == 1 {
+            session.to_owned()
+        } else {
+            format!("{session}#{k}")
+        };
+        names.insert(turn.to_owned(), name);
+    }
+    names
 }
 
 /// A decoder whose events go to a [`SessionJoiner`] instead of its caller.

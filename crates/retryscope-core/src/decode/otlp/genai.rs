@@ -8,6 +8,9 @@
 //! parts of type `tool_call` (opt-in content, when the instrumentation records it); executions
 //! from `execute_tool` spans (`gen_ai.tool.call.id`, `gen_ai.tool.name`,
 //! `gen_ai.tool.call.arguments`). Model calls are turns `<session>`, `<session>#2`, ...
+//! A retry whose `gen_ai.input.messages` is the failed attempt's input followed by that
+//! attempt's partial output as an assistant message (optionally one user message after it) is
+//! a continuation ([`crate::continuation`]): its `Retry` carries the partial text as `prefill`.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -26,6 +29,9 @@ pub(super) struct GenAi {
     calls: u32,
     /// The current call's turn and attempt, and whether its last attempt failed.
     cur: Option<(String, u32, bool)>,
+    /// The current attempt's input messages and output text (when recorded), to recognise
+    /// a continuation of it.
+    last_io: Option<(Vec<Value>, String)>,
     seen: HashSet<String>,
 }
 
@@ -48,19 +54,73 @@ pub(super) fn is_inference(op: &str) -> bool {
     matches!(op, "chat" | "text_completion" | "generate_content")
 }
 
-/// `gen_ai.output.messages`, as JSON text or structured.
+/// A messages attribute (`gen_ai.input.messages`, `gen_ai.output.messages`), as JSON text
+/// or structured.
+fn messages(attrs: &Value, key: &str) -> Vec<Value> {
+    match attrs.get(key) {
+        Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+            Ok(Value::Array(a)) => a,
+            _ => Vec::new(),
+        },
+        Some(Value::Array(a)) => a.clone(),
+        _ => Vec::new(),
+    }
+}
+
+fn parts(m: &Value) -> impl Iterator<Item = &Value> {
+    m.get("parts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
+fn part_type(p: &Value) -> &str {
+    p.get("type").and_then(Value::as_str).unwrap_or("")
+}
+
+/// A message's text parts, joined.
+fn message_text(m: &Value) -> String {
+    parts(m)
+        .filter(|p| part_type(p) == "text")
+        .filter_map(|p| p.get("content").and_then(Value::as_str))
+        .collect()
+}
+
+/// The partial output `input` carries as a continuation of an attempt whose input was
+/// `prev_input` and whose recorded output text was `prev_output` (empty: not recorded).
+fn continued<'a>(
+    input: &[Value],
+    texts: &'a [String],
+    prev_input: &[Value],
+    prev_output: &str,
+) -> Option<&'a str> {
+    use crate::continuation as c;
+    let view: Vec<c::Message<'_>> = input
+        .iter()
+        .zip(texts)
+        .map(|(m, text)| c::Message {
+            role: match m.get("role").and_then(Value::as_str).unwrap_or("") {
+                "system" | "developer" => c::Role::System,
+                "user" => c::Role::User,
+                "assistant" | "model" => c::Role::Assistant,
+                _ => c::Role::Other,
+            },
+            text,
+            calls: parts(m).any(|p| part_type(p) == "tool_call"),
+            results: parts(m).any(|p| part_type(p) == "tool_call_response"),
+        })
+        .collect();
+    let (base, partial) = c::tail(&view)?;
+    (input.get(..base)? == prev_input
+        && (prev_output.is_empty() || c::carries(prev_output, false, partial)))
+    .then_some(partial)
+}
+
+/// `gen_ai.output.messages` tool call parts: (id, name, arguments).
 fn tool_calls(attrs: &Value) -> Vec<(String, String, Option<String>)> {
-    let parsed;
-    let messages = match attrs.get("gen_ai.output.messages") {
-        Some(Value::String(s)) => {
-            parsed = serde_json::from_str::<Value>(s).unwrap_or(Value::Null);
-            &parsed
-        }
-        Some(v) => v,
-        None => return Vec::new(),
-    };
+    let messages = messages(attrs, "gen_ai.output.messages");
     let mut out = Vec::new();
-    for m in messages.as_array().into_iter().flatten() {
+    for m in &messages {
         for p in m
             .get("parts")
             .and_then(Value::as_array)
@@ -108,15 +168,28 @@ impl GenAi {
         }
         let a = r.attrs;
         let model = attr_str(a, "gen_ai.request.model").map(str::to_owned);
+        let input = messages(a, "gen_ai.input.messages");
+        let output: String = messages(a, "gen_ai.output.messages")
+            .iter()
+            .map(message_text)
+            .collect();
+        let last_io = self.last_io.replace((input, output));
         let (turn, attempt) = match self.cur.take() {
             Some((turn, attempt, true)) => {
+                let prefill = match (&self.last_io, &last_io) {
+                    (Some((input, _)), Some((prev_in, prev_out))) => {
+                        let texts: Vec<String> = input.iter().map(message_text).collect();
+                        continued(input, &texts, prev_in, prev_out).map(str::to_owned)
+                    }
+                    _ => None,
+                };
                 out.push(Event::owned(
                     &turn,
                     Some(attempt + 1),
                     r.start,
                     EventKind::Retry {
-                        reason: None,
-                        prefill: None,
+                        reason: prefill.as_ref().map(|_| Cow::Borrowed("continuation")),
+                        prefill: prefill.map(Cow::Owned),
                     },
                 ));
                 (turn, attempt + 1)
