@@ -355,7 +355,7 @@ EOF
 # traffic.py OTLP_PORT PROXY_PORT: what the storm run's receiver and proxy get. OTLP/HTTP:
 # 40 accepted log requests, then two malformed ones 1.5s apart (a refusal the rate can see,
 # and 2 of 42 requests: under RetryscopeOtlpReceiverRefusing's 5%). The proxy: Claude Code's
-# User-Agent; the first request is cut mid-word (--inject), sent again (a retry), and one
+# User-Agent; the first request is cut mid-word (--inject; it offers no tools, so --inject-match all), sent again (a retry), and one
 # request breaks upstream.
 cat >"$tmp/traffic.py" <<'EOF'
 import json, sys, time, urllib.error, urllib.request
@@ -412,7 +412,7 @@ start_extras() {
   python3 "$tmp/mock_upstream.py" "$up" >"$dir/upstream.log" 2>&1 &
   pids+=($!)
   "$BIN" proxy --listen "127.0.0.1:$PROXY_PORT" --upstream "http://127.0.0.1:$up" \
-    --inject mid-word --inject-first 1 --metrics-addr "127.0.0.1:$PROXY_METRICS_PORT" \
+    --inject mid-word --inject-first 1 --inject-match all --metrics-addr "127.0.0.1:$PROXY_METRICS_PORT" \
     --findings-out '' --idle-timeout-secs 5 >"$dir/proxy.log" 2>&1 &
   pids+=($!)
   mkdir -p "$dir/nats" "$dir/ship"
