@@ -10,8 +10,9 @@
 //!   credential: an authorization scheme with credentials (`Bearer …`, `Basic …`), a key with
 //!   a known provider prefix (`sk-`, `AIza`, `ghp_`, `AKIA`, … see [`KEY_PREFIXES`]), or one
 //!   long high-entropy token (32+ characters of letters, digits, `_+/=` without a `-` or `.`
-//!   between them, letters and digits both present, at least 3.5 bits per character). A few headers whose values are ids by definition (trace
-//!   context, request ids, content headers) are left to the name rule only.
+//!   between them, letters and digits both present, at least 3.5 bits per character, 2.5 for
+//!   a hex token). A few headers whose values are ids by definition (trace context, request
+//!   ids, content headers) are left to the name rule only.
 //! - **Bodies** (the request as sent, and the event lines of the recording): only keys with a
 //!   known provider prefix followed by 20+ key characters are redacted, in place. Bodies hold
 //!   conversations, code, base64 images and hashes: a generic entropy rule would destroy
@@ -112,14 +113,24 @@ fn known_key(t: &[u8]) -> bool {
     })
 }
 
-/// 32+ characters, letters and digits both present, at least 3.5 bits of entropy per
-/// character (English words and version strings stay far below; random keys, hex or base64,
-/// above).
+/// 32+ characters, letters and digits both present, and entropy per character near what a
+/// random draw from the token's alphabet gives: at least 3.5 bits for a mixed alphabet
+/// (base64, alphanumerics: random ones give 3.9+), at least [`HEX_MIN_BITS`] for a hex token.
+/// English words and version strings stay far below.
+///
+/// Hex has only 16 symbols, so a random 32-character hex key measures 3.66 bits on average
+/// and under 3.5 about one time in five (48 characters: one in a hundred): a single 3.5-bit
+/// threshold let random hex keys through.
 fn high_entropy(t: &str) -> bool {
     let b = t.as_bytes();
     if b.len() < 32 || !b.iter().any(u8::is_ascii_digit) || !b.iter().any(u8::is_ascii_alphabetic) {
         return false;
     }
+    let min_bits = if b.iter().all(u8::is_ascii_hexdigit) {
+        HEX_MIN_BITS
+    } else {
+        3.5
+    };
     let mut counts = [0u32; 256];
     for &c in b {
         counts[c as usize] += 1;
@@ -133,8 +144,13 @@ fn high_entropy(t: &str) -> bool {
             -p * p.log2()
         })
         .sum();
-    bits >= 3.5
+    bits >= min_bits
 }
+
+/// The entropy a hex token must reach: random 32-character hex measured at least 2.8 bits in
+/// 20,000 draws; repeated short patterns (`abcd1234abcd1234…`, 3 bits) are redacted too,
+/// which costs nothing outside the id headers.
+const HEX_MIN_BITS: f64 = 2.5;
 
 /// The value to record for header `name`.
 pub fn header_value<'a>(name: &str, value: &'a str) -> Cow<'a, str> {
@@ -340,6 +356,43 @@ mod tests {
         // Ids by definition keep their values.
         let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         assert_eq!(header_value("traceparent", tp), tp);
+    }
+
+    /// Random keys of every length from 32 on, drawn deterministically (splitmix64), hex and
+    /// base64url: each is redacted. The 48-character hex key is the one CI found recorded.
+    #[test]
+    fn random_hex_and_base64_keys_are_redacted_at_every_length() {
+        assert!(secret_value(
+            "d5605a6959d1f7d388a393a404aa60aae4cdad8aa59a6afd"
+        ));
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        const HEX: &[u8] = b"0123456789abcdef";
+        const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        for len in [32, 40, 48, 64] {
+            for _ in 0..5_000 {
+                let hex: String = (0..len)
+                    .map(|_| HEX[(next() % 16) as usize] as char)
+                    .collect();
+                let b64: String = (0..len)
+                    .map(|_| B64[(next() % 64) as usize] as char)
+                    .collect();
+                // a draw without a letter or without a digit is not a key by the rule
+                for key in [hex, b64.replace(['-', '_'], "x")] {
+                    let mixed = key.bytes().any(|b| b.is_ascii_digit())
+                        && key.bytes().any(|b| b.is_ascii_alphabetic());
+                    if mixed {
+                        assert!(secret_value(&key), "{key}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
