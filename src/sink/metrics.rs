@@ -258,7 +258,9 @@ impl Inner {
         }
         for p in crate::proxy::Point::ALL {
             for h in crate::proxy::How::ALL {
-                t.touch(F::ProxyCuts as usize, &[p.as_str(), h.as_str(), "true"]);
+                for tools in ["true", "false"] {
+                    t.touch(F::ProxyCuts as usize, &[p.as_str(), h.as_str(), tools]);
+                }
             }
         }
         for g in &self.guards {

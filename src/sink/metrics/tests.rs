@@ -387,6 +387,13 @@ fn every_family_is_present_on_the_first_scrape() {
         "retryscope_findings_total{agent=\"unknown\",kind=\"spliced_text\",severity=\"high\",tool=\"\"} 0\n"
     ));
     assert!(t.contains("retryscope_bad_lines_total{source=\"stdin\",reason=\"too_long\"} 0\n"));
+    // A cut of a request with or without tools: a counter Prometheus first sees at 1 shows no
+    // increase (the e2e dashboard check found the tools="false" panel empty).
+    for tools in ["true", "false"] {
+        assert!(t.contains(&format!(
+            "retryscope_proxy_injected_cuts_total{{point=\"mid-word\",how=\"reset\",tools=\"{tools}\"}} 0\n"
+        )));
+    }
     assert!(t.contains(
         "retryscope_turns_total{agent=\"unknown\",model=\"unknown\",provider=\"unknown\",status=\"failed\"} 0\n"
     ));
