@@ -111,6 +111,7 @@ fn bench(
                 duplicate_window: Duration::from_secs(120),
                 poll_interval: Duration::from_millis(100),
                 max_line_bytes: 1 << 20,
+                reset_checkpoint: false,
             },
             shutdown.clone(),
         ));

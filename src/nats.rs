@@ -54,6 +54,16 @@ pub async fn connect(url: &str, name: &str) -> Result<async_nats::Client, NatsEr
         .map_err(|e| NatsError::new("connecting to NATS", e))
 }
 
+/// The server's largest message. Read when needed, not at connect: `connect` returns before
+/// the connection is made (it retries by itself), and until then the client knows no limit
+/// (0), so the server's default (1 MiB) stands in.
+pub fn max_payload(client: &async_nats::Client) -> usize {
+    match client.server_info().max_payload {
+        0 => 1024 * 1024,
+        n => n,
+    }
+}
+
 /// Milliseconds since the epoch, for leases and arrival times.
 pub(crate) fn wall_ms() -> i64 {
     std::time::SystemTime::now()

