@@ -12,6 +12,7 @@
 
 pub mod collect;
 pub mod lease;
+mod owned;
 pub mod partition;
 pub mod ship;
 pub mod state;
