@@ -243,3 +243,74 @@ async fn a_request_cancelled_before_the_upstream_answers_ends_its_attempt() {
     assert_eq!(errors.len(), 1, "{:?}", lines.values());
     assert_eq!(errors[0]["code"], "client_closed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_body_that_trickles_past_the_body_deadline_is_answered_408_and_counted() {
+    // Issue 24: the proxy read request bodies without a deadline, so a client sending a byte
+    // now and then (or nothing after the headers) held its connection until the per-peer cap.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let settings = ProxySettings {
+        upstream: vec![UpstreamSettings {
+            prefix: "/".into(),
+            url: "http://127.0.0.1:9".into(), // never reached
+            strip_prefix: None,
+            inject: None,
+        }],
+        ..ProxySettings::default()
+    };
+    let proxy = Arc::new(
+        Proxy::new(
+            &settings,
+            Tracker::new(Box::new(Lines::default()), "t".into()),
+            Box::new(|_| {}),
+        )
+        .expect("proxy"),
+    );
+    let metrics =
+        Arc::new(retryscope::sink::metrics::Metrics::new(Default::default()).expect("metrics"));
+    let limits = retryscope::listener::Limits {
+        body_timeout_ms: 300,
+        ..retryscope::listener::Limits::default()
+    };
+    let gate = retryscope::listener::Gate::new(
+        retryscope::listener::Name::Proxy,
+        limits,
+        Some(metrics.clone()),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(retryscope::proxy::serve_gated(
+        listener,
+        proxy,
+        gate,
+        std::future::pending(),
+    ));
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    tcp.write_all(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"mo",
+    )
+    .await
+    .expect("send the start");
+    let started = std::time::Instant::now();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        tcp.read_to_end(&mut answer),
+    )
+    .await;
+    assert!(read.is_ok(), "the proxy answered and closed within 5 s");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(250),
+        "after the deadline, not before"
+    );
+    let (_, text) = metrics.render();
+    let text = String::from_utf8_lossy(&text);
+    assert!(
+        text.contains("retryscope_listener_connections_refused_total{listener=\"proxy\",reason=\"body_timeout\"} 1"),
+        "{text}"
+    );
+}

@@ -226,17 +226,20 @@ pub async fn serve_gated(
     let limits = gate.limits().clone();
     // Open connections are not drained on shutdown: the process exits after this returns.
     let drain = std::time::Duration::ZERO;
+    let gate_for_requests = gate.clone();
     crate::listener::serve(listener, gate, shutdown, drain, move |stream, conn| {
         let proxy = proxy.clone();
         let limits = limits.clone();
+        let gate = gate_for_requests.clone();
         async move {
             let ctl = Arc::new(ConnCtl::default());
             let io = TokioIo::new(conn.watch(ResettableStream {
                 inner: stream,
                 ctl: ctl.clone(),
             }));
+            let gate = gate.clone();
             let service = conn.track(hyper::service::service_fn(move |req| {
-                handle(proxy.clone(), ctl.clone(), req)
+                handle(proxy.clone(), ctl.clone(), gate.clone(), req)
             }));
             let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             builder
@@ -300,6 +303,7 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
 async fn handle(
     proxy: Arc<Proxy>,
     ctl: Arc<ConnCtl>,
+    gate: Arc<crate::listener::Gate>,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let path = req.uri().path().to_owned();
@@ -326,7 +330,22 @@ async fn handle(
     };
     let h2 = req.version() == http::Version::HTTP_2;
     let (mut parts, body) = req.into_parts();
-    let body = match Limited::new(body, proxy.max_request_bytes).collect().await {
+    // The whole request body within the listener's body deadline: a client that trickles it
+    // (or stops) would otherwise hold its connection until the per-peer cap.
+    let read = Limited::new(body, proxy.max_request_bytes).collect();
+    let Ok(read) = tokio::time::timeout(gate.limits().body_timeout(), read).await else {
+        gate.count(crate::listener::Reason::BodyTimeout);
+        let mut r = plain(
+            StatusCode::REQUEST_TIMEOUT,
+            "request body not received within the body deadline",
+        );
+        if !h2 {
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        return Ok(r);
+    };
+    let body = match read {
         Ok(b) => b.to_bytes(),
         Err(e) => {
             return Ok(
