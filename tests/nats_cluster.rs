@@ -102,31 +102,7 @@ fn turns_split_across_hosts_are_correlated_once_across_failover_and_a_server_res
             &host.join("ship.log"),
         )
     };
-    let collector = |name: &str, checkpoint_ms: &str| {
-        let mport = free_port();
-        let p = retryscope(
-            name,
-            &[
-                "run",
-                "--nats",
-                &url,
-                "--instance",
-                name,
-                "--lease-secs",
-                "2",
-                "--checkpoint-ms",
-                checkpoint_ms,
-                "--metrics-addr",
-                &format!("127.0.0.1:{mport}"),
-                "--findings-out",
-                &d.join(format!("{name}-findings.jsonl"))
-                    .display()
-                    .to_string(),
-            ],
-            &d.join(format!("{name}.log")),
-        );
-        (p, mport)
-    };
+    let collector = |name: &str, checkpoint_ms: &str| collector(d, &url, name, "2", checkpoint_ms);
     // Both logs exist before the shippers start (an empty file is fine).
     append(&log_a, &[]);
     append(&log_b, &[]);
@@ -344,6 +320,25 @@ fn refund_turn(t: &str, ts: i64, pad: usize) -> (Vec<serde_json::Value>, Vec<ser
     (first, second)
 }
 
+/// `turns` refund turns named `<prefix>-<i>`: all first halves, then all second halves.
+fn refund_log(
+    prefix: &str,
+    turns: usize,
+    pad: usize,
+) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    let (mut first, mut second) = (Vec::new(), Vec::new());
+    for i in 0..turns {
+        let (a, b) = refund_turn(
+            &format!("{prefix}-{i}"),
+            1_700_000_000_000 + i as i64 * 20,
+            pad,
+        );
+        first.extend(a);
+        second.extend(b);
+    }
+    (first, second)
+}
+
 /// Wait until the findings stream holds `n` findings, then compare them with `expected`.
 fn assert_findings(url: &str, expected: &[String], limit: Duration) {
     let n = expected.len() as u64;
@@ -383,12 +378,7 @@ fn a_checkpoint_larger_than_a_message_is_chunked_and_resumed_after_a_kill() {
     let url = format!("nats://127.0.0.1:{port}");
     let server = nats_server(port, &d.join("js"), &d.join("nats.log"));
     let log = d.join("agent.jsonl");
-    let (mut first, mut second) = (Vec::new(), Vec::new());
-    for i in 0..TURNS {
-        let (a, b) = refund_turn(&format!("big-{i}"), 1_700_000_000_000 + i as i64 * 20, 600);
-        first.extend(a);
-        second.extend(b);
-    }
+    let (first, second) = refund_log("big", TURNS, 600);
     append(&log, &first);
     let ship = shipper(d, &url, &log, "1");
     wait_shipped(&log, &d.join("ship-data"));
@@ -462,13 +452,9 @@ fn more_findings_between_checkpoints_than_acks_in_flight_do_not_block() {
     let url = format!("nats://127.0.0.1:{port}");
     let server = nats_server(port, &d.join("js"), &d.join("nats.log"));
     let log = d.join("agent.jsonl");
-    let mut lines = Vec::new();
-    for i in 0..TURNS {
-        let (a, b) = refund_turn(&format!("many-{i}"), 1_700_000_000_000 + i as i64 * 20, 4);
-        lines.extend(a);
-        lines.extend(b);
-    }
-    append(&log, &lines);
+    let (first, second) = refund_log("many", TURNS, 4);
+    append(&log, &first);
+    append(&log, &second);
     let expected = check(&log, Path::new("/dev/null")).0;
     assert!(expected.len() > 5_000, "{} findings", expected.len());
     let ship = shipper(d, &url, &log, "1");
@@ -488,13 +474,14 @@ fn more_findings_between_checkpoints_than_acks_in_flight_do_not_block() {
 }
 
 /// Issue 26: a new owner that replays past the findings stream's duplicate window (set to 1 s
-/// here) still publishes nothing twice: it reads which findings the dead owner published.
+/// here) still publishes nothing twice: it reads which findings the dead owner published, and
+/// checkpoints taken mid-replay keep that knowledge.
 #[test]
 fn a_replay_after_the_duplicate_window_publishes_nothing_twice() {
     if !have_nats_server() {
         return;
     }
-    const TURNS: usize = 200;
+    const TURNS: usize = 600;
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let port = free_port();
@@ -511,13 +498,9 @@ fn a_replay_after_the_duplicate_window_publishes_nothing_twice() {
         .expect("findings stream with a 1 s window");
     });
     let log = d.join("agent.jsonl");
-    let mut lines = Vec::new();
-    for i in 0..TURNS {
-        let (a, b) = refund_turn(&format!("late-{i}"), 1_700_000_000_000 + i as i64 * 20, 4);
-        lines.extend(a);
-        lines.extend(b);
-    }
-    append(&log, &lines);
+    let (first, second) = refund_log("late", TURNS, 4);
+    append(&log, &first);
+    append(&log, &second);
     let expected = check(&log, Path::new("/dev/null")).0;
     let ship = shipper(d, &url, &log, "2");
     // c1 publishes every finding and never checkpoints; then it dies.
@@ -525,7 +508,9 @@ fn a_replay_after_the_duplicate_window_publishes_nothing_twice() {
     assert_findings(&url, &expected, Duration::from_secs(60));
     drop(c1);
     std::thread::sleep(Duration::from_secs(3)); // the lease and the duplicate window pass
-    let (c2, m2) = collector(d, &url, "c2", "2", "300");
+    // Checkpoints every 10 ms: several land mid-replay, and what c1 published past them must
+    // still not be published again.
+    let (c2, m2) = collector(d, &url, "c2", "2", "10");
     wait_for("c2 to replay every turn", Duration::from_secs(60), || {
         scrape(m2).is_some_and(|m| sum(&m, "retryscope_turns_total{") == TURNS as f64)
     });

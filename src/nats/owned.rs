@@ -57,8 +57,11 @@ pub(super) struct Owned {
     pub(super) findings_in_flight: Vec<PublishAckFuture>,
     /// Findings stream sequence of the last acknowledged finding of this partition.
     pub(super) findings_seq: u64,
+    /// Where the take started reading the stored findings (the checkpoint's findings sequence).
+    pub(super) replay_from: u64,
     /// Ids of this partition's findings already stored past the checkpoint: a replay does not
-    /// publish them again.
+    /// publish them again. An id leaves the set when the replay produces it; the set outlives
+    /// checkpoints taken mid-replay.
     pub(super) published: HashSet<String>,
 }
 
@@ -167,6 +170,7 @@ pub(super) async fn take(
         last_msg: None,
         findings_in_flight: Vec::new(),
         findings_seq: findings_seq.max(last_published),
+        replay_from: findings_seq,
         published,
     })
 }
@@ -428,18 +432,23 @@ pub(super) async fn checkpoint(
     o.lease_held()?;
     await_acks(sh, o).await?;
     set_correlator_stats(o);
+    // While findings read at the take have not all come round again in the replay, the next
+    // owner must read them too: the checkpoint keeps the take's starting point until then.
+    let findings_seq = if o.published.is_empty() {
+        o.findings_seq
+    } else {
+        o.replay_from
+    };
     let s = partition_state(
         &o.ingest,
         &o.metrics,
         o.seq,
         o.now_ms,
         o.tick_ms,
-        o.findings_seq,
+        findings_seq,
     );
     o.stored_state = state::save(&sh.states, p, &s, &o.stored_state).await?;
     o.stored = o.seq;
-    // What was published before this checkpoint is covered by its findings sequence.
-    o.published.clear();
     sh.summary.checkpoints += 1;
     if let Some(m) = o.last_msg.take()
         && let Err(e) = m.ack().await

@@ -158,13 +158,7 @@ pub fn sum(m: &BTreeMap<String, f64>, prefix: &str) -> f64 {
 
 /// Every finding in the findings stream, as canonical JSON text.
 pub fn findings_in_stream(url: &str) -> Vec<String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let client = async_nats::connect(url).await.expect("connect");
-        let js = async_nats::jetstream::new(client);
+    with_js(url, async |js| {
         let Ok(mut stream) = js.get_stream("RETRYSCOPE_FINDINGS").await else {
             return Vec::new();
         };
