@@ -249,9 +249,7 @@ fn ship_from_stdin_until_it_ends() {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
-    let port = free_port();
-    let url = format!("nats://127.0.0.1:{port}");
-    let server = nats_server(port, &d.join("js"), &d.join("nats.log"));
+    let (server, url) = server_in(d);
     let (a, b) = round(0);
     let merged = d.join("merged.jsonl");
     append(&merged, &a);
@@ -374,9 +372,7 @@ fn a_checkpoint_larger_than_a_message_is_chunked_and_resumed_after_a_kill() {
     const TURNS: usize = 2_000;
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
-    let port = free_port();
-    let url = format!("nats://127.0.0.1:{port}");
-    let server = nats_server(port, &d.join("js"), &d.join("nats.log"));
+    let (server, url) = server_in(d);
     let log = d.join("agent.jsonl");
     let (first, second) = refund_log("big", TURNS, 600);
     append(&log, &first);
@@ -448,9 +444,7 @@ fn more_findings_between_checkpoints_than_acks_in_flight_do_not_block() {
     const TURNS: usize = 3_500; // two findings each: 7,000
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
-    let port = free_port();
-    let url = format!("nats://127.0.0.1:{port}");
-    let server = nats_server(port, &d.join("js"), &d.join("nats.log"));
+    let (server, url) = server_in(d);
     let log = d.join("agent.jsonl");
     let (first, second) = refund_log("many", TURNS, 4);
     append(&log, &first);
@@ -484,9 +478,7 @@ fn a_replay_after_the_duplicate_window_publishes_nothing_twice() {
     const TURNS: usize = 600;
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
-    let port = free_port();
-    let url = format!("nats://127.0.0.1:{port}");
-    let server = nats_server(port, &d.join("js"), &d.join("nats.log"));
+    let (server, url) = server_in(d);
     with_js(&url, async |js| {
         js.create_stream(async_nats::jetstream::stream::Config {
             name: "RETRYSCOPE_FINDINGS".to_string(),
@@ -556,9 +548,7 @@ fn ship_refuses_a_corrupt_checkpoint_unless_told_to_reset() {
         return;
     }
     // With --reset-checkpoint it is moved aside and shipping starts.
-    let port = free_port();
-    let url = format!("nats://127.0.0.1:{port}");
-    let server = nats_server(port, &d.join("js"), &d.join("nats.log"));
+    let (server, url) = server_in(d);
     let p = retryscope(
         "ship",
         &[

@@ -301,3 +301,10 @@ pub fn findings_count(url: &str) -> u64 {
 pub fn log_text(d: &Path, name: &str) -> String {
     std::fs::read_to_string(d.join(format!("{name}.log"))).unwrap_or_default()
 }
+
+/// A fresh `nats-server` with its store and log in `d`, and its URL.
+pub fn server_in(d: &Path) -> (Proc, String) {
+    let port = free_port();
+    let server = nats_server(port, &d.join("js"), &d.join("nats.log"));
+    (server, format!("nats://127.0.0.1:{port}"))
+}
