@@ -7,9 +7,12 @@
 //! `"intValue": 26652`); enums are numbers (names accepted); an attribute value `{}` is empty.
 //! Anything that is not an export request of the signal is a [`BadRequest`] naming the field.
 
+use std::borrow::Cow;
+
+use retryscope_core::decode::otlp::line::{Line, LogLine, SpanEvent, SpanLine, Status, nanos};
 use serde_json::{Map, Value};
 
-use super::record::{BadRequest, Record, session_of, stream_name};
+use super::record::{BadRequest, Record, push, session_of, stream_name};
 
 fn field<'a>(o: &'a Map<String, Value>, camel: &str, snake: &str) -> Option<&'a Value> {
     o.get(camel).or_else(|| o.get(snake))
@@ -39,10 +42,6 @@ fn u64_of(v: Option<&Value>) -> u64 {
         Some(Value::String(s)) => s.parse().unwrap_or(0),
         _ => 0,
     }
-}
-
-fn ns(n: u64) -> Value {
-    if n == 0 { Value::Null } else { Value::from(n) }
 }
 
 /// An OTLP/JSON `AnyValue` as plain JSON.
@@ -113,14 +112,10 @@ fn attrs_of(o: &Map<String, Value>) -> Map<String, Value> {
 }
 
 /// A hex id, lowercased; an empty, all-zero or non-hex id is left out.
-fn put_id(out: &mut Map<String, Value>, key: &str, v: Option<&Value>) {
-    if let Some(s) = v.and_then(Value::as_str)
-        && !s.is_empty()
-        && s.bytes().all(|b| b.is_ascii_hexdigit())
-        && s.bytes().any(|b| b != b'0')
-    {
-        out.insert(key.to_owned(), Value::String(s.to_ascii_lowercase()));
-    }
+fn hex_id(v: Option<&Value>) -> Option<Cow<'static, str>> {
+    let s = v.and_then(Value::as_str)?;
+    (!s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit()) && s.bytes().any(|b| b != b'0'))
+        .then(|| Cow::Owned(s.to_ascii_lowercase()))
 }
 
 fn enum_num(v: Option<&Value>, names: &[&str]) -> i64 {
@@ -143,15 +138,6 @@ fn service_of(resource: Option<&Value>) -> String {
         .unwrap_or_default()
 }
 
-fn push(out: &mut Vec<Record>, service: &str, session: &str, line: Map<String, Value>) {
-    if let Ok(line) = serde_json::to_vec(&Value::Object(line)) {
-        out.push(Record {
-            stream: stream_name(service, session),
-            line,
-        });
-    }
-}
-
 fn parse(body: &[u8]) -> Result<Map<String, Value>, BadRequest> {
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(o)) => Ok(o),
@@ -168,6 +154,7 @@ fn parse(body: &[u8]) -> Result<Map<String, Value>, BadRequest> {
 /// The log records of an OTLP/JSON logs request, in order.
 pub fn logs(body: &[u8], out: &mut Vec<Record>) -> Result<(), BadRequest> {
     let top = parse(body)?;
+    let mut buf = Vec::new();
     for rl in list(&top, "resourceLogs", "resource_logs")? {
         let rl = object(rl, "`resourceLogs[]`")?;
         let service = service_of(rl.get("resource"));
@@ -185,22 +172,21 @@ pub fn logs(body: &[u8], out: &mut Vec<Record>) -> Result<(), BadRequest> {
                 if t == 0 {
                     t = u64_of(field(r, "observedTimeUnixNano", "observed_time_unix_nano"));
                 }
-                let mut o = Map::new();
-                o.insert("otlp".into(), "log".into());
-                o.insert("service".into(), service.as_str().into());
-                o.insert("scope".into(), scope.into());
-                o.insert("time_unix_nano".into(), ns(t));
-                if let Some(s) = field(r, "severityText", "severity_text").and_then(Value::as_str)
-                    && !s.is_empty()
-                {
-                    o.insert("severity".into(), s.into());
-                }
-                o.insert("body".into(), r.get("body").map_or(Value::Null, any));
-                let sess = session_of(&a);
-                o.insert("attributes".into(), Value::Object(a));
-                put_id(&mut o, "trace_id", field(r, "traceId", "trace_id"));
-                put_id(&mut o, "span_id", field(r, "spanId", "span_id"));
-                push(out, &service, &sess, o);
+                let stream = stream_name(&service, &session_of(&a));
+                let line: Line<'_, Map<String, Value>, Value> = Line::Log(LogLine {
+                    service: service.as_str().into(),
+                    scope: scope.into(),
+                    time_unix_nano: nanos(t),
+                    severity: field(r, "severityText", "severity_text")
+                        .and_then(Value::as_str)
+                        .filter(|s| !s.is_empty())
+                        .map(Cow::Borrowed),
+                    body: r.get("body").map_or(Value::Null, any),
+                    attributes: a,
+                    trace_id: hex_id(field(r, "traceId", "trace_id")),
+                    span_id: hex_id(field(r, "spanId", "span_id")),
+                });
+                push(out, &mut buf, stream, &line);
             }
         }
     }
@@ -219,6 +205,7 @@ pub fn spans(body: &[u8], out: &mut Vec<Record>) -> Result<(), BadRequest> {
     ];
     const CODES: [&str; 3] = ["STATUS_CODE_UNSET", "STATUS_CODE_OK", "STATUS_CODE_ERROR"];
     let top = parse(body)?;
+    let mut buf = Vec::new();
     for rs in list(&top, "resourceSpans", "resource_spans")? {
         let rs = object(rs, "`resourceSpans[]`")?;
         let service = service_of(rs.get("resource"));
@@ -232,60 +219,46 @@ pub fn spans(body: &[u8], out: &mut Vec<Record>) -> Result<(), BadRequest> {
             for s in list(ss, "spans", "spans")? {
                 let s = object(s, "`spans[]`")?;
                 let a = attrs_of(s);
-                let mut o = Map::new();
-                o.insert("otlp".into(), "span".into());
-                o.insert("service".into(), service.as_str().into());
-                o.insert("scope".into(), scope.into());
-                o.insert(
-                    "name".into(),
-                    s.get("name").and_then(Value::as_str).unwrap_or("").into(),
-                );
-                o.insert("kind".into(), enum_num(s.get("kind"), &KINDS).into());
-                put_id(&mut o, "trace_id", field(s, "traceId", "trace_id"));
-                put_id(&mut o, "span_id", field(s, "spanId", "span_id"));
-                put_id(
-                    &mut o,
-                    "parent_span_id",
-                    field(s, "parentSpanId", "parent_span_id"),
-                );
-                o.insert(
-                    "start_time_unix_nano".into(),
-                    ns(u64_of(field(
+                let stream = stream_name(&service, &session_of(&a));
+                let events = list(s, "events", "events")?
+                    .iter()
+                    .filter_map(Value::as_object)
+                    .map(|e| SpanEvent {
+                        name: e.get("name").and_then(Value::as_str).unwrap_or("").into(),
+                        time_unix_nano: nanos(u64_of(field(e, "timeUnixNano", "time_unix_nano"))),
+                        attributes: attrs_of(e),
+                    })
+                    .collect();
+                let line: Line<'_, Map<String, Value>, Value> = Line::Span(SpanLine {
+                    service: service.as_str().into(),
+                    scope: scope.into(),
+                    name: s.get("name").and_then(Value::as_str).unwrap_or("").into(),
+                    kind: enum_num(s.get("kind"), &KINDS),
+                    trace_id: hex_id(field(s, "traceId", "trace_id")),
+                    span_id: hex_id(field(s, "spanId", "span_id")),
+                    parent_span_id: hex_id(field(s, "parentSpanId", "parent_span_id")),
+                    start_time_unix_nano: nanos(u64_of(field(
                         s,
                         "startTimeUnixNano",
                         "start_time_unix_nano",
                     ))),
-                );
-                o.insert(
-                    "end_time_unix_nano".into(),
-                    ns(u64_of(field(s, "endTimeUnixNano", "end_time_unix_nano"))),
-                );
-                if let Some(st) = s.get("status").and_then(Value::as_object) {
-                    o.insert(
-                        "status".into(),
-                        serde_json::json!({
-                            "code": enum_num(st.get("code"), &CODES),
-                            "message": st.get("message").and_then(Value::as_str).unwrap_or(""),
-                        }),
-                    );
-                }
-                let sess = session_of(&a);
-                o.insert("attributes".into(), Value::Object(a));
-                let events: Vec<Value> = list(s, "events", "events")?
-                    .iter()
-                    .filter_map(Value::as_object)
-                    .map(|e| {
-                        serde_json::json!({
-                            "name": e.get("name").and_then(Value::as_str).unwrap_or(""),
-                            "time_unix_nano": ns(u64_of(field(e, "timeUnixNano", "time_unix_nano"))),
-                            "attributes": attrs_of(e),
-                        })
-                    })
-                    .collect();
-                if !events.is_empty() {
-                    o.insert("events".into(), Value::Array(events));
-                }
-                push(out, &service, &sess, o);
+                    end_time_unix_nano: nanos(u64_of(field(
+                        s,
+                        "endTimeUnixNano",
+                        "end_time_unix_nano",
+                    ))),
+                    status: s.get("status").and_then(Value::as_object).map(|st| Status {
+                        code: enum_num(st.get("code"), &CODES),
+                        message: st
+                            .get("message")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .into(),
+                    }),
+                    attributes: a,
+                    events,
+                });
+                push(out, &mut buf, stream, &line);
             }
         }
     }

@@ -1,5 +1,5 @@
 //! OTLP export requests (protobuf messages or OTLP/JSON documents) into the plain per-record
-//! JSON lines the core's `otlp` decoder reads (the line shape is documented there), each with
+//! JSON lines the core's `otlp` decoder reads (the typed line, `decode::otlp::line`), each with
 //! the stream it belongs to: one stream per (`service.name`, session), so one session's
 //! records stay in order on one stream whichever request carried them.
 //!
@@ -10,7 +10,11 @@
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use std::borrow::Cow;
+
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use retryscope_core::decode::otlp::line::{Line, LogLine, SpanEvent, SpanLine, Status, nanos};
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value;
 
 /// One record for the engine: its stream's name and its line (no newline).
@@ -77,28 +81,44 @@ fn base64(bytes: &[u8]) -> String {
 // ---------------------------------------------------------------------------------------------
 // protobuf
 
-fn any_to_json(v: Option<&AnyValue>) -> Value {
-    match v.and_then(|v| v.value.as_ref()) {
-        None => Value::Null,
-        Some(any_value::Value::StringValue(s)) => Value::String(s.clone()),
-        Some(any_value::Value::BoolValue(b)) => Value::Bool(*b),
-        Some(any_value::Value::IntValue(i)) => Value::from(*i),
-        Some(any_value::Value::DoubleValue(d)) => {
-            serde_json::Number::from_f64(*d).map_or(Value::Null, Value::Number)
+/// A protobuf `AnyValue`, serialised as plain JSON straight from the message.
+struct Any<'a>(Option<&'a AnyValue>);
+
+impl Serialize for Any<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0.and_then(|v| v.value.as_ref()) {
+            None | Some(any_value::Value::StringValueStrindex(_)) => s.serialize_unit(),
+            Some(any_value::Value::StringValue(v)) => s.serialize_str(v),
+            Some(any_value::Value::BoolValue(b)) => s.serialize_bool(*b),
+            Some(any_value::Value::IntValue(i)) => s.serialize_i64(*i),
+            // JSON has no NaN or infinity: `null`, as the OTLP/JSON mapping reads them.
+            Some(any_value::Value::DoubleValue(d)) if d.is_finite() => s.serialize_f64(*d),
+            Some(any_value::Value::DoubleValue(_)) => s.serialize_unit(),
+            Some(any_value::Value::ArrayValue(a)) => {
+                let mut seq = s.serialize_seq(Some(a.values.len()))?;
+                for v in &a.values {
+                    seq.serialize_element(&Any(Some(v)))?;
+                }
+                seq.end()
+            }
+            Some(any_value::Value::KvlistValue(kv)) => Attrs(&kv.values).serialize(s),
+            Some(any_value::Value::BytesValue(b)) => s.serialize_str(&base64(b)),
         }
-        Some(any_value::Value::ArrayValue(a)) => {
-            Value::Array(a.values.iter().map(|v| any_to_json(Some(v))).collect())
-        }
-        Some(any_value::Value::KvlistValue(kv)) => Value::Object(attrs_to_json(&kv.values)),
-        Some(any_value::Value::BytesValue(b)) => Value::String(base64(b)),
-        Some(any_value::Value::StringValueStrindex(_)) => Value::Null,
     }
 }
 
-fn attrs_to_json(kvs: &[KeyValue]) -> serde_json::Map<String, Value> {
-    kvs.iter()
-        .map(|kv| (kv.key.clone(), any_to_json(kv.value.as_ref())))
-        .collect()
+/// Protobuf key-value pairs as an object (a repeated key is written twice; readers keep the
+/// last, as the OTLP/JSON mapping does).
+struct Attrs<'a>(&'a [KeyValue]);
+
+impl Serialize for Attrs<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for kv in self.0 {
+            map.serialize_entry(&kv.key, &Any(kv.value.as_ref()))?;
+        }
+        map.end()
+    }
 }
 
 fn attr_str<'a>(kvs: &'a [KeyValue], key: &str) -> Option<&'a str> {
@@ -120,88 +140,12 @@ pub(super) fn session_of(attrs: &serde_json::Map<String, Value>) -> String {
         .to_owned()
 }
 
-fn push(out: &mut Vec<Record>, service: &str, session: &str, line: &Value) {
-    if let Ok(mut line) = serde_json::to_vec(line) {
-        // Exactly the line's size: records wait in the queue, charged by their size.
-        line.shrink_to_fit();
-        out.push(Record {
-            stream: stream_name(service, session),
-            line,
-        });
-    }
-}
-
-fn ns(n: u64) -> Value {
-    if n == 0 { Value::Null } else { Value::from(n) }
-}
-
-fn put_id(obj: &mut serde_json::Map<String, Value>, key: &str, id: &[u8]) {
-    if !id.is_empty() && id.iter().any(|b| *b != 0) {
-        obj.insert(key.to_owned(), Value::String(hex(id)));
-    }
-}
-
-/// A JSON line written straight from protobuf values (no intermediate map: this is the hot
-/// path of the receiver).
-struct Line(Vec<u8>);
-
-impl Line {
-    fn raw(&mut self, b: &[u8]) {
-        self.0.extend_from_slice(b);
-    }
-
-    fn str(&mut self, s: &str) {
-        // Escaping only; writing to a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut self.0, s);
-    }
-
-    fn any(&mut self, v: Option<&AnyValue>) {
-        match v.and_then(|v| v.value.as_ref()) {
-            None | Some(any_value::Value::StringValueStrindex(_)) => self.raw(b"null"),
-            Some(any_value::Value::StringValue(s)) => self.str(s),
-            Some(any_value::Value::BoolValue(b)) => self.raw(if *b { b"true" } else { b"false" }),
-            Some(any_value::Value::IntValue(i)) => self.raw(i.to_string().as_bytes()),
-            Some(any_value::Value::DoubleValue(d)) => {
-                let _ = serde_json::to_writer(&mut self.0, d);
-            }
-            Some(any_value::Value::ArrayValue(a)) => {
-                self.raw(b"[");
-                for (i, v) in a.values.iter().enumerate() {
-                    if i > 0 {
-                        self.raw(b",");
-                    }
-                    self.any(Some(v));
-                }
-                self.raw(b"]");
-            }
-            Some(any_value::Value::KvlistValue(kv)) => self.attrs(&kv.values),
-            Some(any_value::Value::BytesValue(b)) => self.str(&base64(b)),
-        }
-    }
-
-    /// Key-value pairs as an object (a repeated key is written twice; readers keep the last,
-    /// as the OTLP/JSON mapping does).
-    fn attrs(&mut self, kvs: &[KeyValue]) {
-        self.raw(b"{");
-        for (i, kv) in kvs.iter().enumerate() {
-            if i > 0 {
-                self.raw(b",");
-            }
-            self.str(&kv.key);
-            self.raw(b":");
-            self.any(kv.value.as_ref());
-        }
-        self.raw(b"}");
-    }
-
-    fn id(&mut self, key: &[u8], id: &[u8]) {
-        if !id.is_empty() && id.iter().any(|b| *b != 0) {
-            self.raw(key);
-            self.raw(b"\"");
-            self.raw(hex(id).as_bytes());
-            self.raw(b"\"");
-        }
-    }
+/// A protobuf id as lowercase hex; an empty or all-zero id is left out.
+fn id(bytes: &[u8]) -> Option<Cow<'static, str>> {
+    bytes
+        .iter()
+        .any(|b| *b != 0)
+        .then(|| Cow::Owned(hex(bytes)))
 }
 
 /// The session of protobuf attributes, with the same rule as [`session_of`] (a repeated key's
@@ -218,8 +162,27 @@ fn session_of_kvs(kvs: &[KeyValue]) -> &str {
     ""
 }
 
+/// `line` written into `buf` (reused across records) and kept as an exact-size copy: records
+/// wait in the queue, charged by their size.
+pub(super) fn push<A: Serialize, V: Serialize>(
+    out: &mut Vec<Record>,
+    buf: &mut Vec<u8>,
+    stream: String,
+    line: &Line<'_, A, V>,
+) {
+    buf.clear();
+    // Writing to a Vec fails only on a value JSON cannot hold; such a record has no line.
+    if serde_json::to_writer(&mut *buf, line).is_ok() {
+        out.push(Record {
+            stream,
+            line: buf.as_slice().to_vec(),
+        });
+    }
+}
+
 /// The log records of a protobuf request, in order.
 pub fn logs_from_proto(req: &ExportLogsServiceRequest, out: &mut Vec<Record>) {
+    let mut buf = Vec::new();
     for rl in &req.resource_logs {
         let rattrs = rl
             .resource
@@ -227,44 +190,27 @@ pub fn logs_from_proto(req: &ExportLogsServiceRequest, out: &mut Vec<Record>) {
             .map(|r| r.attributes.as_slice())
             .unwrap_or(&[]);
         let service = attr_str(rattrs, "service.name").unwrap_or("");
-        let mut head = Line(Vec::new());
-        // One buffer reused for every record; each record keeps an exact-size copy.
-        let mut w = Line(Vec::new());
-        head.raw(b"{\"otlp\":\"log\",\"service\":");
-        head.str(service);
         for sl in &rl.scope_logs {
             let scope = sl.scope.as_ref().map(|s| s.name.as_str()).unwrap_or("");
             for r in &sl.log_records {
-                w.0.clear();
-                w.raw(&head.0);
-                w.raw(b",\"scope\":");
-                w.str(scope);
                 let t = if r.time_unix_nano != 0 {
                     r.time_unix_nano
                 } else {
                     r.observed_time_unix_nano
                 };
-                w.raw(b",\"time_unix_nano\":");
-                if t == 0 {
-                    w.raw(b"null");
-                } else {
-                    w.raw(t.to_string().as_bytes());
-                }
-                if !r.severity_text.is_empty() {
-                    w.raw(b",\"severity\":");
-                    w.str(&r.severity_text);
-                }
-                w.raw(b",\"body\":");
-                w.any(r.body.as_ref());
-                w.raw(b",\"attributes\":");
-                w.attrs(&r.attributes);
-                w.id(b",\"trace_id\":", &r.trace_id);
-                w.id(b",\"span_id\":", &r.span_id);
-                w.raw(b"}");
-                out.push(Record {
-                    stream: stream_name(service, session_of_kvs(&r.attributes)),
-                    line: w.0.as_slice().to_vec(),
+                let line = Line::Log(LogLine {
+                    service: service.into(),
+                    scope: scope.into(),
+                    time_unix_nano: nanos(t),
+                    severity: (!r.severity_text.is_empty())
+                        .then_some(Cow::Borrowed(r.severity_text.as_str())),
+                    body: Any(r.body.as_ref()),
+                    attributes: Attrs(&r.attributes),
+                    trace_id: id(&r.trace_id),
+                    span_id: id(&r.span_id),
                 });
+                let stream = stream_name(service, session_of_kvs(&r.attributes));
+                push(out, &mut buf, stream, &line);
             }
         }
     }
@@ -272,6 +218,7 @@ pub fn logs_from_proto(req: &ExportLogsServiceRequest, out: &mut Vec<Record>) {
 
 /// The spans of a protobuf request, in order.
 pub fn spans_from_proto(req: &ExportTraceServiceRequest, out: &mut Vec<Record>) {
+    let mut buf = Vec::new();
     for rs in &req.resource_spans {
         let rattrs = rs
             .resource
@@ -282,41 +229,33 @@ pub fn spans_from_proto(req: &ExportTraceServiceRequest, out: &mut Vec<Record>) 
         for ss in &rs.scope_spans {
             let scope = ss.scope.as_ref().map(|s| s.name.as_str()).unwrap_or("");
             for s in &ss.spans {
-                let mut o = serde_json::Map::new();
-                o.insert("otlp".into(), "span".into());
-                o.insert("service".into(), service.into());
-                o.insert("scope".into(), scope.into());
-                o.insert("name".into(), s.name.clone().into());
-                o.insert("kind".into(), s.kind.into());
-                put_id(&mut o, "trace_id", &s.trace_id);
-                put_id(&mut o, "span_id", &s.span_id);
-                put_id(&mut o, "parent_span_id", &s.parent_span_id);
-                o.insert("start_time_unix_nano".into(), ns(s.start_time_unix_nano));
-                o.insert("end_time_unix_nano".into(), ns(s.end_time_unix_nano));
-                if let Some(st) = &s.status {
-                    o.insert(
-                        "status".into(),
-                        serde_json::json!({"code": st.code, "message": st.message}),
-                    );
-                }
-                let attrs = attrs_to_json(&s.attributes);
-                let session = session_of(&attrs);
-                o.insert("attributes".into(), Value::Object(attrs));
-                let events: Vec<Value> = s
-                    .events
-                    .iter()
-                    .map(|e| {
-                        serde_json::json!({
-                            "name": e.name,
-                            "time_unix_nano": ns(e.time_unix_nano),
-                            "attributes": attrs_to_json(&e.attributes),
+                let line: Line<'_, Attrs<'_>, Any<'_>> = Line::Span(SpanLine {
+                    service: service.into(),
+                    scope: scope.into(),
+                    name: s.name.as_str().into(),
+                    kind: i64::from(s.kind),
+                    trace_id: id(&s.trace_id),
+                    span_id: id(&s.span_id),
+                    parent_span_id: id(&s.parent_span_id),
+                    start_time_unix_nano: nanos(s.start_time_unix_nano),
+                    end_time_unix_nano: nanos(s.end_time_unix_nano),
+                    status: s.status.as_ref().map(|st| Status {
+                        code: i64::from(st.code),
+                        message: st.message.as_str().into(),
+                    }),
+                    attributes: Attrs(&s.attributes),
+                    events: s
+                        .events
+                        .iter()
+                        .map(|e| SpanEvent {
+                            name: e.name.as_str().into(),
+                            time_unix_nano: nanos(e.time_unix_nano),
+                            attributes: Attrs(&e.attributes),
                         })
-                    })
-                    .collect();
-                if !events.is_empty() {
-                    o.insert("events".into(), Value::Array(events));
-                }
-                push(out, service, &session, &Value::Object(o));
+                        .collect(),
+                });
+                let stream = stream_name(service, session_of_kvs(&s.attributes));
+                push(out, &mut buf, stream, &line);
             }
         }
     }

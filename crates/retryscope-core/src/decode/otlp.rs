@@ -32,6 +32,7 @@
 mod claude;
 mod codex;
 mod genai;
+pub mod line;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -43,6 +44,10 @@ use super::gemini_telemetry;
 use super::provider::{StreamDecoder, parse, utf8};
 use super::{DecodeError, SkipCounts};
 use crate::event::{Event, TimestampMs};
+use line::Line;
+
+type Log = line::LogLine<'static, Value, Value>;
+type Span = line::SpanLine<'static, Value>;
 
 /// `otlp` of a log record line.
 pub const LOG: &str = "log";
@@ -95,8 +100,9 @@ impl Decoder {
     }
 }
 
-fn ns_ms(v: Option<&Value>) -> Option<TimestampMs> {
-    i64::try_from(v?.as_u64()? / 1_000_000).ok()
+/// Nanoseconds since the epoch to milliseconds.
+fn ns_ms(ns: Option<u64>) -> Option<TimestampMs> {
+    i64::try_from(ns? / 1_000_000).ok()
 }
 
 /// The session of a generic record: its conversation, else the stream's service.
@@ -130,23 +136,16 @@ fn text(a: &Value, key: &str) -> Option<String> {
 }
 
 /// A record's time: `event.timestamp` (RFC 3339), else `time_unix_nano`.
-fn time_of(record: &Value, attrs: &Value) -> Option<TimestampMs> {
+fn time_of(time_unix_nano: Option<u64>, attrs: &Value) -> Option<TimestampMs> {
     attr_str(attrs, "event.timestamp")
         .and_then(crate::rfc3339::parse_ms)
-        .or_else(|| {
-            let ns = record.get("time_unix_nano")?.as_u64()?;
-            i64::try_from(ns / 1_000_000).ok()
-        })
+        .or_else(|| ns_ms(time_unix_nano))
 }
 
 /// A record's event name: the `event.name` attribute, else a string body (Claude Code puts
 /// `claude_code.<event>` in both).
-fn event_name(record: &Value) -> Option<&str> {
-    record
-        .get("attributes")
-        .and_then(|a| a.get("event.name"))
-        .and_then(Value::as_str)
-        .or_else(|| record.get("body").and_then(Value::as_str))
+fn event_name(record: &Log) -> Option<&str> {
+    attr_str(&record.attributes, "event.name").or_else(|| record.body.as_str())
 }
 
 /// Which agent a record came from.
@@ -158,76 +157,82 @@ enum Agent {
     Other,
 }
 
-fn agent_of(record: &Value, name: Option<&str>, family: &HashSet<String>) -> Agent {
-    let service = record.get("service").and_then(Value::as_str).unwrap_or("");
-    if service == "gemini-cli"
-        || family.contains(service)
-        || name.is_some_and(|n| gemini_telemetry::family::event(n).is_some())
+/// What [`agent_of`] looks at: the same for a log record and a span.
+struct Seen<'r> {
+    service: &'r str,
+    name: Option<&'r str>,
+    body: Option<&'r str>,
+    attributes: &'r Value,
+}
+
+fn agent_of(r: &Seen<'_>, family: &HashSet<String>) -> Agent {
+    if r.service == "gemini-cli"
+        || family.contains(r.service)
+        || r.name
+            .is_some_and(|n| gemini_telemetry::family::event(n).is_some())
     {
         return Agent::GeminiCli;
     }
     // A span that names a gemini-cli prompt (`qwen-code.prompt_id`) is a fork's.
-    if name.is_none()
-        && record
-            .get("attributes")
-            .and_then(Value::as_object)
-            .is_some_and(|a| {
-                a.keys()
-                    .any(|k| k.ends_with(".prompt_id") && !k.starts_with("gen_ai."))
-            })
+    if r.name.is_none()
+        && r.attributes.as_object().is_some_and(|a| {
+            a.keys()
+                .any(|k| k.ends_with(".prompt_id") && !k.starts_with("gen_ai."))
+        })
     {
         return Agent::GeminiCli;
     }
-    if name.is_some_and(|n| n.starts_with("codex.")) {
+    if r.name.is_some_and(|n| n.starts_with("codex.")) {
         return Agent::Codex;
     }
-    if service == "claude-code"
-        || record
-            .get("body")
-            .and_then(Value::as_str)
-            .is_some_and(|b| b.starts_with("claude_code."))
-    {
+    if r.service == "claude-code" || r.body.is_some_and(|b| b.starts_with("claude_code.")) {
         return Agent::Claude;
     }
     Agent::Other
 }
 
 impl Decoder {
-    fn log(&mut self, mut record: Value, out: &mut Vec<Event<'static>>) {
+    fn log(&mut self, record: Log, out: &mut Vec<Event<'static>>) {
         let name = event_name(&record).map(str::to_owned);
         if let Some(n) = &name
             && gemini_telemetry::family::event(n).is_some()
-            && let Some(service) = record.get("service").and_then(Value::as_str)
         {
-            self.family.insert(service.to_owned());
+            self.family.insert(record.service.to_string());
         }
-        match agent_of(&record, name.as_deref(), &self.family) {
+        let seen = Seen {
+            service: &record.service,
+            name: name.as_deref(),
+            body: record.body.as_str(),
+            attributes: &record.attributes,
+        };
+        match agent_of(&seen, &self.family) {
             Agent::GeminiCli => {
                 // The outfile's records carry `hrTime` ([seconds, nanoseconds]); it stands in
                 // when `event.timestamp` is missing.
-                if let Some(ns) = record.get("time_unix_nano").and_then(Value::as_u64)
-                    && let Some(obj) = record.as_object_mut()
-                {
-                    obj.insert(
+                let mut outfile = serde_json::Map::new();
+                if let Some(ns) = record.time_unix_nano {
+                    outfile.insert(
                         "hrTime".to_owned(),
                         Value::from(vec![ns / 1_000_000_000, ns % 1_000_000_000]),
                     );
                 }
+                outfile.insert("body".to_owned(), record.body);
+                outfile.insert("attributes".to_owned(), record.attributes);
                 let sink = Self::gemini_out(&self.joiner, &mut self.scratch, out);
-                self.gemini.record(&record, sink);
+                self.gemini.record(&Value::Object(outfile), sink);
                 self.hand_over();
             }
             Agent::Codex => {
-                let attrs = record.get("attributes").unwrap_or(&Value::Null);
+                let attrs = &record.attributes;
                 let session = attr_str(attrs, "conversation.id").unwrap_or("codex");
-                let ts = time_of(&record, attrs);
+                let ts = time_of(record.time_unix_nano, attrs);
                 self.codex
                     .record(name.as_deref().unwrap_or(""), attrs, session, ts, out);
             }
             Agent::Claude => {
-                let attrs = record.get("attributes").unwrap_or(&Value::Null);
+                let attrs = &record.attributes;
                 let session = attr_str(attrs, "session.id").unwrap_or("claude-code");
-                let ts = time_of(&record, attrs);
+                let ts = time_of(record.time_unix_nano, attrs);
                 let name = name.as_deref().unwrap_or("");
                 let name = name.strip_prefix("claude_code.").unwrap_or(name);
                 self.claude.record(name, attrs, session, ts, out);
@@ -235,12 +240,12 @@ impl Decoder {
             Agent::Other
                 if name.as_deref() == Some("gen_ai.client.inference.operation.details") =>
             {
-                let attrs = record.get("attributes").unwrap_or(&Value::Null);
-                let ts = time_of(&record, attrs);
+                let attrs = &record.attributes;
+                let ts = time_of(record.time_unix_nano, attrs);
                 self.genai.inference(
                     &genai::Inference {
                         attrs,
-                        span_id: record.get("span_id").and_then(Value::as_str),
+                        span_id: record.span_id.as_deref(),
                         start: ts,
                         end: ts,
                         status_error: None,
@@ -253,35 +258,34 @@ impl Decoder {
         }
     }
 
-    fn span(&mut self, record: &Value, out: &mut Vec<Event<'static>>) {
-        match agent_of(record, None, &self.family) {
+    fn span(&mut self, record: &Span, out: &mut Vec<Event<'static>>) {
+        let seen = Seen {
+            service: &record.service,
+            name: None,
+            body: None,
+            attributes: &record.attributes,
+        };
+        match agent_of(&seen, &self.family) {
             // gemini-cli's and Claude Code's spans repeat what their log records say.
             Agent::GeminiCli | Agent::Claude => {}
             // Codex's spans are its internals (`run_turn`, `receiving`, ...); its log events
             // say what a turn needs.
-            _ if record
-                .get("service")
-                .and_then(Value::as_str)
-                .is_some_and(|s| s.starts_with("codex")) => {}
+            _ if record.service.starts_with("codex") => {}
             Agent::Codex | Agent::Other => {
-                let attrs = record.get("attributes").unwrap_or(&Value::Null);
+                let attrs = &record.attributes;
                 let op = attr_str(attrs, "gen_ai.operation.name").unwrap_or("");
-                let start = ns_ms(record.get("start_time_unix_nano"));
-                let end = ns_ms(record.get("end_time_unix_nano")).or(start);
-                let status = record.get("status");
-                let status_error = (status.and_then(|s| s.get("code")).and_then(Value::as_i64)
-                    == Some(2))
-                .then(|| {
-                    status
-                        .and_then(|s| s.get("message"))
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                });
+                let start = ns_ms(record.start_time_unix_nano);
+                let end = ns_ms(record.end_time_unix_nano).or(start);
+                let status_error = record
+                    .status
+                    .as_ref()
+                    .filter(|s| s.code == 2)
+                    .map(|s| s.message.as_ref());
                 if genai::is_inference(op) {
                     self.genai.inference(
                         &genai::Inference {
                             attrs,
-                            span_id: record.get("span_id").and_then(Value::as_str),
+                            span_id: record.span_id.as_deref(),
                             start,
                             end,
                             status_error,
@@ -307,11 +311,17 @@ impl StreamDecoder for Decoder {
         if line.trim().is_empty() {
             return Ok(());
         }
-        let record: Value = parse(line)?;
-        match record.get("otlp").and_then(Value::as_str) {
-            Some(LOG) => self.log(record, out),
-            Some(SPAN) => self.span(&record, out),
-            _ => self.skips.unknown_types += 1,
+        match parse::<line::Read>(line) {
+            Ok(Line::Log(record)) => self.log(record, out),
+            Ok(Line::Span(record)) => self.span(&record, out),
+            Err(e) => match parse::<Value>(line) {
+                // Valid JSON under another `otlp` tag, or none: a type no decoder knows.
+                Ok(v) if !matches!(v.get("otlp").and_then(Value::as_str), Some(LOG | SPAN)) => {
+                    self.skips.unknown_types += 1;
+                }
+                // Not JSON, or a record whose fields break the contract.
+                _ => return Err(e),
+            },
         }
         Ok(())
     }
