@@ -1,10 +1,11 @@
 """Shared helpers of the network fault suite's cases (.ci/net/*.sh): start retryscope, read
-its peak memory (VmHWM) and its /metrics, make a self-signed certificate, speak raw HTTP/2
-frames (no HPACK decoding needed: the suite reads outcomes from /metrics). Loopback only.
-Python 3 stdlib only."""
+its peak memory (VmHWM) and its /metrics, make a self-signed certificate, build gzip bombs,
+speak raw HTTP/2 frames (no HPACK decoding needed: the suite reads outcomes from /metrics).
+Loopback only. Python 3 stdlib only."""
 
 import os
 import resource
+import select
 import socket
 import ssl
 import struct
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import zlib
 
 BIN = os.environ["BIN"]
 WORK = os.environ["WORK"]
@@ -162,6 +164,11 @@ def ld(field, payload):
     return varint(field << 3 | 2) + varint(len(payload)) + payload
 
 
+def ld_head(field, n):
+    """The tag and length of a length-delimited field of `n` bytes (its payload follows)."""
+    return varint(field << 3 | 2) + varint(n)
+
+
 def empty_log_records(n, attrs=b""):
     """An ExportLogsServiceRequest of `n` empty log records (2 wire bytes each)."""
     record = ld(2, attrs)
@@ -176,6 +183,48 @@ def log_request(body_text):
 
 def grpc_frame(msg, compressed):
     return bytes([1 if compressed else 0]) + struct.pack(">I", len(msg)) + msg
+
+
+# ---- gzip bombs -----------------------------------------------------------------------------
+
+def gzip_bomb(prefix, unit, count, suffix=b""):
+    """A valid gzip stream of `prefix` + `unit` * `count` + `suffix` (GiBs inflated from ~1/1000
+    of that), built in well under a second: each MiB of units ends in a full flush, so its
+    deflate blocks are the same bytes every time and are repeated, not recompressed; the
+    trailer's CRC-32 and size cover the whole. (gzip bytes, inflated size)."""
+    per = max(1, MIB // len(unit))
+    n, rest = divmod(count, per)
+    chunk = unit * per
+    co = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: gzip header and trailer
+    first = co.compress(prefix + chunk) + co.flush(zlib.Z_FULL_FLUSH)
+    again = co.compress(chunk) + co.flush(zlib.Z_FULL_FLUSH)
+    assert n >= 3 and again == co.compress(chunk) + co.flush(zlib.Z_FULL_FLUSH)
+    tail = unit * rest + suffix
+    last = co.compress(tail) + co.flush()
+    crc = zlib.crc32(prefix)
+    for _ in range(n):
+        crc = zlib.crc32(chunk, crc)
+    crc = zlib.crc32(tail, crc)
+    size = len(prefix) + n * len(chunk) + len(tail)
+    body = first + again * (n - 1) + last[:-8] + struct.pack("<II", crc, size & 0xFFFFFFFF)
+    return body, size
+
+
+def log_records_bomb(size):
+    """gzip of an ExportLogsServiceRequest of about `size` bytes: empty log records (2 bytes
+    each) in one ResourceLogs and ScopeLogs, valid protobuf once inflated."""
+    count = (size - 16) // 2
+    records = 2 * count
+    scope = ld_head(2, records)  # ResourceLogs.scope_logs, then its records
+    prefix = ld_head(1, len(scope) + records) + scope
+    return gzip_bomb(prefix, ld(2, b""), count)
+
+
+def json_logs_bomb(size):
+    """gzip of an OTLP/JSON logs request of about `size` bytes: empty log records (`{}`),
+    valid JSON once inflated."""
+    prefix, suffix = b'{"resourceLogs":[{"scopeLogs":[{"logRecords":[{}', b"]}]}]}"
+    return gzip_bomb(prefix, b",{}", (size - len(prefix) - len(suffix)) // 3, suffix)
 
 
 # ---- HTTP/1.1 -------------------------------------------------------------------------------
@@ -197,21 +246,42 @@ def connect(port, source="127.0.0.1", tls=None, timeout=10):
     return s
 
 
-def post(port, path, body, headers=(), tls=False, timeout=10):
-    """POST over HTTP/1.1; the status code (0 when the connection ended without one)."""
+def post(port, path, body, headers=(), tls=False, timeout=10, send=None):
+    """POST over HTTP/1.1; the status code (0 when the connection ended without one). The
+    body goes in 64 KiB pieces and the answer is read as soon as one comes, before the rest is
+    sent (a server may answer without reading the body: 401, 413 by content-length). With
+    `send`, only the body's first `send` bytes are sent (content-length still says all of
+    it): an answer then came before the body did."""
     s = connect(port, tls="http/1.1" if tls else None, timeout=timeout)
     head = f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: {len(body)}\r\n"
     head += "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n"
+    out = memoryview(head.encode() + (body if send is None else body[:send]))
+    data = b""
     try:
-        s.sendall(head.encode() + body)
-        data = b""
+        try:
+            sent = 0
+            while sent < len(out):
+                if select.select([s], [], [], 0)[0] or (tls and s.pending()):
+                    # Readable: an answer, or (TLS) only a session ticket; read briefly.
+                    s.settimeout(0.05)
+                    try:
+                        chunk = s.recv(4096)
+                    except (socket.timeout, ssl.SSLWantReadError):
+                        chunk = None
+                    s.settimeout(timeout)
+                    if chunk is not None:
+                        data += chunk
+                        break
+                sent += s.send(out[sent:sent + 65536])
+        except OSError:
+            pass  # refused mid-body: the answer may be waiting all the same
         while b"\r\n" not in data:
             chunk = s.recv(4096)
             if not chunk:
                 break
             data += chunk
     except OSError:
-        return 0
+        pass
     finally:
         s.close()
     try:
