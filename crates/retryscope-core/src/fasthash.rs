@@ -94,23 +94,26 @@ impl BuildHasher for FastState {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamHash {
     acc: u64,
+    /// The last `len % 8` bytes, not yet mixed in.
     tail: u64,
-    tail_len: u8,
     len: u64,
 }
 
 impl StreamHash {
     /// Add bytes.
     pub fn push(&mut self, mut bytes: &[u8]) {
+        // Bytes in the tail: what does not fill a word (8 bytes of state fewer than keeping
+        // the count: open turns hold one of these per text).
+        let mut tail_len = (self.len % 8) as u32;
         self.len += bytes.len() as u64;
-        while self.tail_len > 0 && !bytes.is_empty() {
-            self.tail |= u64::from(bytes[0]) << (8 * u32::from(self.tail_len));
-            self.tail_len += 1;
+        while tail_len > 0 && !bytes.is_empty() {
+            self.tail |= u64::from(bytes[0]) << (8 * tail_len);
+            tail_len += 1;
             bytes = &bytes[1..];
-            if self.tail_len == 8 {
+            if tail_len == 8 {
                 self.acc = mix(self.acc, self.tail);
                 self.tail = 0;
-                self.tail_len = 0;
+                tail_len = 0;
             }
         }
         let mut words = bytes.chunks_exact(8);
@@ -120,8 +123,8 @@ impl StreamHash {
             self.acc = mix(self.acc, u64::from_le_bytes(buf));
         }
         for &b in words.remainder() {
-            self.tail |= u64::from(b) << (8 * u32::from(self.tail_len));
-            self.tail_len += 1;
+            self.tail |= u64::from(b) << (8 * tail_len);
+            tail_len += 1;
         }
     }
 

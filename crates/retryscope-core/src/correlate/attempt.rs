@@ -61,12 +61,12 @@ impl TextStats {
 /// A complete tool call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallState {
-    pub id: String,
+    pub id: Box<str>,
     pub name: Sym,
     /// Effect key without a step.
-    pub effect_key: String,
+    pub effect_key: Box<str>,
     /// Canonical arguments, kept only when small (to derive stepped keys).
-    pub canonical_args: Option<String>,
+    pub canonical_args: Option<Box<str>>,
 }
 
 /// One execution of a call.
@@ -107,7 +107,7 @@ pub struct AttemptState {
     pub number: u32,
     pub outcome: Outcome,
     pub finish_reason: Option<Sym>,
-    pub error: Option<String>,
+    pub error: Option<Box<str>>,
     pub retry_reason: Option<Sym>,
     pub model: Option<Sym>,
     pub started_ms: i64,
@@ -223,7 +223,7 @@ impl AttemptState {
     }
 
     pub fn call(&self, id: &str) -> Option<&CallState> {
-        self.calls.iter().find(|c| c.id == id)
+        self.calls.iter().find(|c| &*c.id == id)
     }
 }
 

@@ -42,7 +42,7 @@ impl AttemptCalls for AttemptState {
     fn calls(&self) -> impl Iterator<Item = (&str, &str, &str)> {
         self.calls
             .iter()
-            .map(|c| (c.id.as_str(), &*c.name, c.effect_key.as_str()))
+            .map(|c| (&*c.id, &*c.name, &*c.effect_key))
     }
 
     fn executed(&self, call_id: &str) -> bool {
@@ -137,10 +137,10 @@ mod tests {
         for (id, args) in calls {
             let canonical = canonical_args(Some(args));
             a.calls.push(CallState {
-                id: (*id).to_owned(),
+                id: (*id).into(),
                 name: interner.get("shell"),
-                effect_key: effect_key("t", "shell", &canonical, None),
-                canonical_args: Some(canonical),
+                effect_key: effect_key("t", "shell", &canonical, None).into(),
+                canonical_args: Some(canonical.into()),
             });
         }
         a

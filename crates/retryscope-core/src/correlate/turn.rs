@@ -37,7 +37,7 @@ pub struct Origin {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TurnState {
-    id: String,
+    id: Box<str>,
     opened_seq: u64,
     model: Option<Sym>,
     /// The model the request asked for, when told apart (`turn_start` `requested_model`).
@@ -45,14 +45,18 @@ pub struct TurnState {
     #[serde(default)]
     requested_model: Option<Box<Sym>>,
     provider: Option<Sym>,
-    session: Option<String>,
+    session: Option<Box<str>>,
     /// Where the turn came from (see [`TurnSource`]); boxed, the name shared with its stream.
     #[serde(default)]
     source: Option<Box<Origin>>,
     agent: Option<Sym>,
-    traceparent: Option<String>,
-    first_ms: Option<i64>,
-    last_ms: Option<i64>,
+    traceparent: Option<Box<str>>,
+    /// Earliest and latest event time (8 bytes each: open turns are the correlator's memory;
+    /// with these, the state fits a 256-byte allocation).
+    #[serde(default, with = "opt_ms")]
+    first_ms: OptMs,
+    #[serde(default, with = "opt_ms")]
+    last_ms: OptMs,
     last_arrival_ms: i64,
     /// Turn-local event counter (orders texts against render resets).
     seq: u64,
@@ -75,7 +79,7 @@ pub struct TurnState {
 impl TurnState {
     pub fn new(id: String, opened_seq: u64, now_ms: i64, source: Option<Box<Origin>>) -> Self {
         TurnState {
-            id,
+            id: id.into(),
             opened_seq,
             model: None,
             requested_model: None,
@@ -84,8 +88,8 @@ impl TurnState {
             source,
             agent: None,
             traceparent: None,
-            first_ms: None,
-            last_ms: None,
+            first_ms: OptMs::NONE,
+            last_ms: OptMs::NONE,
             last_arrival_ms: now_ms,
             seq: 0,
             last_reset_seq: 0,
@@ -158,8 +162,8 @@ impl TurnState {
     ) {
         self.seq += 1;
         self.last_arrival_ms = self.last_arrival_ms.max(now_ms);
-        self.first_ms = Some(self.first_ms.map_or(ts, |f| f.min(ts)));
-        self.last_ms = Some(self.last_ms.map_or(ts, |l| l.max(ts)));
+        self.first_ms = OptMs::some(self.first_ms.get().map_or(ts, |f| f.min(ts)));
+        self.last_ms = OptMs::some(self.last_ms.get().map_or(ts, |l| l.max(ts)));
         match &ev.kind {
             EventKind::TurnStart {
                 model,
@@ -230,7 +234,7 @@ impl TurnState {
                 {
                     // The replaced generation streamed nothing kept here (only reasoning, or a
                     // call cut mid-arguments); it still existed and is billed.
-                    let start = self.first_ms.unwrap_or(ts);
+                    let start = self.first_ms.get().unwrap_or(ts);
                     let i = self.ensure_attempt(prev, start, None, env, out);
                     self.attempts[i].touch(ts);
                 }
@@ -380,11 +384,11 @@ impl TurnState {
                     attempt.mark(env.cfg.timeline, MarkKind::ToolCall, ts, 0, Some(id));
                     first_exact(&mut attempt.calls);
                     attempt.calls.push(CallState {
-                        id: id.to_string(),
+                        id: id.as_ref().into(),
                         name: env.interner.get(name),
-                        effect_key: key,
+                        effect_key: key.into(),
                         canonical_args: (canonical.len() <= MAX_KEPT_ARGS_BYTES)
-                            .then_some(canonical),
+                            .then(|| canonical.into()),
                     });
                 }
                 self.resolve_pending(idx, id, out);
@@ -462,11 +466,14 @@ impl TurnState {
             EventKind::Error { message, code } => {
                 let attempt = &mut self.attempts[idx];
                 attempt.mark(env.cfg.timeline, MarkKind::Error, ts, 0, None);
-                attempt.error = Some(match code {
-                    Some(code) if message.is_empty() => code.to_string(),
-                    Some(code) => format!("{code}: {message}"),
-                    None => message.to_string(),
-                });
+                attempt.error = Some(
+                    match code {
+                        Some(code) if message.is_empty() => code.to_string(),
+                        Some(code) => format!("{code}: {message}"),
+                        None => message.to_string(),
+                    }
+                    .into(),
+                );
                 if attempt.outcome == Outcome::Open {
                     attempt.outcome = Outcome::Failed;
                     attempt.ended_ms = ts;
@@ -568,7 +575,7 @@ impl TurnState {
         capture_content: bool,
         out: &mut Vec<Output>,
     ) -> TurnReport {
-        let end_ts = self.last_ms.unwrap_or(self.last_arrival_ms);
+        let end_ts = self.last_ms.get().unwrap_or(self.last_arrival_ms);
         // Executions whose call never appeared: key them by call id so they stay apart.
         for a in 0..self.attempts.len() {
             for e in 0..self.attempts[a].execs.len() {
@@ -665,17 +672,17 @@ impl TurnState {
             .sum::<f64>()
             + 0.0;
         TurnReport {
-            turn: self.id,
+            turn: self.id.into(),
             model: labels.model,
             requested_model: self.requested_model.map(|m| m.as_ref().to_string()),
             provider: self.provider.map(|p| p.to_string()),
             agent: self.agent.map(|a| a.to_string()),
-            session: self.session,
+            session: self.session.map(String::from),
             source: self.source.map(|o| TurnSource {
                 input: o.input.to_string(),
                 line: o.line,
             }),
-            traceparent: self.traceparent,
+            traceparent: self.traceparent.map(String::from),
             status,
             closed_by,
             retries: self.attempts.len().saturating_sub(1) as u32,
@@ -687,8 +694,8 @@ impl TurnState {
                 .filter(|_| capture_content)
                 .map(|o| o.text.prefix.clone()),
             output_chars: self.output.as_ref().map(|o| o.text.chars),
-            started_ms: self.first_ms,
-            ended_ms: self.last_ms,
+            started_ms: self.first_ms.get(),
+            ended_ms: self.last_ms.get(),
             attempts,
             findings: self.findings,
             opened_seq: self.opened_seq,
@@ -720,7 +727,11 @@ impl TurnState {
                     attempt: a.number,
                     outcome: a.outcome,
                     finish_reason: a.finish_reason.as_ref().map(|r| r.to_string()),
-                    error: a.error.clone().filter(|_| capture_content),
+                    error: a
+                        .error
+                        .as_deref()
+                        .filter(|_| capture_content)
+                        .map(String::from),
                     error_chars: a.error.as_ref().map(|e| e.chars().count() as u64),
                     retry_reason: a.retry_reason.as_ref().map(|r| r.to_string()),
                     model: a
@@ -734,9 +745,9 @@ impl TurnState {
                         .calls
                         .iter()
                         .map(|c| CallReport {
-                            id: c.id.clone(),
+                            id: c.id.to_string(),
                             name: c.name.to_string(),
-                            effect_key: c.effect_key.clone(),
+                            effect_key: c.effect_key.to_string(),
                         })
                         .collect(),
                     executed: a
@@ -809,7 +820,7 @@ impl TurnState {
 
 fn stepped_key(turn: &str, call: &CallState, step: Option<i64>) -> String {
     match (step, &call.canonical_args) {
-        (None, _) => call.effect_key.clone(),
+        (None, _) => call.effect_key.to_string(),
         (Some(step), Some(args)) => effect_key(turn, &call.name, args, Some(step)),
         // Arguments too large to keep: derive the stepped key from the call's key.
         (Some(step), None) => effect_key(
@@ -841,10 +852,48 @@ fn set_sym(
     }
 }
 
-fn set_if(slot: &mut Option<String>, value: &Option<std::borrow::Cow<'_, str>>) {
+fn set_if(slot: &mut Option<Box<str>>, value: &Option<std::borrow::Cow<'_, str>>) {
     if let Some(v) = value
         && !v.is_empty()
     {
-        *slot = Some(v.to_string());
+        *slot = Some(v.as_ref().into());
+    }
+}
+
+/// A time in milliseconds, or none, in 8 bytes (`Option<i64>` takes 16): `i64::MIN` is none
+/// (a time that far out means nothing anyway).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct OptMs(i64);
+
+impl OptMs {
+    const NONE: OptMs = OptMs(i64::MIN);
+
+    fn some(ms: i64) -> Self {
+        OptMs(ms)
+    }
+
+    fn get(self) -> Option<i64> {
+        (self != Self::NONE).then_some(self.0)
+    }
+}
+
+impl Default for OptMs {
+    fn default() -> Self {
+        Self::NONE
+    }
+}
+
+/// [`OptMs`] serialised as `Option<i64>`, as checkpoints have always written these times.
+mod opt_ms {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::OptMs;
+
+    pub fn serialize<S: Serializer>(v: &OptMs, s: S) -> Result<S::Ok, S::Error> {
+        v.get().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<OptMs, D::Error> {
+        Ok(Option::<i64>::deserialize(d)?.map_or(OptMs::NONE, OptMs::some))
     }
 }
