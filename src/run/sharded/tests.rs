@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::internal_events::{Ingested, InternalEvent};
 use crate::demo::{Fleet, FleetConfig};
 use crate::sink::metrics::MetricsConfig;
 
