@@ -25,6 +25,7 @@
 //! the other notes (bad lines, formats) go to the `note` callbacks with one worker, and
 //! straight to the metrics as [`Ingested`] with several.
 
+mod fault;
 mod workers;
 
 use std::sync::Arc;
@@ -144,6 +145,24 @@ impl ShardedIngest {
         restored: Option<Restored>,
         metrics: Arc<Metrics>,
     ) -> ShardedIngest {
+        let fault = fault::PanicAfter::from_env();
+        Self::start_faulty(
+            workers, cfg, prices, format, join_otlp, restored, metrics, fault,
+        )
+    }
+
+    /// [`ShardedIngest::start`] with a worker made to panic (`fault.rs`).
+    #[allow(clippy::too_many_arguments)]
+    fn start_faulty(
+        workers: usize,
+        cfg: CorrelatorConfig,
+        prices: Arc<PriceTable>,
+        format: Format,
+        join_otlp: bool,
+        restored: Option<Restored>,
+        metrics: Arc<Metrics>,
+        fault: Option<fault::PanicAfter>,
+    ) -> ShardedIngest {
         let count = workers.clamp(1, MAX_WORKERS);
         if count == 1 {
             return ShardedIngest {
@@ -194,7 +213,7 @@ impl ShardedIngest {
                 ingest
             })
             .collect();
-        match Workers::spawn(ingests, &metrics) {
+        match Workers::spawn(ingests, &metrics, fault) {
             Ok(workers) => ShardedIngest {
                 mode: Mode::Workers(Box::new(workers)),
                 counts: LineCounts::default(),

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::internal_events::{Ingested, InternalEvent};
 use crate::demo::{Fleet, FleetConfig};
+use crate::internal_events::{Ingested, InternalEvent};
 use crate::sink::metrics::MetricsConfig;
 
 /// Streams of a small fleet: two native logs (demo fleet, interleaved turns, retries, tool

@@ -7,6 +7,7 @@ use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use super::fault::{ENV as FAULT_ENV, PanicAfter};
 use super::{IngestState, LineCounts};
 use crate::correlate::{CorrelatorSnapshot, CorrelatorStats, Output};
 use crate::decode::Format;
@@ -131,8 +132,13 @@ pub(super) struct Workers {
 }
 
 impl Workers {
-    /// One thread per ingest path (`ingests[i]` is worker `i`'s, its shard already set).
-    pub(super) fn spawn(ingests: Vec<Ingest>, metrics: &Arc<Metrics>) -> std::io::Result<Workers> {
+    /// One thread per ingest path (`ingests[i]` is worker `i`'s, its shard already set);
+    /// `fault`: a worker to make panic (tests, see `fault.rs`).
+    pub(super) fn spawn(
+        ingests: Vec<Ingest>,
+        metrics: &Arc<Metrics>,
+        fault: Option<PanicAfter>,
+    ) -> std::io::Result<Workers> {
         let count = ingests.len();
         let stats = Arc::new(Mutex::new(vec![
             (CorrelatorStats::default(), 0usize);
@@ -145,10 +151,21 @@ impl Workers {
             let (tx, rx) = sync_channel::<Msg>(QUEUE);
             let (reply_tx, reply_rx) = channel::<Reply>();
             let shared = (metrics.clone(), stats.clone());
+            let panic_after = fault.filter(|f| f.worker == index).map(|f| f.lines);
             // On an error the threads started so far stop as their queues close.
             let handle = std::thread::Builder::new()
                 .name(format!("retryscope-shard-{index}"))
-                .spawn(move || worker(index, ingest, rx, reply_tx, &shared.0, &shared.1))?;
+                .spawn(move || {
+                    worker(
+                        index,
+                        ingest,
+                        rx,
+                        reply_tx,
+                        &shared.0,
+                        &shared.1,
+                        panic_after,
+                    )
+                })?;
             handles.push(handle);
             txs.push(tx);
             rxs.push(reply_rx);
@@ -383,6 +400,7 @@ fn worker(
     replies: Sender<Reply>,
     metrics: &Metrics,
     stats: &Mutex<Vec<(CorrelatorStats, usize)>>,
+    mut panic_after: Option<u64>,
 ) {
     // The engine thread's stream handles → this ingest path's.
     let mut local: FastMap<u32, StreamId> = FastMap::default();
@@ -406,6 +424,12 @@ fn worker(
                         && let Op::Open { id, .. } = op
                     {
                         undecided.push(*id);
+                    }
+                    if let (Op::Line { .. }, Some(left)) = (op, &mut panic_after) {
+                        if *left == 0 {
+                            panic!("fault injected by {FAULT_ENV}");
+                        }
+                        *left -= 1;
                     }
                     apply(&mut ingest, &mut local, &batch.bytes, op, &mut out, note);
                 }
