@@ -18,7 +18,11 @@
 //! after everything read so far; each worker answers with its outputs, then its state, once
 //! it has applied everything before the marker; the states are merged into one
 //! [`CorrelatorSnapshot`] (the checkpoint's format does not depend on the worker count) while
-//! the engine thread, which alone moves file offsets, has read nothing since.
+//! the engine thread, which alone moves file offsets, has read nothing since. A worker that
+//! dies (only a bug, a panic, stops one) is found at the next call that waits for the workers
+//! ([`ShardedIngest::flush`] always does): from then on [`ShardedIngest::alive`] and
+//! [`ShardedIngest::checkpoint`] return [`WorkerDied`], and the engine stops, so no checkpoint
+//! without the dead worker's open turns is ever written (`sharded/workers.rs`).
 //!
 //! Per-line notes: successful lines are counted and added to the metrics once per batch (one
 //! worker: at each flush), which is what the engine's [`Ingested`] does with them one by one;
@@ -77,6 +81,18 @@ pub struct IngestState {
     pub clock_ms: i64,
     /// gemini-cli events held for the session join (worker 0's: every worker holds the same).
     pub joined: Option<JoinerSnapshot>,
+}
+
+/// An ingest worker thread died: a bug (a panic) in decoding or correlating. The open turns
+/// it owned are gone from memory, so the engine must stop rather than write a checkpoint
+/// without them: a restart then resumes from the last good checkpoint and loses nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("ingest worker {worker} (thread retryscope-shard-{worker}) died: {panic}")]
+pub struct WorkerDied {
+    /// The worker's index (0-based, of `--workers`).
+    pub worker: usize,
+    /// Its panic message.
+    pub panic: String,
 }
 
 /// [`Ingest`] on one thread or sharded by turn over several; see the module docs.
@@ -402,20 +418,31 @@ impl ShardedIngest {
         }
     }
 
+    /// `Err` once a worker thread has died (found at any call that hands over or collects
+    /// work; [`ShardedIngest::flush`] waits for every worker, so it always finds one). The
+    /// engine then stops: the dead worker's open turns are lost from memory.
+    pub fn alive(&self) -> Result<(), WorkerDied> {
+        match &self.mode {
+            Mode::Local(_) => Ok(()),
+            Mode::Workers(w) => w.dead().map_or(Ok(()), |d| Err(d.clone())),
+        }
+    }
+
     /// The state a checkpoint holds, after every line handed in so far; what the workers
     /// produced before it is moved into `out` (deliver it before reading metric values or
-    /// the findings offset).
-    pub fn checkpoint(&mut self, out: &mut Vec<Output>) -> IngestState {
+    /// the findings offset). `Err` when a worker has died: there is no consistent state to
+    /// write, and none may be written.
+    pub fn checkpoint(&mut self, out: &mut Vec<Output>) -> Result<IngestState, WorkerDied> {
         match &mut self.mode {
             Mode::Local(i) => {
                 self.counts.publish(&self.metrics);
                 let p = i.pipeline();
-                IngestState {
+                Ok(IngestState {
                     correlator: p.correlator().snapshot(),
                     counters: p.counters().clone(),
                     clock_ms: p.clock_ms(),
                     joined: i.joined_snapshot(),
-                }
+                })
             }
             Mode::Workers(w) => w.checkpoint(out),
         }

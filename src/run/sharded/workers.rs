@@ -3,12 +3,12 @@
 //! runs [`worker`], applying its batches to its own [`Ingest`] in order and answering a
 //! checkpoint barrier with its state.
 
-use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
+use std::sync::mpsc::{Receiver, Sender, SyncSender, TryRecvError, channel, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use super::fault::{ENV as FAULT_ENV, PanicAfter};
-use super::{IngestState, LineCounts};
+use super::{IngestState, LineCounts, WorkerDied};
 use crate::correlate::{CorrelatorSnapshot, CorrelatorStats, Output};
 use crate::decode::Format;
 use crate::fasthash::FastMap;
@@ -110,7 +110,8 @@ pub(super) struct StreamState {
 pub(super) struct Workers {
     txs: Vec<SyncSender<Msg>>,
     rxs: Vec<Receiver<Reply>>,
-    handles: Vec<JoinHandle<()>>,
+    /// Each worker's thread; taken when it has died (to read its panic).
+    handles: Vec<Option<JoinHandle<()>>>,
     /// The next batch of each worker.
     batches: Vec<Batch>,
     /// Bytes in all of them.
@@ -127,8 +128,10 @@ pub(super) struct Workers {
     /// What the workers produced, not handed to a caller yet (calls without an `out`, like
     /// opening a stream, can collect).
     pending: Vec<Output>,
-    /// A stopped worker was reported.
-    said_dead: bool,
+    /// The first worker found dead. Its open turns are gone from memory, so no checkpoint
+    /// may be taken from here on (it would lack them, and a restart would lose them for
+    /// good): the engine stops instead.
+    dead: Option<WorkerDied>,
 }
 
 impl Workers {
@@ -166,7 +169,7 @@ impl Workers {
                         panic_after,
                     )
                 })?;
-            handles.push(handle);
+            handles.push(Some(handle));
             txs.push(tx);
             rxs.push(reply_rx);
         }
@@ -182,7 +185,7 @@ impl Workers {
             stats,
             waiting: vec![0; count],
             pending: Vec::new(),
-            said_dead: false,
+            dead: None,
         })
     }
 
@@ -293,23 +296,50 @@ impl Workers {
         }
     }
 
+    /// The first worker found dead, if any.
+    pub(super) fn dead(&self) -> Option<&WorkerDied> {
+        self.dead.as_ref()
+    }
+
+    /// Worker `i`'s queues are closed: only a panic ends a worker before the engine drops
+    /// them. The first one is kept with its panic message (and logged); the engine stops on it.
+    fn died(&mut self, i: usize) {
+        self.waiting[i] = 0;
+        if self.dead.is_some() {
+            return;
+        }
+        // The queues close as the thread unwinds: the join waits for it to finish.
+        let panic = match self
+            .handles
+            .get_mut(i)
+            .and_then(Option::take)
+            .map(JoinHandle::join)
+        {
+            Some(Err(payload)) => panic_message(payload.as_ref()),
+            Some(Ok(())) => "it stopped without a panic".to_owned(),
+            None => "its thread is gone".to_owned(),
+        };
+        let dead = WorkerDied { worker: i, panic };
+        tracing::error!(
+            worker = i,
+            panic = %dead.panic,
+            "an ingest worker died; the engine stops without writing another checkpoint"
+        );
+        self.dead = Some(dead);
+    }
+
     /// Hand each worker its batch; collect what is ready without waiting.
     fn send(&mut self) {
         self.batched_bytes = 0;
-        for (i, tx) in self.txs.iter().enumerate() {
+        for i in 0..self.txs.len() {
             let batch = std::mem::take(&mut self.batches[i]);
             if batch.ops.is_empty() {
                 continue;
             }
-            if tx.send(Msg::Batch(batch)).is_ok() {
+            if self.txs[i].send(Msg::Batch(batch)).is_ok() {
                 self.waiting[i] += 1;
-            } else if !self.said_dead {
-                // Only a bug (a panic) stops a worker; its turns are lost from here on.
-                self.said_dead = true;
-                tracing::error!(
-                    worker = i,
-                    "an ingest worker stopped; the turns it owned are no longer correlated"
-                );
+            } else {
+                self.died(i);
             }
         }
         self.collect(false);
@@ -317,15 +347,16 @@ impl Workers {
 
     /// Take the workers' answers into `pending`: all of them (`wait`), or those already there.
     fn collect(&mut self, wait: bool) {
+        let mut gone = Vec::new();
         for (i, rx) in self.rxs.iter().enumerate() {
             while self.waiting[i] > 0 {
                 let reply = if wait {
-                    rx.recv().ok()
+                    rx.recv().map_err(|_| TryRecvError::Disconnected)
                 } else {
-                    rx.try_recv().ok()
+                    rx.try_recv()
                 };
                 match reply {
-                    Some(Reply::Done(outputs, native)) => {
+                    Ok(Reply::Done(outputs, native)) => {
                         self.waiting[i] -= 1;
                         self.pending.extend(outputs);
                         for id in native {
@@ -334,14 +365,18 @@ impl Workers {
                             }
                         }
                     }
-                    Some(Reply::State(_)) => {}
-                    None if wait => {
+                    Ok(Reply::State(_)) => {}
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
                         // The worker is gone (it panicked): nothing more will come.
-                        self.waiting[i] = 0;
+                        gone.push(i);
+                        break;
                     }
-                    None => break,
                 }
             }
+        }
+        for i in gone {
+            self.died(i);
         }
     }
 
@@ -351,35 +386,48 @@ impl Workers {
         out.append(&mut self.pending);
     }
 
-    pub(super) fn checkpoint(&mut self, out: &mut Vec<Output>) -> IngestState {
+    /// Every worker's state at a barrier, merged; an error, and no state, when any worker is
+    /// dead (a checkpoint without its turns would lose them for good).
+    pub(super) fn checkpoint(&mut self, out: &mut Vec<Output>) -> Result<IngestState, WorkerDied> {
         self.flush(out);
+        if let Some(dead) = &self.dead {
+            return Err(dead.clone());
+        }
         let mut snapshots = Vec::new();
         let mut counters = InputCounters::default();
         let mut clock_ms = 0;
         let mut joined = None;
-        for (tx, rx) in self.txs.iter().zip(&self.rxs) {
-            if tx.send(Msg::Barrier).is_err() {
-                continue;
-            }
-            while let Ok(reply) = rx.recv() {
-                match reply {
-                    Reply::Done(outputs, _) => out.extend(outputs),
-                    Reply::State(state) => {
-                        snapshots.push(state.correlator);
-                        counters.add(&state.counters);
-                        clock_ms = clock_ms.max(state.clock_ms);
-                        joined = joined.or(state.joined);
-                        break;
+        for i in 0..self.txs.len() {
+            let mut state = None;
+            if self.txs[i].send(Msg::Barrier).is_ok() {
+                while let Ok(reply) = self.rxs[i].recv() {
+                    match reply {
+                        Reply::Done(outputs, _) => out.extend(outputs),
+                        Reply::State(s) => {
+                            state = Some(s);
+                            break;
+                        }
                     }
                 }
             }
+            let Some(state) = state else {
+                self.died(i);
+                return Err(self.dead.clone().unwrap_or(WorkerDied {
+                    worker: i,
+                    panic: "it did not answer the checkpoint barrier".to_owned(),
+                }));
+            };
+            snapshots.push(state.correlator);
+            counters.add(&state.counters);
+            clock_ms = clock_ms.max(state.clock_ms);
+            joined = joined.or(state.joined);
         }
-        IngestState {
+        Ok(IngestState {
             correlator: CorrelatorSnapshot::merge(snapshots),
             counters,
             clock_ms,
             joined,
-        }
+        })
     }
 }
 
@@ -387,10 +435,20 @@ impl Drop for Workers {
     fn drop(&mut self) {
         // Closing the queues stops the workers.
         self.txs.clear();
-        for h in self.handles.drain(..) {
+        for h in self.handles.drain(..).flatten() {
             let _ = h.join();
         }
     }
+}
+
+/// The text of a panic (`panic!` with a literal or a formatted message), made safe to print.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    let text = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message");
+    crate::sanitize::display(text).into_owned()
 }
 
 fn worker(
