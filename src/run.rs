@@ -32,7 +32,7 @@ use crate::source::file::{FileTailer, FileTailerConfig};
 
 pub use checkpoint::{CHECKPOINT_FILE, Checkpoint};
 pub use feeds::{Feed, FeedItem, start as start_feeds};
-pub use sharded::{IngestState, MAX_WORKERS, Restored, ShardedIngest, default_workers};
+pub use sharded::{IngestState, MAX_WORKERS, Restored, ShardedIngest, WorkerDied, default_workers};
 
 /// Where lines come from.
 #[derive(Debug, Clone, Default)]
@@ -95,6 +95,14 @@ pub enum RunError {
     /// Nothing to read.
     #[error("no source: give files or globs, `-` for stdin, --otlp-listen, or --demo")]
     NoSource,
+    /// An ingest worker thread died (a bug): the open turns it owned are gone from memory, so
+    /// the engine stops before a checkpoint without them could be written.
+    #[error(
+        "{0}; the run stopped, since the open turns that worker owned are lost from memory. No \
+         checkpoint was written after it: with --data-dir, a restart resumes from the last \
+         good checkpoint and reads again what came after it"
+    )]
+    WorkerDied(#[from] WorkerDied),
 }
 
 /// What happened during a run.
@@ -243,6 +251,9 @@ impl Engine {
                 self.tick(&mut live, now);
             }
             self.deliver(&mut live);
+            // A dead worker stops the engine here, before the checkpoint below could be taken
+            // without its turns (`deliver` waits for every worker, so it finds one).
+            live.ingest.alive()?;
             self.publish_stats(&live);
             let open = live.ingest.open_turns();
             if let Some(view) = live.findings.view()
@@ -252,13 +263,13 @@ impl Engine {
             }
             if live.checkpoint_path.is_some() && last_checkpoint.elapsed() >= checkpoint_every {
                 last_checkpoint = Instant::now();
-                self.write_checkpoint(&mut live);
+                self.write_checkpoint(&mut live)?;
             }
             if !files_busy && !feeds_busy && !otlp_busy {
                 std::thread::sleep(poll_every);
             }
         }
-        Ok((self.shut_down(live), self.traces.take()))
+        Ok((self.shut_down(live)?, self.traces.take()))
     }
 
     /// Restore the checkpoint (if any), open the findings output and start the sources.
@@ -387,7 +398,7 @@ impl Engine {
             // A first checkpoint before anything is read: a crash before the first periodic
             // one then resumes here, cutting the findings file back to its length at start,
             // instead of appending every finding again.
-            if !self.write_checkpoint(&mut live) {
+            if !self.write_checkpoint(&mut live)? {
                 return Err(RunError::DataDir {
                     dir: self
                         .cfg
@@ -648,8 +659,9 @@ impl Engine {
     }
 
     /// Shutdown: with a data dir, open turns stay open in the checkpoint for the next run;
-    /// without one, they are closed now so nothing is lost from the outputs.
-    fn shut_down(&self, mut live: Live) -> RunSummary {
+    /// without one, they are closed now so nothing is lost from the outputs. A worker found
+    /// dead on the way is an error, and no checkpoint is written.
+    fn shut_down(&self, mut live: Live) -> Result<RunSummary, RunError> {
         if let Some(view) = live.findings.view() {
             view.stopping();
         }
@@ -671,12 +683,13 @@ impl Engine {
             live.ingest.release_joined(0, &mut live.out);
             self.deliver(&mut live);
             live.summary.open_turns_checkpointed = live.ingest.open_turns();
-            live.summary.final_checkpoint_failed = !self.write_checkpoint(&mut live);
+            live.summary.final_checkpoint_failed = !self.write_checkpoint(&mut live)?;
         } else {
             let metrics = &*self.metrics;
             live.ingest
                 .close_all(&mut live.out, &mut |n| Ingested(n).emit(metrics));
             self.deliver(&mut live);
+            live.ingest.alive()?;
         }
         self.publish_stats(&live);
         if let Err(error) = live.findings.flush() {
@@ -688,19 +701,21 @@ impl Engine {
         {
             FindingWriteFailed { error: &error }.emit(&self.metrics);
         }
-        live.summary
+        Ok(live.summary)
     }
 
-    /// Write the checkpoint; `false` when it could not be written.
-    fn write_checkpoint(&self, live: &mut Live) -> bool {
+    /// Write the checkpoint; `false` when it could not be written (the next one may be), an
+    /// error when an ingest worker has died (none may be written any more: it would lack the
+    /// dead worker's open turns).
+    fn write_checkpoint(&self, live: &mut Live) -> Result<bool, RunError> {
         let Some(path) = live.checkpoint_path.clone() else {
-            return true;
+            return Ok(true);
         };
         let _span = tracing::info_span!("checkpoint.write", open_turns = live.ingest.open_turns())
             .entered();
         // Every line read so far is correlated (a barrier when sharded) and what came of it is
         // delivered before the findings offset and the metric values are taken.
-        let state = live.ingest.checkpoint(&mut live.out);
+        let state = live.ingest.checkpoint(&mut live.out)?;
         self.deliver(live);
         let findings_offset = match live.findings.checkpoint_offset() {
             Ok(o) => o,
@@ -710,7 +725,7 @@ impl Engine {
                     error: &error,
                 }
                 .emit(&self.metrics);
-                return false;
+                return Ok(false);
             }
         };
         let cp = Checkpoint {
@@ -735,7 +750,7 @@ impl Engine {
                 }
                 live.summary.checkpoints += 1;
                 CheckpointWritten.emit(&self.metrics);
-                true
+                Ok(true)
             }
             Err(error) => {
                 CheckpointFailed {
@@ -743,7 +758,7 @@ impl Engine {
                     error: &error,
                 }
                 .emit(&self.metrics);
-                false
+                Ok(false)
             }
         }
     }

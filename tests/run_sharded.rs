@@ -126,3 +126,214 @@ fn sharded_run_matches_one_worker_and_survives_kill_9_with_other_worker_counts()
         "same findings, each exactly once"
     );
 }
+
+/// The bookstore turns of [`bookstore_turns`], each turn's lines apart.
+fn turns_apart(n: usize) -> Vec<Vec<String>> {
+    let mut turns: Vec<Vec<String>> = Vec::new();
+    let mut current = String::new();
+    for line in bookstore_turns(n) {
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let id = v["turn"].as_str().unwrap().to_owned();
+        if id != current {
+            turns.push(Vec::new());
+            current = id;
+        }
+        turns.last_mut().unwrap().push(line);
+    }
+    turns
+}
+
+/// A finding's identity: kind, turn, attempt, call.
+fn identity(f: &serde_json::Value) -> String {
+    format!(
+        "{} {} {} {}",
+        f["kind"], f["turn"], f["attempt"], f["call_id"]
+    )
+}
+
+/// What `check --json` reports for `log`: its findings' identities (sorted) and its summary.
+fn check_log(log: &Path) -> (Vec<String>, serde_json::Value) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_retryscope"))
+        .args(["check", "--json"])
+        .arg(log)
+        .output()
+        .expect("run check");
+    let mut findings = Vec::new();
+    let mut summary = serde_json::Value::Null;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("check --json line");
+        if v.get("summary").is_some() {
+            summary = v["summary"].clone();
+        }
+        for f in v["findings"].as_array().into_iter().flatten() {
+            findings.push(identity(f));
+        }
+    }
+    findings.sort();
+    (findings, summary)
+}
+
+/// Sum of a family's series by one label's value, zeros left out.
+fn by_label(m: &BTreeMap<String, f64>, family: &str, label: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    let needle = format!("{label}=\"");
+    for (k, v) in m {
+        let Some(labels) = k.strip_prefix(family).and_then(|r| r.strip_prefix('{')) else {
+            continue;
+        };
+        let Some(at) = labels.find(&needle) else {
+            continue;
+        };
+        let value = &labels[at + needle.len()..];
+        let value = &value[..value.find('"').unwrap_or(value.len())];
+        if *v > 0.0 {
+            *out.entry(value.to_owned()).or_insert(0) += *v as u64;
+        }
+    }
+    out
+}
+
+/// A summary's `{name: count}` object, zeros left out.
+fn counts(summary: &serde_json::Value, key: &str) -> BTreeMap<String, u64> {
+    summary[key]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_u64()?)))
+        .filter(|(_, v)| *v > 0)
+        .collect()
+}
+
+#[test]
+fn a_dead_worker_stops_the_run_with_no_checkpoint_after_it_and_a_restart_loses_nothing() {
+    if !cfg!(debug_assertions) {
+        // The fault hook is read in debug builds only (src/run/sharded/fault.rs).
+        eprintln!("skipped: RETRYSCOPE_FAULT_WORKER_PANIC_AFTER needs a debug build");
+        return;
+    }
+    let turns = turns_apart(60);
+    // The first 8 lines of every turn, then the rest of every turn: at the checkpoint between
+    // the two halves all 60 turns are open, about half of them owned by each worker.
+    let first: Vec<String> = turns.iter().flat_map(|t| t[..8].to_vec()).collect();
+    let rest: Vec<String> = turns.iter().flat_map(|t| t[8..].to_vec()).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("agent.jsonl");
+    let data = dir.path().join("data");
+    let findings = dir.path().join("findings.jsonl");
+    let checkpoint = data.join("checkpoint.json");
+    let args = run_args(&log, &findings, "2", Some(&data));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+
+    // 1. The first halves, checkpointed with every turn open at a clean stop.
+    append(&log, &first);
+    let c = Collector::start(&args);
+    c.wait_until(
+        |m| {
+            get(m, "retryscope_events_read_total{source=\"file\"}") >= first.len() as f64
+                && get(m, "retryscope_open_turns") >= turns.len() as f64
+        },
+        "first halves read",
+    );
+    assert!(c.terminate().success());
+    let good = std::fs::read(&checkpoint).expect("the checkpoint of the clean stop");
+
+    // 2. The rest of every turn, and worker 1 panics a few lines into it. A periodic
+    // checkpoint is made rare, so that none can fall between the start and the panic: the
+    // only checkpoints this run could write are the ones after the death.
+    append(&log, &rest);
+    let config = dir.path().join("rare-checkpoints.toml");
+    std::fs::write(&config, "checkpoint_interval_secs = 3600\n").unwrap();
+    let stderr_path = dir.path().join("faulty.stderr");
+    let mut faulty = std::process::Command::new(env!("CARGO_BIN_EXE_retryscope"))
+        .arg("run")
+        .args(&args)
+        .arg("--config")
+        .arg(&config)
+        .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
+        .env("RUST_LOG", "warn")
+        .env("RETRYSCOPE_FAULT_WORKER_PANIC_AFTER", "1:5")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&stderr_path).unwrap())
+        .spawn()
+        .expect("start the faulty run");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = faulty.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stopped_by_itself = status.is_some();
+    let status = status.unwrap_or_else(|| {
+        // It kept going without worker 1: stop it as an operator would.
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &faulty.id().to_string()])
+            .status();
+        faulty.wait().unwrap()
+    });
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap();
+    let after = std::fs::read(&checkpoint).expect("a checkpoint after the faulty run");
+    assert!(
+        stopped_by_itself && !status.success(),
+        "the run must stop with an error when a worker dies (stopped by itself: \
+         {stopped_by_itself}, {status}); checkpoint unchanged: {}; stderr:\n{stderr}",
+        after == good
+    );
+    assert!(
+        stderr.contains("ingest worker 1") && stderr.contains("fault injected"),
+        "stderr names the dead worker and its panic:\n{stderr}"
+    );
+    assert!(
+        after == good,
+        "no checkpoint is written after the death; stderr:\n{stderr}"
+    );
+
+    // 3. A restart without the fault resumes from the last good checkpoint: every turn is
+    // there, each finding exactly once, the metrics as `check` counts the whole log.
+    let (want_findings, summary) = check_log(&log);
+    assert_eq!(summary["turns"].as_u64(), Some(turns.len() as u64));
+    let c = Collector::start(&args);
+    c.wait_until(
+        |m| sum(m, "retryscope_turns_total{") >= turns.len() as f64,
+        "the restart",
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let m = c.scrape().unwrap();
+    assert!(c.terminate().success());
+    let mut got_findings: Vec<String> = std::fs::read_to_string(&findings)
+        .unwrap()
+        .lines()
+        .map(|l| identity(&serde_json::from_str(l).expect("a finding line")))
+        .collect();
+    got_findings.sort();
+    assert_eq!(
+        got_findings, want_findings,
+        "findings: none lost, none twice"
+    );
+    assert_eq!(
+        by_label(&m, "retryscope_turns_total", "status"),
+        counts(&summary, "turns_by_status")
+    );
+    assert_eq!(
+        by_label(&m, "retryscope_findings_total", "kind"),
+        counts(&summary, "findings")
+    );
+    assert_eq!(
+        by_label(&m, "retryscope_attempts_total", "outcome"),
+        counts(&summary, "attempts_by_outcome")
+    );
+    assert_eq!(
+        sum(&m, "retryscope_retries_total{") as u64,
+        summary["retries"].as_u64().unwrap()
+    );
+    assert_eq!(
+        get(&m, "retryscope_events_read_total{source=\"file\"}") as u64,
+        summary["lines"].as_u64().unwrap(),
+        "every line read once (the faulty run's reads are not in the checkpoint)"
+    );
+    assert_eq!(get(&m, "retryscope_open_turns"), 0.0);
+}

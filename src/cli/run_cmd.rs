@@ -21,7 +21,8 @@ use retryscope::source::file::ReadFrom;
 #[command(
     after_help = "Exit status: 0 after a clean stop (Ctrl-C, SIGTERM, or the end of stdin \
 with --exit-on-eof); 2 for unusable arguments or configuration, or when it cannot start \
-(metrics address in use, unreadable price table or checkpoint)."
+(metrics address in use, unreadable price table or checkpoint), or when an ingest worker thread \
+dies (--workers; no checkpoint is written after it)."
 )]
 pub struct RunArgs {
     /// Files or glob patterns to tail, or `-` for stdin.

@@ -18,34 +18,32 @@
 //! after everything read so far; each worker answers with its outputs, then its state, once
 //! it has applied everything before the marker; the states are merged into one
 //! [`CorrelatorSnapshot`] (the checkpoint's format does not depend on the worker count) while
-//! the engine thread, which alone moves file offsets, has read nothing since.
+//! the engine thread, which alone moves file offsets, has read nothing since. A worker that
+//! dies (only a bug, a panic, stops one) is found at the next call that waits for the workers
+//! ([`ShardedIngest::flush`] always does): from then on [`ShardedIngest::alive`] and
+//! [`ShardedIngest::checkpoint`] return [`WorkerDied`], and the engine stops, so no checkpoint
+//! without the dead worker's open turns is ever written (`sharded/workers.rs`).
 //!
 //! Per-line notes: successful lines are counted and added to the metrics once per batch (one
 //! worker: at each flush), which is what the engine's [`Ingested`] does with them one by one;
 //! the other notes (bad lines, formats) go to the `note` callbacks with one worker, and
 //! straight to the metrics as [`Ingested`] with several.
 
-use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+mod fault;
+mod workers;
+
+use std::sync::Arc;
 
 use crate::correlate::{Correlator, CorrelatorConfig, CorrelatorSnapshot, CorrelatorStats, Output};
 use crate::cost::PriceTable;
 use crate::decode::Format;
 use crate::decode::gemini_join::JoinerSnapshot;
-use crate::fasthash::FastMap;
 use crate::ingest::{Ingest, Note, Source, StreamId};
-use crate::internal_events::{Ingested, InternalEvent};
 use crate::pipeline::{InputCounters, LineOutcome, Shard};
 use crate::sink::metrics::Metrics;
 use crate::turn_route;
+use workers::{Op, Workers};
 
-/// Bytes of lines per batch handed to the workers.
-const BATCH_BYTES: usize = 256 * 1024;
-/// Operations per batch.
-const BATCH_OPS: usize = 4096;
-/// Batches queued per worker before the engine thread waits.
-const QUEUE: usize = 4;
 /// Workers at most, whatever the core count.
 pub const MAX_WORKERS: usize = 8;
 
@@ -83,6 +81,18 @@ pub struct IngestState {
     pub clock_ms: i64,
     /// gemini-cli events held for the session join (worker 0's: every worker holds the same).
     pub joined: Option<JoinerSnapshot>,
+}
+
+/// An ingest worker thread died: a bug (a panic) in decoding or correlating. The open turns
+/// it owned are gone from memory, so the engine must stop rather than write a checkpoint
+/// without them: a restart then resumes from the last good checkpoint and loses nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("ingest worker {worker} (thread retryscope-shard-{worker}) died: {panic}")]
+pub struct WorkerDied {
+    /// The worker's index (0-based, of `--workers`).
+    pub worker: usize,
+    /// Its panic message.
+    pub panic: String,
 }
 
 /// [`Ingest`] on one thread or sharded by turn over several; see the module docs.
@@ -151,6 +161,24 @@ impl ShardedIngest {
         restored: Option<Restored>,
         metrics: Arc<Metrics>,
     ) -> ShardedIngest {
+        let fault = fault::PanicAfter::from_env();
+        Self::start_faulty(
+            workers, cfg, prices, format, join_otlp, restored, metrics, fault,
+        )
+    }
+
+    /// [`ShardedIngest::start`] with a worker made to panic (`fault.rs`).
+    #[allow(clippy::too_many_arguments)]
+    fn start_faulty(
+        workers: usize,
+        cfg: CorrelatorConfig,
+        prices: Arc<PriceTable>,
+        format: Format,
+        join_otlp: bool,
+        restored: Option<Restored>,
+        metrics: Arc<Metrics>,
+        fault: Option<fault::PanicAfter>,
+    ) -> ShardedIngest {
         let count = workers.clamp(1, MAX_WORKERS);
         if count == 1 {
             return ShardedIngest {
@@ -189,54 +217,29 @@ impl ShardedIngest {
             }
             None => (0..count).map(|_| None).collect(),
         };
-        let stats = Arc::new(Mutex::new(vec![
-            (CorrelatorStats::default(), 0usize);
-            count
-        ]));
-        let mut txs = Vec::new();
-        let mut rxs = Vec::new();
-        let mut handles = Vec::new();
-        for (index, part) in parts.into_iter().enumerate() {
-            let mut ingest = new_ingest(&cfg, &prices, format, join_otlp, part);
-            ingest.set_shard(Shard {
-                index: index as u32,
-                count: count as u32,
-            });
-            let (tx, rx) = sync_channel::<Msg>(QUEUE);
-            let (reply_tx, reply_rx) = channel::<Reply>();
-            let shared = (metrics.clone(), stats.clone());
-            let spawned = std::thread::Builder::new()
-                .name(format!("retryscope-shard-{index}"))
-                .spawn(move || worker(index, ingest, rx, reply_tx, &shared.0, &shared.1));
-            match spawned {
-                Ok(h) => handles.push(h),
-                Err(e) => {
-                    // Cannot happen in practice; fall back to one thread rather than lose lines.
-                    tracing::error!(error = %e, "cannot start an ingest worker; using one thread");
-                    drop(txs);
-                    return ShardedIngest::start(1, cfg, prices, format, join_otlp, None, metrics);
-                }
+        let ingests = parts
+            .into_iter()
+            .enumerate()
+            .map(|(index, part)| {
+                let mut ingest = new_ingest(&cfg, &prices, format, join_otlp, part);
+                ingest.set_shard(Shard {
+                    index: index as u32,
+                    count: count as u32,
+                });
+                ingest
+            })
+            .collect();
+        match Workers::spawn(ingests, &metrics, fault) {
+            Ok(workers) => ShardedIngest {
+                mode: Mode::Workers(Box::new(workers)),
+                counts: LineCounts::default(),
+                metrics,
+            },
+            Err(e) => {
+                // Cannot happen in practice; fall back to one thread rather than lose lines.
+                tracing::error!(error = %e, "cannot start an ingest worker; using one thread");
+                ShardedIngest::start(1, cfg, prices, format, join_otlp, None, metrics)
             }
-            txs.push(tx);
-            rxs.push(reply_rx);
-        }
-        ShardedIngest {
-            mode: Mode::Workers(Box::new(Workers {
-                txs,
-                rxs,
-                handles,
-                batches: (0..count).map(|_| Batch::default()).collect(),
-                batched_bytes: 0,
-                streams: FastMap::default(),
-                next_id: 0,
-                by_name: Default::default(),
-                stats,
-                waiting: vec![0; count],
-                pending: Vec::new(),
-                said_dead: false,
-            })),
-            counts: LineCounts::default(),
-            metrics,
         }
     }
 
@@ -244,7 +247,7 @@ impl ShardedIngest {
     pub fn workers(&self) -> usize {
         match &self.mode {
             Mode::Local(_) => 1,
-            Mode::Workers(w) => w.txs.len(),
+            Mode::Workers(w) => w.count(),
         }
     }
 
@@ -415,326 +418,33 @@ impl ShardedIngest {
         }
     }
 
+    /// `Err` once a worker thread has died (found at any call that hands over or collects
+    /// work; [`ShardedIngest::flush`] waits for every worker, so it always finds one). The
+    /// engine then stops: the dead worker's open turns are lost from memory.
+    pub fn alive(&self) -> Result<(), WorkerDied> {
+        match &self.mode {
+            Mode::Local(_) => Ok(()),
+            Mode::Workers(w) => w.dead().map_or(Ok(()), |d| Err(d.clone())),
+        }
+    }
+
     /// The state a checkpoint holds, after every line handed in so far; what the workers
     /// produced before it is moved into `out` (deliver it before reading metric values or
-    /// the findings offset).
-    pub fn checkpoint(&mut self, out: &mut Vec<Output>) -> IngestState {
+    /// the findings offset). `Err` when a worker has died: there is no consistent state to
+    /// write, and none may be written.
+    pub fn checkpoint(&mut self, out: &mut Vec<Output>) -> Result<IngestState, WorkerDied> {
         match &mut self.mode {
             Mode::Local(i) => {
                 self.counts.publish(&self.metrics);
                 let p = i.pipeline();
-                IngestState {
+                Ok(IngestState {
                     correlator: p.correlator().snapshot(),
                     counters: p.counters().clone(),
                     clock_ms: p.clock_ms(),
                     joined: i.joined_snapshot(),
-                }
+                })
             }
             Mode::Workers(w) => w.checkpoint(out),
-        }
-    }
-}
-
-/// One thing for the workers to do, in order.
-#[derive(Clone)]
-enum Op {
-    Open {
-        id: u32,
-        source: Source,
-        name: String,
-        /// Read as this format whatever the ingest path's own (`Ingest::stream_as`).
-        format: Option<Format>,
-    },
-    Line {
-        id: u32,
-        number: Option<u64>,
-        arrival_ms: Option<i64>,
-        start: usize,
-        end: usize,
-    },
-    TooLong {
-        id: u32,
-        number: Option<u64>,
-        len: u64,
-    },
-    End {
-        id: u32,
-        arrival_ms: Option<i64>,
-    },
-    SettleIdle {
-        arrival_ms: Option<i64>,
-    },
-    ReleaseJoined {
-        quiet_ticks: u32,
-    },
-    Tick {
-        now_ms: i64,
-    },
-    CloseAll,
-}
-
-/// Operations and the bytes of their lines, for one worker.
-#[derive(Default)]
-struct Batch {
-    bytes: Vec<u8>,
-    ops: Vec<Op>,
-}
-
-impl Batch {
-    fn line(&mut self, id: u32, number: u64, bytes: &[u8], arrival_ms: Option<i64>) {
-        let start = self.bytes.len();
-        self.bytes.extend_from_slice(bytes);
-        self.ops.push(Op::Line {
-            id,
-            number: Some(number),
-            arrival_ms,
-            start,
-            end: self.bytes.len(),
-        });
-    }
-}
-
-enum Msg {
-    Batch(Batch),
-    /// Answer with [`Reply::State`] after everything before.
-    Barrier,
-}
-
-enum Reply {
-    /// A batch was applied: what it produced, and (worker 0) the streams found native since.
-    Done(Vec<Output>, Vec<u32>),
-    /// The worker's state at a barrier.
-    State(Box<IngestState>),
-}
-
-/// A stream as the engine thread knows it.
-struct StreamState {
-    source: Source,
-    name: String,
-    /// Lines so far (the workers are handed explicit numbers).
-    lines: u64,
-    /// Read as native (worker 0 said so): its lines go to their turn's worker only.
-    native: bool,
-}
-
-struct Workers {
-    txs: Vec<SyncSender<Msg>>,
-    rxs: Vec<Receiver<Reply>>,
-    handles: Vec<JoinHandle<()>>,
-    /// The next batch of each worker.
-    batches: Vec<Batch>,
-    /// Bytes in all of them.
-    batched_bytes: usize,
-    /// Open streams by handle; handles are never reused, so that a late word about an ended
-    /// stream cannot be taken for a new one.
-    streams: FastMap<u32, StreamState>,
-    next_id: u32,
-    by_name: [FastMap<String, u32>; Source::ALL.len()],
-    /// Each worker's correlator counters and open turns, as of its last batch.
-    stats: Arc<Mutex<Vec<(CorrelatorStats, usize)>>>,
-    /// Batches sent to each worker and not answered yet.
-    waiting: Vec<usize>,
-    /// What the workers produced, not handed to a caller yet (calls without an `out`, like
-    /// opening a stream, can collect).
-    pending: Vec<Output>,
-    /// A stopped worker was reported.
-    said_dead: bool,
-}
-
-impl Workers {
-    fn stream(&mut self, source: Source, name: &str, format: Option<Format>) -> StreamId {
-        if let Some(id) = self.by_name[source as usize].get(name) {
-            return StreamId::from_index(*id);
-        }
-        let id = self.next_id;
-        self.next_id = self.next_id.wrapping_add(1);
-        self.streams.insert(
-            id,
-            StreamState {
-                source,
-                name: name.to_owned(),
-                lines: 0,
-                native: false,
-            },
-        );
-        self.by_name[source as usize].insert(name.to_owned(), id);
-        self.push_all(&Op::Open {
-            id,
-            source,
-            name: name.to_owned(),
-            format,
-        });
-        StreamId::from_index(id)
-    }
-
-    /// A line: to its turn's worker once the stream is known to be native (others would skip
-    /// it), to every worker otherwise (sniffing, provider streams).
-    fn line(
-        &mut self,
-        id: u32,
-        number: Option<u64>,
-        bytes: &[u8],
-        arrival_ms: Option<i64>,
-        out: &mut Vec<Output>,
-    ) {
-        let Some(st) = self.streams.get_mut(&id) else {
-            return;
-        };
-        st.lines = number.unwrap_or(st.lines + 1);
-        let number = st.lines;
-        if st.native {
-            // A blank native line is no record: skipped, not counted (as `Ingest` does).
-            if bytes.iter().all(u8::is_ascii_whitespace) {
-                return;
-            }
-            let owner = turn_route::shard_of_line(bytes, self.txs.len() as u32) as usize;
-            if let Some(b) = self.batches.get_mut(owner) {
-                b.line(id, number, bytes, arrival_ms);
-            }
-            self.batched_bytes += bytes.len();
-        } else {
-            for b in &mut self.batches {
-                b.line(id, number, bytes, arrival_ms);
-            }
-            self.batched_bytes += bytes.len() * self.batches.len();
-        }
-        self.maybe_send();
-        out.append(&mut self.pending);
-    }
-
-    fn end(&mut self, id: StreamId, arrival_ms: Option<i64>, out: &mut Vec<Output>) {
-        let Some(st) = self.streams.remove(&id.index()) else {
-            return;
-        };
-        self.by_name[st.source as usize].remove(&st.name);
-        self.push(
-            &Op::End {
-                id: id.index(),
-                arrival_ms,
-            },
-            out,
-        );
-    }
-
-    /// Queue `op` for every worker.
-    fn push_all(&mut self, op: &Op) {
-        for b in &mut self.batches {
-            b.ops.push(op.clone());
-        }
-    }
-
-    /// Queue `op` for every worker; full batches go to the workers, and what they have
-    /// produced so far is moved into `out`.
-    fn push(&mut self, op: &Op, out: &mut Vec<Output>) {
-        self.push_all(op);
-        self.maybe_send();
-        out.append(&mut self.pending);
-    }
-
-    fn maybe_send(&mut self) {
-        if self.batched_bytes >= BATCH_BYTES
-            || self.batches.iter().any(|b| b.ops.len() >= BATCH_OPS)
-        {
-            self.send();
-        }
-    }
-
-    /// Hand each worker its batch; collect what is ready without waiting.
-    fn send(&mut self) {
-        self.batched_bytes = 0;
-        for (i, tx) in self.txs.iter().enumerate() {
-            let batch = std::mem::take(&mut self.batches[i]);
-            if batch.ops.is_empty() {
-                continue;
-            }
-            if tx.send(Msg::Batch(batch)).is_ok() {
-                self.waiting[i] += 1;
-            } else if !self.said_dead {
-                // Only a bug (a panic) stops a worker; its turns are lost from here on.
-                self.said_dead = true;
-                tracing::error!(
-                    worker = i,
-                    "an ingest worker stopped; the turns it owned are no longer correlated"
-                );
-            }
-        }
-        self.collect(false);
-    }
-
-    /// Take the workers' answers into `pending`: all of them (`wait`), or those already there.
-    fn collect(&mut self, wait: bool) {
-        for (i, rx) in self.rxs.iter().enumerate() {
-            while self.waiting[i] > 0 {
-                let reply = if wait {
-                    rx.recv().ok()
-                } else {
-                    rx.try_recv().ok()
-                };
-                match reply {
-                    Some(Reply::Done(outputs, native)) => {
-                        self.waiting[i] -= 1;
-                        self.pending.extend(outputs);
-                        for id in native {
-                            if let Some(st) = self.streams.get_mut(&id) {
-                                st.native = true;
-                            }
-                        }
-                    }
-                    Some(Reply::State(_)) => {}
-                    None if wait => {
-                        // The worker is gone (it panicked): nothing more will come.
-                        self.waiting[i] = 0;
-                    }
-                    None => break,
-                }
-            }
-        }
-    }
-
-    fn flush(&mut self, out: &mut Vec<Output>) {
-        self.send();
-        self.collect(true);
-        out.append(&mut self.pending);
-    }
-
-    fn checkpoint(&mut self, out: &mut Vec<Output>) -> IngestState {
-        self.flush(out);
-        let mut snapshots = Vec::new();
-        let mut counters = InputCounters::default();
-        let mut clock_ms = 0;
-        let mut joined = None;
-        for (tx, rx) in self.txs.iter().zip(&self.rxs) {
-            if tx.send(Msg::Barrier).is_err() {
-                continue;
-            }
-            while let Ok(reply) = rx.recv() {
-                match reply {
-                    Reply::Done(outputs, _) => out.extend(outputs),
-                    Reply::State(state) => {
-                        snapshots.push(state.correlator);
-                        counters.add(&state.counters);
-                        clock_ms = clock_ms.max(state.clock_ms);
-                        joined = joined.or(state.joined);
-                        break;
-                    }
-                }
-            }
-        }
-        IngestState {
-            correlator: CorrelatorSnapshot::merge(snapshots),
-            counters,
-            clock_ms,
-            joined,
-        }
-    }
-}
-
-impl Drop for Workers {
-    fn drop(&mut self) {
-        // Closing the queues stops the workers.
-        self.txs.clear();
-        for h in self.handles.drain(..) {
-            let _ = h.join();
         }
     }
 }
@@ -762,136 +472,6 @@ impl LineCounts {
                 metrics.add_unknown_events(source, skipped);
             }
         }
-    }
-}
-
-fn worker(
-    index: usize,
-    mut ingest: Ingest,
-    rx: Receiver<Msg>,
-    replies: Sender<Reply>,
-    metrics: &Metrics,
-    stats: &Mutex<Vec<(CorrelatorStats, usize)>>,
-) {
-    // The engine thread's stream handles → this ingest path's.
-    let mut local: FastMap<u32, StreamId> = FastMap::default();
-    // Streams whose format worker 0 has not reported yet.
-    let mut undecided: Vec<u32> = Vec::new();
-    let mut counts = LineCounts::default();
-    let mut out: Vec<Output> = Vec::new();
-    while let Ok(msg) = rx.recv() {
-        match msg {
-            Msg::Batch(batch) => {
-                let note = &mut |n: Note<'_>| match n {
-                    Note::Line {
-                        source,
-                        outcome: Ok(outcome),
-                        ..
-                    } => counts.add(source, outcome),
-                    other => Ingested(other).emit(metrics),
-                };
-                for op in &batch.ops {
-                    if index == 0
-                        && let Op::Open { id, .. } = op
-                    {
-                        undecided.push(*id);
-                    }
-                    apply(&mut ingest, &mut local, &batch.bytes, op, &mut out, note);
-                }
-                counts.publish(metrics);
-                if let Ok(mut s) = stats.lock()
-                    && let Some(slot) = s.get_mut(index)
-                {
-                    *slot = (
-                        ingest.correlator().stats(),
-                        ingest.correlator().open_turns(),
-                    );
-                }
-                // Every worker decides a stream's format alike (they all get its lines until
-                // then); worker 0 tells the engine thread which are native.
-                let mut native = Vec::new();
-                undecided.retain(|id| match local.get(id).map(|s| ingest.format_of(*s)) {
-                    None => false,
-                    Some(None) => true,
-                    Some(Some(Format::Native)) => {
-                        native.push(*id);
-                        false
-                    }
-                    Some(Some(_)) => false,
-                });
-                if replies
-                    .send(Reply::Done(std::mem::take(&mut out), native))
-                    .is_err()
-                {
-                    return;
-                }
-            }
-            Msg::Barrier => {
-                let p = ingest.pipeline();
-                let state = IngestState {
-                    correlator: p.correlator().snapshot(),
-                    counters: p.counters().clone(),
-                    clock_ms: p.clock_ms(),
-                    joined: if index == 0 {
-                        ingest.joined_snapshot()
-                    } else {
-                        None
-                    },
-                };
-                if replies.send(Reply::State(Box::new(state))).is_err() {
-                    return;
-                }
-            }
-        }
-    }
-}
-
-fn apply(
-    ingest: &mut Ingest,
-    local: &mut FastMap<u32, StreamId>,
-    bytes: &[u8],
-    op: &Op,
-    out: &mut Vec<Output>,
-    note: &mut dyn FnMut(Note<'_>),
-) {
-    match op {
-        Op::Open {
-            id,
-            source,
-            name,
-            format,
-        } => {
-            let s = match format {
-                Some(f) => ingest.stream_as(*source, name, *f),
-                None => ingest.stream(*source, name),
-            };
-            local.insert(*id, s);
-        }
-        Op::Line {
-            id,
-            number,
-            arrival_ms,
-            start,
-            end,
-        } => {
-            if let (Some(s), Some(line)) = (local.get(id), bytes.get(*start..*end)) {
-                ingest.line(*s, *number, line, *arrival_ms, out, note);
-            }
-        }
-        Op::TooLong { id, number, len } => {
-            if let Some(s) = local.get(id) {
-                ingest.too_long(*s, *number, *len, note);
-            }
-        }
-        Op::End { id, arrival_ms } => {
-            if let Some(s) = local.remove(id) {
-                ingest.end(s, *arrival_ms, out, note);
-            }
-        }
-        Op::SettleIdle { arrival_ms } => ingest.settle_idle(*arrival_ms, out, note),
-        Op::ReleaseJoined { quiet_ticks } => ingest.release_joined(*quiet_ticks, out),
-        Op::Tick { now_ms } => ingest.tick(*now_ms, out),
-        Op::CloseAll => ingest.close_all(out, note),
     }
 }
 

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::demo::{Fleet, FleetConfig};
+use crate::internal_events::{Ingested, InternalEvent};
 use crate::sink::metrics::MetricsConfig;
 
 /// Streams of a small fleet: two native logs (demo fleet, interleaved turns, retries, tool
@@ -173,7 +174,7 @@ fn sharded_run_gives_the_single_thread_reports_findings_counters_and_metrics() {
         assert_eq!(ingest.workers(), workers);
         let mut seen = Seen::default();
         feed(&mut ingest, &streams, 0..n, &metrics, &mut seen);
-        let state = ingest.checkpoint(&mut Vec::new());
+        let state = ingest.checkpoint(&mut Vec::new()).expect("no worker died");
         finish(&mut ingest, &metrics, &mut seen);
         results.push((
             seen.sorted(),
@@ -219,7 +220,7 @@ fn checkpoint_with_shards_resumes_with_another_worker_count_losing_and_doubling_
     let mut ingest = start(2, None, &metrics);
     feed(&mut ingest, &streams, 0..half, &metrics, &mut seen);
     let mut out = Vec::new();
-    let state = ingest.checkpoint(&mut out);
+    let state = ingest.checkpoint(&mut out).expect("no worker died");
     seen.take(&mut out, &metrics);
     let open = state.correlator.open_turns();
     assert!(open > 0, "the checkpoint holds open turns");
@@ -266,4 +267,51 @@ fn checkpoint_with_shards_resumes_with_another_worker_count_losing_and_doubling_
         };
         assert_eq!(pick(&resumed_values), pick(&reference_values), "{key}");
     }
+}
+
+#[test]
+fn a_dead_worker_is_reported_with_its_panic_and_refuses_every_checkpoint_after() {
+    let streams = streams();
+    let metrics = Arc::new(Metrics::new(MetricsConfig::default()).unwrap());
+    let mut ingest = ShardedIngest::start_faulty(
+        2,
+        cfg(),
+        Arc::new(PriceTable::builtin()),
+        Format::Auto,
+        true,
+        None,
+        metrics.clone(),
+        None,
+    );
+    let mut seen = Seen::default();
+    feed(&mut ingest, &streams, 0..200, &metrics, &mut seen);
+    assert_eq!(ingest.alive(), Ok(()));
+    let before = ingest.checkpoint(&mut Vec::new());
+    assert!(before.is_ok(), "a checkpoint while every worker lives");
+    drop(ingest);
+
+    let mut ingest = ShardedIngest::start_faulty(
+        2,
+        cfg(),
+        Arc::new(PriceTable::builtin()),
+        Format::Auto,
+        true,
+        None,
+        metrics.clone(),
+        Some(fault::PanicAfter {
+            worker: 1,
+            lines: 100,
+        }),
+    );
+    let mut seen = Seen::default();
+    // Every call after the panic goes on (the engine stops at its next `alive` check).
+    feed(&mut ingest, &streams, 0..200, &metrics, &mut seen);
+    let dead = ingest.alive().expect_err("worker 1 died");
+    assert_eq!(dead.worker, 1);
+    assert!(dead.panic.contains(fault::ENV), "{dead}");
+    assert!(dead.to_string().contains("ingest worker 1"), "{dead}");
+    assert_eq!(ingest.checkpoint(&mut Vec::new()).err(), Some(dead.clone()));
+    // Later calls neither hang nor change the report.
+    feed(&mut ingest, &streams, 200..400, &metrics, &mut seen);
+    assert_eq!(ingest.checkpoint(&mut Vec::new()).err(), Some(dead));
 }

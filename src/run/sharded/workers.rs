@@ -1,0 +1,589 @@
+//! The worker threads of a sharded ingest path ([`super::ShardedIngest`]): [`Workers`] owns
+//! them, their queues and the batches being filled for them on the engine thread; each thread
+//! runs [`worker`], applying its batches to its own [`Ingest`] in order and answering a
+//! checkpoint barrier with its state.
+
+use std::sync::mpsc::{Receiver, Sender, SyncSender, TryRecvError, channel, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use super::fault::{ENV as FAULT_ENV, PanicAfter};
+use super::{IngestState, LineCounts, WorkerDied};
+use crate::correlate::{CorrelatorSnapshot, CorrelatorStats, Output};
+use crate::decode::Format;
+use crate::fasthash::FastMap;
+use crate::ingest::{Ingest, Note, Source, StreamId};
+use crate::internal_events::{Ingested, InternalEvent};
+use crate::pipeline::InputCounters;
+use crate::sink::metrics::Metrics;
+use crate::turn_route;
+
+/// Bytes of lines per batch handed to the workers.
+const BATCH_BYTES: usize = 256 * 1024;
+/// Operations per batch.
+const BATCH_OPS: usize = 4096;
+/// Batches queued per worker before the engine thread waits.
+const QUEUE: usize = 4;
+
+/// One thing for the workers to do, in order.
+#[derive(Clone)]
+pub(super) enum Op {
+    Open {
+        id: u32,
+        source: Source,
+        name: String,
+        /// Read as this format whatever the ingest path's own (`Ingest::stream_as`).
+        format: Option<Format>,
+    },
+    Line {
+        id: u32,
+        number: Option<u64>,
+        arrival_ms: Option<i64>,
+        start: usize,
+        end: usize,
+    },
+    TooLong {
+        id: u32,
+        number: Option<u64>,
+        len: u64,
+    },
+    End {
+        id: u32,
+        arrival_ms: Option<i64>,
+    },
+    SettleIdle {
+        arrival_ms: Option<i64>,
+    },
+    ReleaseJoined {
+        quiet_ticks: u32,
+    },
+    Tick {
+        now_ms: i64,
+    },
+    CloseAll,
+}
+
+/// Operations and the bytes of their lines, for one worker.
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    ops: Vec<Op>,
+}
+
+impl Batch {
+    fn line(&mut self, id: u32, number: u64, bytes: &[u8], arrival_ms: Option<i64>) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(bytes);
+        self.ops.push(Op::Line {
+            id,
+            number: Some(number),
+            arrival_ms,
+            start,
+            end: self.bytes.len(),
+        });
+    }
+}
+
+enum Msg {
+    Batch(Batch),
+    /// Answer with [`Reply::State`] after everything before.
+    Barrier,
+}
+
+enum Reply {
+    /// A batch was applied: what it produced, and (worker 0) the streams found native since.
+    Done(Vec<Output>, Vec<u32>),
+    /// The worker's state at a barrier.
+    State(Box<IngestState>),
+}
+
+/// A stream as the engine thread knows it.
+pub(super) struct StreamState {
+    source: Source,
+    name: String,
+    /// Lines so far (the workers are handed explicit numbers).
+    pub(super) lines: u64,
+    /// Read as native (worker 0 said so): its lines go to their turn's worker only.
+    native: bool,
+}
+
+pub(super) struct Workers {
+    txs: Vec<SyncSender<Msg>>,
+    rxs: Vec<Receiver<Reply>>,
+    /// Each worker's thread; taken when it has died (to read its panic).
+    handles: Vec<Option<JoinHandle<()>>>,
+    /// The next batch of each worker.
+    batches: Vec<Batch>,
+    /// Bytes in all of them.
+    batched_bytes: usize,
+    /// Open streams by handle; handles are never reused, so that a late word about an ended
+    /// stream cannot be taken for a new one.
+    pub(super) streams: FastMap<u32, StreamState>,
+    next_id: u32,
+    by_name: [FastMap<String, u32>; Source::ALL.len()],
+    /// Each worker's correlator counters and open turns, as of its last batch.
+    pub(super) stats: Arc<Mutex<Vec<(CorrelatorStats, usize)>>>,
+    /// Batches sent to each worker and not answered yet.
+    waiting: Vec<usize>,
+    /// What the workers produced, not handed to a caller yet (calls without an `out`, like
+    /// opening a stream, can collect).
+    pending: Vec<Output>,
+    /// The first worker found dead. Its open turns are gone from memory, so no checkpoint
+    /// may be taken from here on (it would lack them, and a restart would lose them for
+    /// good): the engine stops instead.
+    dead: Option<WorkerDied>,
+}
+
+impl Workers {
+    /// One thread per ingest path (`ingests[i]` is worker `i`'s, its shard already set);
+    /// `fault`: a worker to make panic (tests, see `fault.rs`).
+    pub(super) fn spawn(
+        ingests: Vec<Ingest>,
+        metrics: &Arc<Metrics>,
+        fault: Option<PanicAfter>,
+    ) -> std::io::Result<Workers> {
+        let count = ingests.len();
+        let stats = Arc::new(Mutex::new(vec![
+            (CorrelatorStats::default(), 0usize);
+            count
+        ]));
+        let mut txs = Vec::new();
+        let mut rxs = Vec::new();
+        let mut handles = Vec::new();
+        for (index, ingest) in ingests.into_iter().enumerate() {
+            let (tx, rx) = sync_channel::<Msg>(QUEUE);
+            let (reply_tx, reply_rx) = channel::<Reply>();
+            let shared = (metrics.clone(), stats.clone());
+            let panic_after = fault.filter(|f| f.worker == index).map(|f| f.lines);
+            // On an error the threads started so far stop as their queues close.
+            let handle = std::thread::Builder::new()
+                .name(format!("retryscope-shard-{index}"))
+                .spawn(move || {
+                    worker(
+                        index,
+                        ingest,
+                        rx,
+                        reply_tx,
+                        &shared.0,
+                        &shared.1,
+                        panic_after,
+                    )
+                })?;
+            handles.push(Some(handle));
+            txs.push(tx);
+            rxs.push(reply_rx);
+        }
+        Ok(Workers {
+            txs,
+            rxs,
+            handles,
+            batches: (0..count).map(|_| Batch::default()).collect(),
+            batched_bytes: 0,
+            streams: FastMap::default(),
+            next_id: 0,
+            by_name: Default::default(),
+            stats,
+            waiting: vec![0; count],
+            pending: Vec::new(),
+            dead: None,
+        })
+    }
+
+    /// Worker threads.
+    pub(super) fn count(&self) -> usize {
+        self.txs.len()
+    }
+
+    pub(super) fn stream(
+        &mut self,
+        source: Source,
+        name: &str,
+        format: Option<Format>,
+    ) -> StreamId {
+        if let Some(id) = self.by_name[source as usize].get(name) {
+            return StreamId::from_index(*id);
+        }
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        self.streams.insert(
+            id,
+            StreamState {
+                source,
+                name: name.to_owned(),
+                lines: 0,
+                native: false,
+            },
+        );
+        self.by_name[source as usize].insert(name.to_owned(), id);
+        self.push_all(&Op::Open {
+            id,
+            source,
+            name: name.to_owned(),
+            format,
+        });
+        StreamId::from_index(id)
+    }
+
+    /// A line: to its turn's worker once the stream is known to be native (others would skip
+    /// it), to every worker otherwise (sniffing, provider streams).
+    pub(super) fn line(
+        &mut self,
+        id: u32,
+        number: Option<u64>,
+        bytes: &[u8],
+        arrival_ms: Option<i64>,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(st) = self.streams.get_mut(&id) else {
+            return;
+        };
+        st.lines = number.unwrap_or(st.lines + 1);
+        let number = st.lines;
+        if st.native {
+            // A blank native line is no record: skipped, not counted (as `Ingest` does).
+            if bytes.iter().all(u8::is_ascii_whitespace) {
+                return;
+            }
+            let owner = turn_route::shard_of_line(bytes, self.txs.len() as u32) as usize;
+            if let Some(b) = self.batches.get_mut(owner) {
+                b.line(id, number, bytes, arrival_ms);
+            }
+            self.batched_bytes += bytes.len();
+        } else {
+            for b in &mut self.batches {
+                b.line(id, number, bytes, arrival_ms);
+            }
+            self.batched_bytes += bytes.len() * self.batches.len();
+        }
+        self.maybe_send();
+        out.append(&mut self.pending);
+    }
+
+    pub(super) fn end(&mut self, id: StreamId, arrival_ms: Option<i64>, out: &mut Vec<Output>) {
+        let Some(st) = self.streams.remove(&id.index()) else {
+            return;
+        };
+        self.by_name[st.source as usize].remove(&st.name);
+        self.push(
+            &Op::End {
+                id: id.index(),
+                arrival_ms,
+            },
+            out,
+        );
+    }
+
+    /// Queue `op` for every worker.
+    pub(super) fn push_all(&mut self, op: &Op) {
+        for b in &mut self.batches {
+            b.ops.push(op.clone());
+        }
+    }
+
+    /// Queue `op` for every worker; full batches go to the workers, and what they have
+    /// produced so far is moved into `out`.
+    pub(super) fn push(&mut self, op: &Op, out: &mut Vec<Output>) {
+        self.push_all(op);
+        self.maybe_send();
+        out.append(&mut self.pending);
+    }
+
+    fn maybe_send(&mut self) {
+        if self.batched_bytes >= BATCH_BYTES
+            || self.batches.iter().any(|b| b.ops.len() >= BATCH_OPS)
+        {
+            self.send();
+        }
+    }
+
+    /// The first worker found dead, if any.
+    pub(super) fn dead(&self) -> Option<&WorkerDied> {
+        self.dead.as_ref()
+    }
+
+    /// Worker `i`'s queues are closed: only a panic ends a worker before the engine drops
+    /// them. The first one is kept with its panic message (and logged); the engine stops on it.
+    fn died(&mut self, i: usize) {
+        self.waiting[i] = 0;
+        if self.dead.is_some() {
+            return;
+        }
+        // The queues close as the thread unwinds: the join waits for it to finish.
+        let panic = match self
+            .handles
+            .get_mut(i)
+            .and_then(Option::take)
+            .map(JoinHandle::join)
+        {
+            Some(Err(payload)) => panic_message(payload.as_ref()),
+            Some(Ok(())) => "it stopped without a panic".to_owned(),
+            None => "its thread is gone".to_owned(),
+        };
+        let dead = WorkerDied { worker: i, panic };
+        tracing::error!(
+            worker = i,
+            panic = %dead.panic,
+            "an ingest worker died; the engine stops without writing another checkpoint"
+        );
+        self.dead = Some(dead);
+    }
+
+    /// Hand each worker its batch; collect what is ready without waiting.
+    fn send(&mut self) {
+        self.batched_bytes = 0;
+        for i in 0..self.txs.len() {
+            let batch = std::mem::take(&mut self.batches[i]);
+            if batch.ops.is_empty() {
+                continue;
+            }
+            if self.txs[i].send(Msg::Batch(batch)).is_ok() {
+                self.waiting[i] += 1;
+            } else {
+                self.died(i);
+            }
+        }
+        self.collect(false);
+    }
+
+    /// Take the workers' answers into `pending`: all of them (`wait`), or those already there.
+    fn collect(&mut self, wait: bool) {
+        let mut gone = Vec::new();
+        for (i, rx) in self.rxs.iter().enumerate() {
+            while self.waiting[i] > 0 {
+                let reply = if wait {
+                    rx.recv().map_err(|_| TryRecvError::Disconnected)
+                } else {
+                    rx.try_recv()
+                };
+                match reply {
+                    Ok(Reply::Done(outputs, native)) => {
+                        self.waiting[i] -= 1;
+                        self.pending.extend(outputs);
+                        for id in native {
+                            if let Some(st) = self.streams.get_mut(&id) {
+                                st.native = true;
+                            }
+                        }
+                    }
+                    Ok(Reply::State(_)) => {}
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        // The worker is gone (it panicked): nothing more will come.
+                        gone.push(i);
+                        break;
+                    }
+                }
+            }
+        }
+        for i in gone {
+            self.died(i);
+        }
+    }
+
+    pub(super) fn flush(&mut self, out: &mut Vec<Output>) {
+        self.send();
+        self.collect(true);
+        out.append(&mut self.pending);
+    }
+
+    /// Every worker's state at a barrier, merged; an error, and no state, when any worker is
+    /// dead (a checkpoint without its turns would lose them for good).
+    pub(super) fn checkpoint(&mut self, out: &mut Vec<Output>) -> Result<IngestState, WorkerDied> {
+        self.flush(out);
+        if let Some(dead) = &self.dead {
+            return Err(dead.clone());
+        }
+        let mut snapshots = Vec::new();
+        let mut counters = InputCounters::default();
+        let mut clock_ms = 0;
+        let mut joined = None;
+        for i in 0..self.txs.len() {
+            let mut state = None;
+            if self.txs[i].send(Msg::Barrier).is_ok() {
+                while let Ok(reply) = self.rxs[i].recv() {
+                    match reply {
+                        Reply::Done(outputs, _) => out.extend(outputs),
+                        Reply::State(s) => {
+                            state = Some(s);
+                            break;
+                        }
+                    }
+                }
+            }
+            let Some(state) = state else {
+                self.died(i);
+                return Err(self.dead.clone().unwrap_or(WorkerDied {
+                    worker: i,
+                    panic: "it did not answer the checkpoint barrier".to_owned(),
+                }));
+            };
+            snapshots.push(state.correlator);
+            counters.add(&state.counters);
+            clock_ms = clock_ms.max(state.clock_ms);
+            joined = joined.or(state.joined);
+        }
+        Ok(IngestState {
+            correlator: CorrelatorSnapshot::merge(snapshots),
+            counters,
+            clock_ms,
+            joined,
+        })
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        // Closing the queues stops the workers.
+        self.txs.clear();
+        for h in self.handles.drain(..).flatten() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// The text of a panic (`panic!` with a literal or a formatted message), made safe to print.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    let text = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message");
+    crate::sanitize::display(text).into_owned()
+}
+
+fn worker(
+    index: usize,
+    mut ingest: Ingest,
+    rx: Receiver<Msg>,
+    replies: Sender<Reply>,
+    metrics: &Metrics,
+    stats: &Mutex<Vec<(CorrelatorStats, usize)>>,
+    mut panic_after: Option<u64>,
+) {
+    // The engine thread's stream handles → this ingest path's.
+    let mut local: FastMap<u32, StreamId> = FastMap::default();
+    // Streams whose format worker 0 has not reported yet.
+    let mut undecided: Vec<u32> = Vec::new();
+    let mut counts = LineCounts::default();
+    let mut out: Vec<Output> = Vec::new();
+    while let Ok(msg) = rx.recv() {
+        match msg {
+            Msg::Batch(batch) => {
+                let note = &mut |n: Note<'_>| match n {
+                    Note::Line {
+                        source,
+                        outcome: Ok(outcome),
+                        ..
+                    } => counts.add(source, outcome),
+                    other => Ingested(other).emit(metrics),
+                };
+                for op in &batch.ops {
+                    if index == 0
+                        && let Op::Open { id, .. } = op
+                    {
+                        undecided.push(*id);
+                    }
+                    if let (Op::Line { .. }, Some(left)) = (op, &mut panic_after) {
+                        if *left == 0 {
+                            panic!("fault injected by {FAULT_ENV}");
+                        }
+                        *left -= 1;
+                    }
+                    apply(&mut ingest, &mut local, &batch.bytes, op, &mut out, note);
+                }
+                counts.publish(metrics);
+                if let Ok(mut s) = stats.lock()
+                    && let Some(slot) = s.get_mut(index)
+                {
+                    *slot = (
+                        ingest.correlator().stats(),
+                        ingest.correlator().open_turns(),
+                    );
+                }
+                // Every worker decides a stream's format alike (they all get its lines until
+                // then); worker 0 tells the engine thread which are native.
+                let mut native = Vec::new();
+                undecided.retain(|id| match local.get(id).map(|s| ingest.format_of(*s)) {
+                    None => false,
+                    Some(None) => true,
+                    Some(Some(Format::Native)) => {
+                        native.push(*id);
+                        false
+                    }
+                    Some(Some(_)) => false,
+                });
+                if replies
+                    .send(Reply::Done(std::mem::take(&mut out), native))
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            Msg::Barrier => {
+                let p = ingest.pipeline();
+                let state = IngestState {
+                    correlator: p.correlator().snapshot(),
+                    counters: p.counters().clone(),
+                    clock_ms: p.clock_ms(),
+                    joined: if index == 0 {
+                        ingest.joined_snapshot()
+                    } else {
+                        None
+                    },
+                };
+                if replies.send(Reply::State(Box::new(state))).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn apply(
+    ingest: &mut Ingest,
+    local: &mut FastMap<u32, StreamId>,
+    bytes: &[u8],
+    op: &Op,
+    out: &mut Vec<Output>,
+    note: &mut dyn FnMut(Note<'_>),
+) {
+    match op {
+        Op::Open {
+            id,
+            source,
+            name,
+            format,
+        } => {
+            let s = match format {
+                Some(f) => ingest.stream_as(*source, name, *f),
+                None => ingest.stream(*source, name),
+            };
+            local.insert(*id, s);
+        }
+        Op::Line {
+            id,
+            number,
+            arrival_ms,
+            start,
+            end,
+        } => {
+            if let (Some(s), Some(line)) = (local.get(id), bytes.get(*start..*end)) {
+                ingest.line(*s, *number, line, *arrival_ms, out, note);
+            }
+        }
+        Op::TooLong { id, number, len } => {
+            if let Some(s) = local.get(id) {
+                ingest.too_long(*s, *number, *len, note);
+            }
+        }
+        Op::End { id, arrival_ms } => {
+            if let Some(s) = local.remove(id) {
+                ingest.end(s, *arrival_ms, out, note);
+            }
+        }
+        Op::SettleIdle { arrival_ms } => ingest.settle_idle(*arrival_ms, out, note),
+        Op::ReleaseJoined { quiet_ticks } => ingest.release_joined(*quiet_ticks, out),
+        Op::Tick { now_ms } => ingest.tick(*now_ms, out),
+        Op::CloseAll => ingest.close_all(out, note),
+    }
+}
