@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The gRPC gzip bomb of issue 24 (1.94 GiB from a 653 KB request; 797 MiB without a token on
 # the TLS+token listener): single- and multi-message bombs, with and without the token, on a
-# plain and a TLS+token listener, 8 at once each. Bound: peak RSS <= 256 MiB over idle; every
+# plain and a TLS+token listener, 8 at once each. Bound: peak RSS <= 144 MiB over idle
+# (debug build: +61 to +90 MiB since inflation gets one buffer per message and runs one
+# request per core; +114 to +166 before); every
 # refusal counted (too_large or busy with the token, unauthorized without).
 set -euo pipefail
 NETLIB=$(dirname "$(realpath "$0")") exec python3 - <<'PY'
@@ -41,7 +43,7 @@ for tls in (False, True):
     unauth = rs.count("retryscope_otlp_receiver_requests_total", protocol="grpc", outcome="unauthorized")
     print(f"  {name}: {len(jobs)} bombs in {time.time()-t0:.1f}s, peak RSS +{peak/MIB:.0f} MiB, "
           f"too_large={too_large:.0f} busy={busy:.0f} unauthorized={unauth:.0f}")
-    check(peak <= 256 * MIB, f"{name}: peak RSS over idle <= 256 MiB")
+    check(peak <= 144 * MIB, f"{name}: peak RSS over idle <= 144 MiB")
     check(too_large >= 1 and too_large + busy == 16, f"{name}: 16 bombs with the token refused (too_large, or busy while the others hold the room)")
     check(unauth == 16, f"{name}: 16 bombs without the token refused as unauthorized")
     check(rs.alive(), f"{name}: still serving")

@@ -193,7 +193,7 @@ async fn route(
         .headers
         .remove("grpc-encoding")
         .is_some_and(|v| v.as_bytes() == b"gzip");
-    // Inflating and scanning take CPU: off the async workers.
+    // Inflating and scanning take CPU: off the async workers, one request per core at a time.
     let work = move || {
         let body = intake::grpc_frames(&raw, gzip, limit, &mut res)?;
         drop(raw);
@@ -201,10 +201,10 @@ async fn route(
         res.grow(estimate).map_err(intake::refused)?;
         Ok((body, res))
     };
-    let (body, res) = match tokio::task::spawn_blocking(work).await {
-        Ok(Ok(x)) => x,
-        Ok(Err(r)) => return refuse(r),
-        Err(_) => return refuse(Rejection::new(Outcome::Busy, "shutting down; retry later")),
+    let (body, res) = match services.0.on_cpu(work).await {
+        Some(Ok(x)) => x,
+        Some(Err(r)) => return refuse(r),
+        None => return refuse(Rejection::new(Outcome::Busy, "shutting down; retry later")),
     };
     parts
         .extensions

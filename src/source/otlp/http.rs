@@ -180,7 +180,7 @@ async fn read_body(
         }
     };
     // Inflating and scanning take CPU: off the async workers (so `/metrics` and other
-    // clients are served meanwhile).
+    // clients are served meanwhile), one request per core at a time.
     let work = move || {
         let body = if gzip {
             Bytes::from(intake::gunzip(&body, limit, &mut res)?)
@@ -194,9 +194,9 @@ async fn read_body(
         res.grow(estimate).map_err(intake::refused)?;
         Ok((body, res))
     };
-    tokio::task::spawn_blocking(work)
+    rx.on_cpu(work)
         .await
-        .unwrap_or_else(|_| Err(Rejection::new(Outcome::Busy, "shutting down; retry later")))
+        .unwrap_or_else(|| Err(Rejection::new(Outcome::Busy, "shutting down; retry later")))
 }
 
 /// The records (and metric data points) of a body.
