@@ -33,13 +33,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # failure or a degradation that a healthy run does not have: driving it would mean breaking
 # the collector on purpose (a full disk, an unreachable trace backend, a label cap of 1).
 ZERO_OK = {
-    "Bad lines/s by reason": "the run's logs are well formed (bad lines: tests/run_collector.rs); only the proxy's deliberately broken upstream body may yield one",
-    "Evictions, late events, rotations": "no turn is evicted or late and no log rotates in the run (tests/tail_rotation.rs)",
-    "OTLP export": "the run exports no traces (tests/otlp_export.rs)",
+    "Bad lines/s by reason": "the run's logs are well formed (bad lines: tests/live/run_collector.rs); only the proxy's deliberately broken upstream body may yield one",
+    "Evictions, late events, rotations": "no turn is evicted or late and no log rotates in the run (tests/live/tail_rotation.rs)",
+    "OTLP export": "the run exports no traces (tests/otlp/export.rs)",
     "Label overflow by label": "no label reaches its cap (the caps are 20 to 100 values)",
     "Findings publish failures/s": "JetStream accepts every finding; a failure needs a broken findings stream",
-    "Source lag": "the collector keeps up with the writer: no byte waits unread at a scrape (a lagging tail: tests/trust_tail.rs)",
-    "OTLP queue depth (records)": "the engine takes each accepted batch within milliseconds: the queue is empty at every scrape (a full queue: tests/otlp_backpressure.rs)",
+    "Source lag": "the collector keeps up with the writer: no byte waits unread at a scrape (a lagging tail: tests/live/trust_tail.rs)",
+    "OTLP queue depth (records)": "the engine takes each accepted batch within milliseconds: the queue is empty at every scrape (a full queue: tests/otlp/backpressure.rs)",
 }
 
 

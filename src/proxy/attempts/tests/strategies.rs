@@ -371,7 +371,7 @@ fn a_fallback_to_another_model_or_a_whole_answer_is_a_retry_billed_at_its_model(
         assert_eq!((a1.turn.as_str(), a1.attempt), (a0.turn.as_str(), 1));
         let starts = lines_of(&lines, "attempt_start");
         // The fallback attempt takes the model its answer names (one model name per call,
-        // never the requested alias: tests/model_names.rs), so it is billed at that model's
+        // never the requested alias: tests/cli/model_names.rs), so it is billed at that model's
         // price; the request's model is not written as the attempt's.
         assert!(starts[1]["model"].is_null(), "{api:?}");
         let _ = fallback;

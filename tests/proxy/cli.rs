@@ -3,7 +3,7 @@
 //! carrying what the client did), then SIGTERM. The findings come out of the same sinks as
 //! `run` (findings file, `/metrics`), and `check` over the `--record` folder finds the same.
 
-mod proxy_support;
+use crate::proxy_support;
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};

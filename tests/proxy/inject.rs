@@ -7,7 +7,7 @@
 //! proxy's own cutter. The streams: the article's help-desk turn written in each provider's
 //! real chunk shapes (always), and the real recordings of `../shared/fixtures` (when present).
 
-mod proxy_support;
+use crate::proxy_support;
 
 use bytes::Bytes;
 use proxy_support::{Ending, Mock, Stream, post, request_for, shared, start_proxy};

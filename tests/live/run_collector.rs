@@ -1,7 +1,7 @@
 //! End-to-end tests of `retryscope run` as a real process: files on disk, real HTTP scrapes
 //! of /metrics, kill -9 and restart, rotation while a writer appends, bad lines, stdin, SIGTERM.
 
-mod run_harness;
+use crate::run_harness;
 use run_harness::*;
 
 use std::collections::BTreeMap;

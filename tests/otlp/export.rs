@@ -3,8 +3,7 @@
 //! 127.0.0.1). A dead and a hanging endpoint check that ingestion
 //! never stalls and that losses are counted.
 
-#[path = "common/otlp_receiver.rs"]
-mod otlp_receiver;
+use crate::otlp_receiver;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -26,9 +25,9 @@ use retryscope::sink::traces::{
     Protocol, SpanOptions, TraceExportConfig, TraceSink, TraceStats, turn_spans,
 };
 
-const NAIVE: &str = include_str!("../examples/bookstore/naive.jsonl");
-const RESET: &str = include_str!("../examples/bookstore/reset.jsonl");
-const LATE: &str = include_str!("../examples/bookstore/reset-late-exec.jsonl");
+const NAIVE: &str = include_str!("../../examples/bookstore/naive.jsonl");
+const RESET: &str = include_str!("../../examples/bookstore/reset.jsonl");
+const LATE: &str = include_str!("../../examples/bookstore/reset-late-exec.jsonl");
 /// 2026-11-12T10:00:00.000Z in nanoseconds.
 const T0_NS: u64 = 1_794_477_600_000 * 1_000_000;
 const MS: u64 = 1_000_000;

@@ -2,8 +2,7 @@
 //! receiver as the turn traces, but under their own service (`retryscope-self`), in their own
 //! traces, and never mixed into a turn's trace.
 
-#[path = "common/otlp_receiver.rs"]
-mod otlp_receiver;
+use crate::otlp_receiver;
 
 use std::collections::BTreeSet;
 use std::io::Write;

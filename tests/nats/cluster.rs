@@ -11,7 +11,7 @@
 //! Needs `nats-server` on PATH (`.ci/run` installs Debian's); without it the test says so and
 //! passes, except under CI (`CI` set), where it fails.
 
-mod nats_support;
+use crate::nats_support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

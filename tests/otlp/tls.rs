@@ -6,10 +6,8 @@
 //! and its own operational spans over TLS. And the endpoint rules: scheme-less is `http://`,
 //! a bad endpoint is a startup error naming the setting.
 
-#[path = "common/otlp_receiver.rs"]
-mod otlp_receiver;
-#[path = "common/tls_receiver.rs"]
-mod tls_receiver;
+use crate::otlp_receiver;
+use crate::tls_receiver;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -29,7 +27,7 @@ use retryscope::report::TurnReport;
 use retryscope::sink::traces::{Protocol, TraceExportConfig, TraceSink, span_count};
 use tls_receiver::{Pki, serve_grpc_tls, serve_http_tls, write_other_ca};
 
-const NAIVE: &str = include_str!("../examples/bookstore/naive.jsonl");
+const NAIVE: &str = include_str!("../../examples/bookstore/naive.jsonl");
 
 fn naive() -> TurnReport {
     let mut c = Correlator::new(

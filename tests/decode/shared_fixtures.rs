@@ -6,7 +6,7 @@
 //! the repository builds and tests on its own. Any file the table does not list fails the
 //! test, so a new recording cannot be skipped silently.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -2,8 +2,7 @@
 //! receiver in `common/otlp_receiver.rs` (gRPC and HTTP on 127.0.0.1), the received span tree
 //! is the turn's, and running it twice gives the same trace.
 
-#[path = "common/otlp_receiver.rs"]
-mod otlp_receiver;
+use crate::otlp_receiver;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

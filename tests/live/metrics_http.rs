@@ -16,7 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
-const NAIVE: &str = include_str!("../examples/bookstore/naive.jsonl");
+const NAIVE: &str = include_str!("../../examples/bookstore/naive.jsonl");
 
 struct Reply {
     status: u16,

@@ -120,7 +120,7 @@ fn config(include: &[PathBuf]) -> FileTailerConfig {
         rotate_wait: Duration::from_millis(200),
         // These tests are about lines with their newline: a last line without one waits for it
         // (its delivery after a quiet period is tested in src/source/file/watched.rs and
-        // tests/trust_run.rs).
+        // tests/live/trust_run.rs).
         partial_line_wait: Duration::from_secs(3600),
         ..FileTailerConfig::default()
     }

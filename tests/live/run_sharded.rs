@@ -1,8 +1,8 @@
 //! `retryscope run --workers N` as a real process: the same /metrics values and findings as
 //! one worker, and kill -9 and restart with another worker count losing and doubling nothing.
-//! (The harness is `tests/run_harness`, shared with `run_collector.rs`.)
+//! (The harness is `tests/live/run_harness`, shared with `run_collector.rs`.)
 
-mod run_harness;
+use crate::run_harness;
 use run_harness::*;
 
 use std::collections::BTreeMap;

@@ -6,7 +6,7 @@
 //! `gen_ai.client.inference.operation.details` event; `execute_tool` spans with
 //! `gen_ai.tool.call.id`, `gen_ai.tool.name`, `gen_ai.tool.call.arguments`).
 
-mod common;
+use crate::common;
 
 use common::{correlate, decode, findings, summary};
 use retryscope::decode::Format;

@@ -2,7 +2,7 @@
 //! given with `ca_file`), and the listener's HTTP/2 without TLS (h2c), where an injected
 //! reset is a `RST_STREAM` of that stream only.
 
-mod proxy_support;
+use crate::proxy_support;
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};

@@ -2,7 +2,7 @@
 //! run through the real correlator, and check the reports (tool calls, finish reasons, usage,
 //! attempts, outcomes, findings). `spliced_stream` must appear on spliced streams only.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! reaches the client byte for byte, chunk by chunk as it arrives, with its headers (less the
 //! hop-by-hop ones), and the attempt it carries reaches the ingest path whole.
 
-mod proxy_support;
+use crate::proxy_support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! attempt (marker files), and the findings that ground truth implies. Every other model call
 //! of the session must be clean.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

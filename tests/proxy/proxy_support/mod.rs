@@ -28,7 +28,7 @@ use retryscope::proxy::{
 
 /// The shared fixtures folder (`../shared/fixtures`, or `$RETRYSCOPE_SHARED_FIXTURES`),
 /// when present: it lives outside the repository, and tests that need it say so and pass
-/// without it (as `tests/shared_fixtures.rs` does).
+/// without it (as `tests/decode/shared_fixtures.rs` does).
 pub fn shared() -> Option<PathBuf> {
     let dir = match std::env::var_os("RETRYSCOPE_SHARED_FIXTURES") {
         Some(d) => PathBuf::from(d),

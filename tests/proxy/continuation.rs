@@ -6,7 +6,7 @@
 //! assistant message in its next request. The proxy must count one retry (two attempts of
 //! one call, both billed) and report `spliced_text` with the shared opening as evidence.
 
-mod proxy_support;
+use crate::proxy_support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
