@@ -101,7 +101,7 @@ fn bench(
         let started = Instant::now();
         let ship_task = tokio::spawn(ship(
             ShipConfig {
-                url: url.clone(),
+                nats: retryscope::nats::deploy::Deploy::plain(&url),
                 include: vec![format!("{}/*.jsonl", logs.display())],
                 stdin: false,
                 read_from: ReadFrom::Beginning,
@@ -118,7 +118,7 @@ fn bench(
         let mut tasks = Vec::new();
         for c in 0..collectors {
             let cfg = CollectConfig {
-                url: url.clone(),
+                nats: retryscope::nats::deploy::Deploy::plain(&url),
                 instance: format!("bench-{c}"),
                 lease: Duration::from_secs(5),
                 checkpoint_every: Duration::from_millis(500),

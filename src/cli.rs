@@ -4,6 +4,7 @@
 mod check_cmd;
 mod collect_cmd;
 mod limits_args;
+mod nats_args;
 mod proxy_cmd;
 mod run_cmd;
 mod ship_cmd;

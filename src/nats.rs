@@ -11,6 +11,7 @@
 //! features): streams, pull consumers, key-value buckets, the duplicate window.
 
 pub mod collect;
+pub mod deploy;
 pub mod lease;
 mod owned;
 pub mod partition;
@@ -44,17 +45,6 @@ impl NatsError {
     }
 }
 
-/// Connect to `url` with a name (shown in the server's connection list); the client
-/// reconnects by itself when the server goes away.
-pub async fn connect(url: &str, name: &str) -> Result<async_nats::Client, NatsError> {
-    async_nats::ConnectOptions::new()
-        .name(name)
-        .retry_on_initial_connect()
-        .connect(url)
-        .await
-        .map_err(|e| NatsError::new("connecting to NATS", e))
-}
-
 /// The server's largest message. Read when needed, not at connect: `connect` returns before
 /// the connection is made (it retries by itself), and until then the client knows no limit
 /// (0), so the server's default (1 MiB) stands in.
@@ -73,7 +63,7 @@ pub(crate) fn wall_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// A key-value bucket (history 1, file storage), opened or created.
+/// A key-value bucket (history 1, file storage, `deploy.replicas`), opened or created.
 ///
 /// Created as its backing stream directly, with the key-value conventions (`KV_<bucket>`,
 /// `$KV.<bucket>.>`, rollup, direct get, discard new): async-nats 0.50's `create_key_value`
@@ -81,6 +71,7 @@ pub(crate) fn wall_ms() -> i64 {
 pub async fn kv_bucket(
     js: &async_nats::jetstream::Context,
     bucket: &str,
+    deploy: &deploy::Deploy,
 ) -> Result<async_nats::jetstream::kv::Store, NatsError> {
     use async_nats::jetstream::stream;
     if let Ok(s) = js.get_key_value(bucket).await {
@@ -97,15 +88,15 @@ pub async fn kv_bucket(
             deny_delete: true,
             allow_direct: true,
             discard: stream::DiscardPolicy::New,
-            num_replicas: 1,
+            num_replicas: deploy.replicas.max(1),
             ..Default::default()
         })
         .await;
-    if let Err(e) = created {
-        // A peer may have created it at the same time; opening decides.
-        tracing::debug!(bucket, error = %e, "creating bucket");
-    }
-    js.get_key_value(bucket)
-        .await
-        .map_err(|e| NatsError::new("opening a key-value bucket", e))
+    let created = created.map(|_| ()).map_err(|e| e.to_string());
+    // A peer may have created it at the same time; opening decides (and a refusal to
+    // create, e.g. more replicas than servers, is what the error says).
+    js.get_key_value(bucket).await.map_err(|e| match &created {
+        Err(why) => NatsError::new("creating a key-value bucket", format!("{bucket}: {why}")),
+        Ok(()) => NatsError::new("opening a key-value bucket", e),
+    })
 }

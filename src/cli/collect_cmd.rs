@@ -19,9 +19,13 @@ use super::run_cmd::RunArgs;
 
 pub fn run(cfg: RunConfig, args: &RunArgs) -> anyhow::Result<ExitCode> {
     let url = args.nats.clone().unwrap_or_default();
+    let nats = args.nats_deploy.deploy(&url)?;
     let instance = args.instance.clone().unwrap_or_else(|| {
         let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
-        format!("{}-{}", host.trim(), std::process::id())
+        match host.trim() {
+            "" => "collector".to_string(),
+            h => h.to_string(),
+        }
     });
     let lease = Duration::from_secs(args.lease_secs.max(1));
     let checkpoint_every = Duration::from_millis(args.checkpoint_ms.max(10));
@@ -37,7 +41,7 @@ pub fn run(cfg: RunConfig, args: &RunArgs) -> anyhow::Result<ExitCode> {
         ..CorrelatorConfig::default()
     };
     let collect_cfg = CollectConfig {
-        url,
+        nats,
         instance,
         lease,
         checkpoint_every,

@@ -101,7 +101,10 @@ pub struct RunArgs {
     /// share the partitions with the other collectors on the same server.
     #[arg(long, value_name = "URL")]
     pub(super) nats: Option<String>,
-    /// With --nats: this instance's name among the collectors [default: host name and pid].
+    #[command(flatten)]
+    pub(super) nats_deploy: super::nats_args::NatsArgs,
+    /// With --nats: this instance's name among the collectors, the same across restarts;
+    /// two live collectors may not share one [default: the host name].
     #[arg(long, value_name = "NAME")]
     pub(super) instance: Option<String>,
     /// With --nats: partition lease in seconds (takeover time when an instance dies).
@@ -434,6 +437,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if args.nats.is_some() {
         let cfg = merge_nats(&args)?;
         return super::collect_cmd::run(cfg, &args);
+    }
+    if let Some(flag) = args.nats_deploy.any_given() {
+        anyhow::bail!("{flag} applies only with --nats (a collector)");
     }
     let (cfg, sources) = merge(&args)?;
     if !sources.any() {

@@ -22,6 +22,8 @@ pub struct ShipArgs {
     /// NATS server URL (JetStream enabled).
     #[arg(long, value_name = "URL")]
     nats: String,
+    #[command(flatten)]
+    nats_deploy: super::nats_args::NatsArgs,
     /// Directory for the offsets checkpoint (acknowledged lines are not sent again).
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
@@ -60,7 +62,7 @@ pub fn run(args: ShipArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("ship reads either files or stdin (`-`), not both");
     }
     let cfg = ShipConfig {
-        url: args.nats,
+        nats: args.nats_deploy.deploy(&args.nats)?,
         stdin,
         include: if stdin { Vec::new() } else { args.paths },
         read_from: args.read_from,

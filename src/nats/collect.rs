@@ -53,6 +53,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 
 use super::FINDINGS_STREAM;
+use super::deploy::Deploy;
 use super::owned::{Owned, await_acks, checkpoint, poll, set_correlator_stats, take};
 use super::partition::ensure_findings_stream;
 use super::{EVENTS_STREAM, NatsError, lease, state, wall_ms};
@@ -65,9 +66,11 @@ use crate::sink::metrics::{ClusterStats, Metrics};
 /// How a collector runs.
 #[derive(Debug, Clone)]
 pub struct CollectConfig {
-    /// NATS server URL.
-    pub url: String,
-    /// This instance's name (unique among live collectors).
+    /// The NATS deployment (URL, credentials, TLS; replicas and retention of what this
+    /// collector creates).
+    pub nats: Deploy,
+    /// This instance's name, stable across restarts (a second live collector with the same
+    /// name is refused at start).
     pub instance: String,
     /// Lease length; a dead owner's partitions are taken over after at most this long.
     pub lease: Duration,
@@ -128,7 +131,10 @@ pub async fn collect(
     shutdown: Arc<AtomicBool>,
     ready: Arc<AtomicBool>,
 ) -> Result<CollectSummary, NatsError> {
-    let client = super::connect(&cfg.url, &format!("retryscope-run {}", cfg.instance)).await?;
+    let client = cfg
+        .nats
+        .connect(&format!("retryscope-run {}", cfg.instance))
+        .await?;
     let js = jetstream::new(client.clone());
     let (events, partitions) = loop {
         if let Ok(mut s) = js.get_stream(EVENTS_STREAM).await
@@ -147,13 +153,15 @@ pub async fn collect(
         tracing::info!("waiting for a shipper to create the events stream");
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    ensure_findings_stream(&js, cfg.findings_window).await?;
+    ensure_findings_stream(&js, cfg.findings_window, &cfg.nats).await?;
     let findings_stream = js
         .get_stream(FINDINGS_STREAM)
         .await
         .map_err(|e| NatsError::new("opening the findings stream", e))?;
-    let owners = lease::owners(&js).await?;
-    let states = state::bucket(&js).await?;
+    let owners = lease::owners(&js, &cfg.nats).await?;
+    let states = state::bucket(&js, &cfg.nats).await?;
+    let me = lease::owner_id(&cfg.instance, wall_ms(), std::process::id());
+    claim_name(&owners, &cfg, &me, &shutdown).await?;
     served.set_cluster(&ClusterStats {
         partitions,
         ..ClusterStats::default()
@@ -179,8 +187,8 @@ pub async fn collect(
     while !shutdown.load(Ordering::SeqCst) {
         if last_lease.is_none_or(|t| t.elapsed() >= cfg.lease / 4) {
             last_lease = Some(Instant::now());
-            let members = heartbeat(&owners, &cfg).await;
-            renew_all(&mut sh, &owners, &cfg, &mut owned).await;
+            let members = heartbeat(&owners, &cfg, &me).await;
+            renew_all(&mut sh, &owners, &cfg, &me, &mut owned).await;
             let share = partitions.div_ceil(members.max(1));
             // More than a fair share (a peer joined): hand the excess over, checkpointed.
             while owned.len() as u32 > share {
@@ -196,8 +204,7 @@ pub async fn collect(
                     }
                 }
                 // Released either way: the partition is no longer read here.
-                let _ =
-                    lease::renew(&owners, p, &cfg.instance, o.lease_rev, Duration::ZERO, 0).await;
+                let _ = lease::renew(&owners, p, &me, o.lease_rev, Duration::ZERO, 0).await;
             }
             // Peers that start together see each other before anyone takes partitions.
             let settled = started.elapsed() >= cfg.lease / 2;
@@ -210,7 +217,7 @@ pub async fn collect(
                     continue;
                 }
                 let asked = Instant::now();
-                match lease::acquire(&owners, p, &cfg.instance, cfg.lease, wall_ms()).await {
+                match lease::acquire(&owners, p, &me, cfg.lease, wall_ms()).await {
                     Ok(Some(rev)) => match take(&mut sh, p, rev, asked + cfg.lease * 7 / 8).await {
                         Ok(o) => {
                             sh.summary.takeovers += 1;
@@ -274,8 +281,7 @@ pub async fn collect(
     for (&p, o) in owned.iter_mut() {
         match checkpoint(&mut sh, p, o).await {
             Ok(()) => {
-                let _ =
-                    lease::renew(&owners, p, &cfg.instance, o.lease_rev, Duration::ZERO, 0).await;
+                let _ = lease::renew(&owners, p, &me, o.lease_rev, Duration::ZERO, 0).await;
             }
             Err(e) => tracing::warn!(partition = p, error = %e, "final checkpoint failed"),
         }
@@ -302,12 +308,54 @@ fn member_key(instance: &str) -> String {
     format!("member.{clean}")
 }
 
+/// Refuse to run beside a live collector of the same name. A member key of this name left by
+/// another process is watched for two heartbeat intervals: renewed meanwhile (its revision
+/// moved, by another process), it is a live duplicate; not renewed, it was this instance's
+/// previous run (killed), and the name is this run's. The server's revisions decide, not
+/// clocks.
+async fn claim_name(
+    owners: &kv::Store,
+    cfg: &CollectConfig,
+    me: &str,
+    shutdown: &AtomicBool,
+) -> Result<(), NatsError> {
+    let key = member_key(&cfg.instance);
+    let read = |e: async_nats::jetstream::kv::EntryError| NatsError::new("reading members", e);
+    let Some(first) = owners.entry(&key).await.map_err(read)? else {
+        return Ok(());
+    };
+    if first.operation != kv::Operation::Put {
+        return Ok(());
+    }
+    let watch = cfg.lease / 2;
+    tracing::info!(instance = %cfg.instance, wait_ms = watch.as_millis() as u64,
+        "another process used this instance name; checking that it is gone");
+    let until = Instant::now() + watch;
+    while Instant::now() < until && !shutdown.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(100).min(watch)).await;
+        if let Some(now) = owners.entry(&key).await.map_err(read)?
+            && now.revision != first.revision
+            && now.operation == kv::Operation::Put
+            && serde_json::from_slice::<lease::Lease>(&now.value).is_ok_and(|l| l.owner != me)
+        {
+            return Err(NatsError::new(
+                "joining the collectors",
+                format!(
+                    "another live collector is named `{}`: give each one its own --instance",
+                    cfg.instance
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Renew this instance's membership and count the live members.
-async fn heartbeat(owners: &kv::Store, cfg: &CollectConfig) -> u32 {
+async fn heartbeat(owners: &kv::Store, cfg: &CollectConfig, me: &str) -> u32 {
     let now = wall_ms();
     let until = now + i64::try_from(cfg.lease.as_millis()).unwrap_or(i64::MAX);
     let value = serde_json::to_vec(&lease::Lease {
-        owner: cfg.instance.clone(),
+        owner: me.to_string(),
         until_ms: until,
     })
     .unwrap_or_default();
@@ -357,12 +405,13 @@ async fn renew_all(
     sh: &mut Shared<'_>,
     owners: &kv::Store,
     cfg: &CollectConfig,
+    me: &str,
     owned: &mut BTreeMap<u32, Owned>,
 ) {
     let mut lost = Vec::new();
     for (&p, o) in owned.iter_mut() {
         let asked = Instant::now();
-        match lease::renew(owners, p, &cfg.instance, o.lease_rev, cfg.lease, wall_ms()).await {
+        match lease::renew(owners, p, me, o.lease_rev, cfg.lease, wall_ms()).await {
             Some(rev) => {
                 o.lease_rev = rev;
                 // Counted from before the request: the others' view of the lease starts later.
@@ -411,5 +460,6 @@ fn cluster_stats(
         publish_failures: summary.publish_failures,
         checkpoint_writes: summary.checkpoints,
         checkpoint_failures: summary.checkpoint_failures,
+        dead_letters: summary.dead_letters,
     }
 }

@@ -20,15 +20,30 @@ pub const OWNERS_BUCKET: &str = "retryscope_owners";
 /// A lease as stored.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Lease {
-    /// The owning instance.
+    /// The owning process: its instance name and incarnation ([`owner_id`]), so that a second
+    /// process given the same name owns nothing of the first's.
     pub owner: String,
     /// Milliseconds since the epoch when the lease ends unless renewed.
     pub until_ms: i64,
 }
 
 /// The owners bucket, opened or created.
-pub async fn owners(js: &jetstream::Context) -> Result<kv::Store, NatsError> {
-    super::kv_bucket(js, OWNERS_BUCKET).await
+pub async fn owners(
+    js: &jetstream::Context,
+    deploy: &super::deploy::Deploy,
+) -> Result<kv::Store, NatsError> {
+    super::kv_bucket(js, OWNERS_BUCKET, deploy).await
+}
+
+/// The owner id of one process run as `instance`: the name and an incarnation that differs
+/// from run to run (start time and process id).
+pub fn owner_id(instance: &str, started_ms: i64, pid: u32) -> String {
+    format!("{instance}#{started_ms:x}.{pid:x}")
+}
+
+/// The instance name in an owner id (an owner id from before incarnations is a bare name).
+pub fn instance_of(owner: &str) -> &str {
+    owner.rsplit_once('#').map_or(owner, |(name, _)| name)
 }
 
 /// The key of partition `p`.
@@ -112,5 +127,20 @@ mod tests {
         assert!(takeable(Some(&l), "a", 500));
         assert!(!takeable(Some(&l), "b", 999));
         assert!(takeable(Some(&l), "b", 1000));
+    }
+
+    #[test]
+    fn two_runs_of_one_instance_name_are_two_owners() {
+        let first = owner_id("c1", 1_000, 7);
+        let second = owner_id("c1", 1_000, 8);
+        assert_ne!(first, second);
+        assert_eq!(instance_of(&first), "c1");
+        assert_eq!(instance_of("old-style"), "old-style");
+        let l = Lease {
+            owner: first.clone(),
+            until_ms: 1000,
+        };
+        assert!(takeable(Some(&l), &first, 500));
+        assert!(!takeable(Some(&l), &second, 500));
     }
 }

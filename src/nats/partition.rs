@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
 
+use super::deploy::Deploy;
 use super::{EVENTS_STREAM, FINDINGS_STREAM, NatsError};
 use crate::turn_route;
 
@@ -43,6 +44,7 @@ pub async fn ensure_events_stream(
     js: &jetstream::Context,
     requested: u32,
     duplicate_window: Duration,
+    deploy: &Deploy,
 ) -> Result<u32, NatsError> {
     if let Ok(mut s) = js.get_stream(EVENTS_STREAM).await {
         return stored_partitions(&mut s).await;
@@ -54,17 +56,21 @@ pub async fn ensure_events_stream(
             subjects: vec![format!("{SUBJECT_PREFIX}.>")],
             duplicate_window,
             storage: stream::StorageType::File,
+            num_replicas: deploy.replicas.max(1),
+            max_age: deploy.events_max_age,
             ..Default::default()
         })
         .await;
     match created {
         Ok(mut s) => stored_partitions(&mut s).await,
         // Another shipper created it first: its count wins.
-        Err(_) => {
-            let mut s = js
-                .get_stream(EVENTS_STREAM)
-                .await
-                .map_err(|e| NatsError::new("opening the events stream", e))?;
+        Err(why) => {
+            let mut s = js.get_stream(EVENTS_STREAM).await.map_err(|_| {
+                NatsError::new(
+                    "creating the events stream",
+                    format!("{EVENTS_STREAM}: {why}"),
+                )
+            })?;
             stored_partitions(&mut s).await
         }
     }
@@ -92,6 +98,7 @@ async fn stored_partitions(s: &mut stream::Stream) -> Result<u32, NatsError> {
 pub async fn ensure_findings_stream(
     js: &jetstream::Context,
     duplicate_window: Duration,
+    deploy: &Deploy,
 ) -> Result<(), NatsError> {
     if js.get_stream(FINDINGS_STREAM).await.is_ok() {
         return Ok(());
@@ -102,6 +109,8 @@ pub async fn ensure_findings_stream(
             subjects: vec!["retryscope.findings.>".to_string()],
             duplicate_window,
             storage: stream::StorageType::File,
+            num_replicas: deploy.replicas.max(1),
+            max_age: deploy.findings_max_age,
             ..Default::default()
         })
         .await;
@@ -113,7 +122,12 @@ pub async fn ensure_findings_stream(
             .get_stream(FINDINGS_STREAM)
             .await
             .map(|_| ())
-            .map_err(|_| NatsError::new("opening the findings stream", e)),
+            .map_err(|_| {
+                NatsError::new(
+                    "creating the findings stream",
+                    format!("{FINDINGS_STREAM}: {e}"),
+                )
+            }),
     }
 }
 

@@ -18,6 +18,7 @@ use async_nats::HeaderMap;
 use async_nats::jetstream;
 use bytes::Bytes;
 
+use super::deploy::Deploy;
 use super::partition::{ensure_events_stream, partition_of, subject};
 use super::{NatsError, STREAM_HEADER};
 use crate::internal_events::TailerReport;
@@ -31,8 +32,9 @@ pub const SHIP_CHECKPOINT_FILE: &str = "ship-checkpoint.json";
 /// How `ship` runs.
 #[derive(Debug, Clone)]
 pub struct ShipConfig {
-    /// NATS server URL.
-    pub url: String,
+    /// The NATS deployment (URL, credentials, TLS; replicas and retention of the events
+    /// stream when this shipper creates it).
+    pub nats: Deploy,
     /// Globs to tail.
     pub include: Vec<String>,
     /// Ship standard input instead (until it ends); no checkpoint.
@@ -85,9 +87,13 @@ pub async fn ship(cfg: ShipConfig, shutdown: Arc<AtomicBool>) -> Result<ShipSumm
         (Some(p), false) => load_offsets(p, cfg.reset_checkpoint)?,
         _ => Vec::new(),
     };
-    let client = super::connect(&cfg.url, &format!("retryscope-ship {}", cfg.source_id)).await?;
+    let client = cfg
+        .nats
+        .connect(&format!("retryscope-ship {}", cfg.source_id))
+        .await?;
     let js = jetstream::new(client.clone());
-    let partitions = ensure_events_stream(&js, cfg.partitions, cfg.duplicate_window).await?;
+    let partitions =
+        ensure_events_stream(&js, cfg.partitions, cfg.duplicate_window, &cfg.nats).await?;
     tracing::info!(partitions, "shipping to JetStream");
     if cfg.stdin {
         return ship_stdin(&cfg, &js, &client, partitions, shutdown).await;

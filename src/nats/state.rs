@@ -110,8 +110,11 @@ impl Loaded {
 }
 
 /// The state bucket, opened or created.
-pub async fn bucket(js: &jetstream::Context) -> Result<kv::Store, NatsError> {
-    super::kv_bucket(js, STATE_BUCKET).await
+pub async fn bucket(
+    js: &jetstream::Context,
+    deploy: &super::deploy::Deploy,
+) -> Result<kv::Store, NatsError> {
+    super::kv_bucket(js, STATE_BUCKET, deploy).await
 }
 
 fn chunk_key(p: u32, generation: &str, i: u32) -> String {

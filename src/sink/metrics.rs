@@ -235,6 +235,7 @@ impl Inner {
             F::NatsTakeovers,
             F::NatsCheckpointLag,
             F::NatsPublishFailures,
+            F::NatsDeadLetters,
             F::ProxyUnobserved,
         ] {
             t.touch(f as usize, &[]);

@@ -26,7 +26,8 @@ pub struct Pki {
 }
 
 impl Pki {
-    /// `ca.pem`, `client.pem` and `client.key` in a fresh temp dir.
+    /// `ca.pem`, `client.pem`, `client.key`, `server.pem` and `server.key` in a fresh temp dir
+    /// (the server's files for servers run as processes: nats-server).
     pub fn new() -> Pki {
         let dir = tempfile::tempdir().unwrap();
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -51,6 +52,8 @@ impl Pki {
         std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
         std::fs::write(dir.path().join("client.pem"), client.pem()).unwrap();
         std::fs::write(dir.path().join("client.key"), client_key.serialize_pem()).unwrap();
+        std::fs::write(dir.path().join("server.pem"), server.pem()).unwrap();
+        std::fs::write(dir.path().join("server.key"), server_key.serialize_pem()).unwrap();
         Pki {
             ca_der: ca.der().clone(),
             server_chain: vec![server.der().clone()],
@@ -67,6 +70,12 @@ impl Pki {
     }
     pub fn client_key(&self) -> PathBuf {
         self.dir.path().join("client.key")
+    }
+    pub fn server_cert(&self) -> PathBuf {
+        self.dir.path().join("server.pem")
+    }
+    pub fn server_key_file(&self) -> PathBuf {
+        self.dir.path().join("server.key")
     }
 
     /// The server's TLS configuration; with `require_client` only clients with a certificate

@@ -3,4 +3,9 @@
 //! One test binary per area (one link step each): each module was its own binary before.
 
 mod cluster;
+mod deploy;
 mod nats_support;
+#[path = "../common/otlp_receiver.rs"]
+mod otlp_receiver;
+#[path = "../common/tls_receiver.rs"]
+mod tls_receiver;

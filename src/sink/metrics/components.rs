@@ -24,6 +24,8 @@ pub struct ClusterStats {
     pub checkpoint_writes: u64,
     /// Partition checkpoints that failed.
     pub checkpoint_failures: u64,
+    /// Findings too large to publish (dead letters).
+    pub dead_letters: u64,
 }
 
 impl Metrics {
@@ -78,6 +80,7 @@ impl Metrics {
             &[],
             c.checkpoint_failures as f64,
         );
+        t.set(F::NatsDeadLetters as usize, &[], c.dead_letters as f64);
     }
 
     /// The OTLP receiver's spool on disk.

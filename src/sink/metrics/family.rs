@@ -145,6 +145,8 @@ families! {
         "Messages of the owned partitions correlated but not yet covered by a stored checkpoint, just before the last round of checkpoints: what a new owner would replay (run --nats).";
     NatsPublishFailures => "retryscope_nats_findings_publish_failures_total", Counter, [],
         "Findings that could not be published to the findings stream or were not acknowledged (the partition is given up and replayed; run --nats).";
+    NatsDeadLetters => "retryscope_nats_dead_letters_total", Counter, [],
+        "Findings larger than the NATS server's largest message: written to this collector's findings output only, logged, and the partition moves on (run --nats).";
     ProxyUnobserved => "retryscope_proxy_unobserved_answers_total", Counter, [],
         "Non-streaming answers over the proxy's 8 MiB cap, passed to the client unobserved.";
     ListenerRefused => "retryscope_listener_connections_refused_total", Counter, ["listener", "reason"],

@@ -55,6 +55,20 @@ impl Proc {
     }
 }
 
+impl Proc {
+    /// The exit status once the process has stopped by itself, or `None` after `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
 impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -63,17 +77,24 @@ impl Drop for Proc {
 }
 
 pub fn nats_server(port: u16, store: &Path, log: &Path) -> Proc {
+    nats_server_with(port, store, log, &[])
+}
+
+/// A `nats-server` with `extra` flags (TLS, users).
+pub fn nats_server_with(port: u16, store: &Path, log: &Path, extra: &[&str]) -> Proc {
     let p = Proc::spawn(
         "nats-server",
-        Command::new(nats_server_bin()).args([
-            "-js",
-            "-a",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-sd",
-            &store.display().to_string(),
-        ]),
+        Command::new(nats_server_bin())
+            .args([
+                "-js",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-sd",
+                &store.display().to_string(),
+            ])
+            .args(extra),
         log,
     );
     wait_for("nats-server to listen", Duration::from_secs(20), || {
@@ -230,49 +251,67 @@ pub fn collector(
     lease_secs: &str,
     checkpoint_ms: &str,
 ) -> (Proc, u16) {
+    collector_with(d, url, name, lease_secs, checkpoint_ms, &[])
+}
+
+/// [`collector`] with `extra` flags.
+pub fn collector_with(
+    d: &Path,
+    url: &str,
+    name: &str,
+    lease_secs: &str,
+    checkpoint_ms: &str,
+    extra: &[&str],
+) -> (Proc, u16) {
     let mport = free_port();
-    let p = retryscope(
+    let findings = d
+        .join(format!("{name}-findings.jsonl"))
+        .display()
+        .to_string();
+    let mut args = vec![
+        "run",
+        "--nats",
+        url,
+        "--instance",
         name,
-        &[
-            "run",
-            "--nats",
-            url,
-            "--instance",
-            name,
-            "--lease-secs",
-            lease_secs,
-            "--checkpoint-ms",
-            checkpoint_ms,
-            "--metrics-addr",
-            &format!("127.0.0.1:{mport}"),
-            "--findings-out",
-            &d.join(format!("{name}-findings.jsonl"))
-                .display()
-                .to_string(),
-        ],
-        &d.join(format!("{name}.log")),
-    );
+        "--lease-secs",
+        lease_secs,
+        "--checkpoint-ms",
+        checkpoint_ms,
+        "--metrics-addr",
+    ];
+    let addr = format!("127.0.0.1:{mport}");
+    args.extend([addr.as_str(), "--findings-out", findings.as_str()]);
+    args.extend(extra);
+    let p = retryscope(name, &args, &d.join(format!("{name}.log")));
     (p, mport)
 }
 
 /// A shipper of `log` (its data dir beside it) into `partitions` partitions.
 pub fn shipper(d: &Path, url: &str, log: &Path, partitions: &str) -> Proc {
-    retryscope(
+    shipper_with(d, url, log, partitions, &[])
+}
+
+/// [`shipper`] with `extra` flags.
+pub fn shipper_with(d: &Path, url: &str, log: &Path, partitions: &str, extra: &[&str]) -> Proc {
+    let (log, data) = (
+        log.display().to_string(),
+        d.join("ship-data").display().to_string(),
+    );
+    let mut args = vec![
         "ship",
-        &[
-            "ship",
-            &log.display().to_string(),
-            "--nats",
-            url,
-            "--data-dir",
-            &d.join("ship-data").display().to_string(),
-            "--source-id",
-            "host",
-            "--partitions",
-            partitions,
-        ],
-        &d.join("ship.log"),
-    )
+        log.as_str(),
+        "--nats",
+        url,
+        "--data-dir",
+        data.as_str(),
+        "--source-id",
+        "host",
+        "--partitions",
+        partitions,
+    ];
+    args.extend(extra);
+    retryscope("ship", &args, &d.join("ship.log"))
 }
 
 /// Run `f` on a current-thread runtime with a JetStream context on `url`.
@@ -307,4 +346,74 @@ pub fn server_in(d: &Path) -> (Proc, String) {
     let port = free_port();
     let server = nats_server(port, &d.join("js"), &d.join("nats.log"));
     (server, format!("nats://127.0.0.1:{port}"))
+}
+
+/// A refund run twice: attempt 0 streams `pad` characters of text, runs the tool and breaks
+/// (the first half); the retry runs it again and finishes (the second half). Each such turn
+/// gives `check` its findings (abandoned and duplicated refund).
+pub fn refund_turn(
+    t: &str,
+    ts: i64,
+    pad: usize,
+) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    use serde_json::json;
+    let args = json!({"order": t, "amount": 10});
+    let first = vec![
+        json!({"turn": t, "type": "turn_start", "ts": ts, "model": "gpt-4o", "provider": "openai"}),
+        json!({"turn": t, "type": "text", "attempt": 0, "ts": ts + 1, "text": "x".repeat(pad)}),
+        json!({"turn": t, "type": "tool_call", "attempt": 0, "ts": ts + 2, "id": "c0", "name": "issue_refund", "args": args}),
+        json!({"turn": t, "type": "tool_exec", "attempt": 0, "ts": ts + 3, "id": "c0", "name": "issue_refund", "args": args}),
+        json!({"turn": t, "type": "error", "attempt": 0, "ts": ts + 4, "message": "connection reset"}),
+    ];
+    let second = vec![
+        json!({"turn": t, "type": "retry", "attempt": 1, "ts": ts + 10, "reason": "connection reset"}),
+        json!({"turn": t, "type": "tool_call", "attempt": 1, "ts": ts + 11, "id": "c1", "name": "issue_refund", "args": args}),
+        json!({"turn": t, "type": "tool_exec", "attempt": 1, "ts": ts + 12, "id": "c1", "name": "issue_refund", "args": args}),
+        json!({"turn": t, "type": "finish", "attempt": 1, "ts": ts + 13, "reason": "stop"}),
+        json!({"turn": t, "type": "turn_end", "ts": ts + 14}),
+    ];
+    (first, second)
+}
+
+/// `turns` refund turns named `<prefix>-<i>`: all first halves, then all second halves.
+pub fn refund_log(
+    prefix: &str,
+    turns: usize,
+    pad: usize,
+) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    let (mut first, mut second) = (Vec::new(), Vec::new());
+    for i in 0..turns {
+        let (a, b) = refund_turn(
+            &format!("{prefix}-{i}"),
+            1_700_000_000_000 + i as i64 * 20,
+            pad,
+        );
+        first.extend(a);
+        second.extend(b);
+    }
+    (first, second)
+}
+
+/// Wait until the findings stream holds `n` findings, then compare them with `expected`.
+pub fn assert_findings(url: &str, expected: &[String], limit: Duration) {
+    let n = expected.len() as u64;
+    let mut last = 0;
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        last = findings_count(url);
+        if last >= n {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // A moment more: a duplicate would arrive after the count was reached.
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut got = findings_in_stream(url);
+    got.sort();
+    assert_eq!(
+        got.len(),
+        expected.len(),
+        "findings, each exactly once (count seen {last})"
+    );
+    assert_eq!(got, expected, "the same findings as check");
 }

@@ -1,0 +1,144 @@
+//! How retryscope meets a NATS deployment: the connection (URL, credentials, TLS) and what it
+//! creates there (replicas and retention of its streams and key-value buckets).
+//!
+//! Owns: [`Deploy`], shared by `ship` and `run --nats`, and [`Deploy::connect`]. What exists
+//! already is used as it is: replicas and retention apply when retryscope creates a stream or
+//! bucket, never to one an operator made (or changed) before.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::NatsError;
+
+/// A NATS deployment as retryscope uses it.
+#[derive(Debug, Clone)]
+pub struct Deploy {
+    /// Server URL(s), comma-separated (`nats://user:password@host:4222` carries a user).
+    pub url: String,
+    /// A credentials file (user JWT and seed, for servers in operator mode).
+    pub creds: Option<PathBuf>,
+    /// CA certificates (PEM) to trust for the server's certificate; implies TLS.
+    pub ca: Option<PathBuf>,
+    /// A client certificate and key (PEM) for servers that verify clients.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+    /// Replicas of every stream and bucket retryscope creates (a clustered JetStream: 3).
+    pub replicas: usize,
+    /// Shipped lines are kept this long (zero: until the disk limit of the server).
+    pub events_max_age: Duration,
+    /// Findings are kept this long (zero: forever).
+    pub findings_max_age: Duration,
+}
+
+/// Credentials in a server URL.
+#[derive(Debug, PartialEq, Eq)]
+enum UrlAuth {
+    /// `nats://user:password@host`.
+    UserPassword(String, String),
+    /// `nats://token@host` (NATS's convention for a bare user part).
+    Token(String),
+}
+
+/// The credentials of the first URL that has some (async-nats 0.50 sends none it finds in a
+/// URL; every server of one deployment takes the same).
+fn url_auth(urls: &str) -> Option<UrlAuth> {
+    urls.split(',').find_map(|u| {
+        let u = url::Url::parse(u.trim()).ok()?;
+        let decode = |s: &str| {
+            url::form_urlencoded::parse(format!("x={s}").as_bytes())
+                .next()
+                .map(|(_, v)| v.into_owned())
+        };
+        let user = decode(u.username()).filter(|s| !s.is_empty())?;
+        Some(match u.password() {
+            Some(p) => UrlAuth::UserPassword(user, decode(p).unwrap_or_default()),
+            None => UrlAuth::Token(user),
+        })
+    })
+}
+
+/// Shipped lines are needed until every partition's checkpoint has passed them.
+pub const DEFAULT_EVENTS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Findings are the cluster's output, read by people and alerting.
+pub const DEFAULT_FINDINGS_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
+
+impl Deploy {
+    /// `url` with no credentials or TLS, one replica and the default retention.
+    pub fn plain(url: &str) -> Self {
+        Deploy {
+            url: url.to_string(),
+            creds: None,
+            ca: None,
+            client_cert: None,
+            replicas: 1,
+            events_max_age: DEFAULT_EVENTS_MAX_AGE,
+            findings_max_age: DEFAULT_FINDINGS_MAX_AGE,
+        }
+    }
+
+    /// Connect with a name (shown in the server's connection list); the client reconnects by
+    /// itself when the server goes away. A credentials or certificate file that cannot be
+    /// read is an error here, before any connection is tried.
+    pub async fn connect(&self, name: &str) -> Result<async_nats::Client, NatsError> {
+        let mut opts = async_nats::ConnectOptions::new()
+            .name(name)
+            .retry_on_initial_connect();
+        if let Some(creds) = &self.creds {
+            opts = opts.credentials_file(creds).await.map_err(|e| {
+                NatsError::new(
+                    "reading the NATS credentials file",
+                    format!("{}: {e}", creds.display()),
+                )
+            })?;
+        }
+        for (what, path) in [("CA", self.ca.as_ref())].into_iter().chain(
+            self.client_cert
+                .iter()
+                .flat_map(|(c, k)| [("client certificate", Some(c)), ("client key", Some(k))]),
+        ) {
+            if let Some(path) = path
+                && let Err(e) = std::fs::metadata(path)
+            {
+                return Err(NatsError::new(
+                    "reading a NATS TLS file",
+                    format!("{what} {}: {e}", path.display()),
+                ));
+            }
+        }
+        if let Some(auth) = url_auth(&self.url) {
+            opts = match auth {
+                UrlAuth::UserPassword(user, password) => opts.user_and_password(user, password),
+                UrlAuth::Token(token) => opts.token(token),
+            };
+        }
+        if let Some(ca) = &self.ca {
+            opts = opts.add_root_certificates(ca.clone()).require_tls(true);
+        }
+        if let Some((cert, key)) = &self.client_cert {
+            opts = opts
+                .add_client_certificate(cert.clone(), key.clone())
+                .require_tls(true);
+        }
+        opts.connect(self.url.as_str())
+            .await
+            .map_err(|e| NatsError::new("connecting to NATS", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_url_user_password_or_token_is_read_and_decoded() {
+        assert_eq!(
+            url_auth("nats://collector:s%40cret@127.0.0.1:4222"),
+            Some(UrlAuth::UserPassword("collector".into(), "s@cret".into()))
+        );
+        assert_eq!(
+            url_auth("nats://a:4222, tls://tok3n@b:4222"),
+            Some(UrlAuth::Token("tok3n".into()))
+        );
+        assert_eq!(url_auth("nats://127.0.0.1:4222"), None);
+        assert_eq!(url_auth("127.0.0.1:4222"), None);
+    }
+}

@@ -1,0 +1,231 @@
+//! Issue 26, production shape: a NATS server with TLS and users, reached with `--nats-ca` and a
+//! user in the URL; one name per live collector; the replicas and retention of what
+//! retryscope creates. Real nats-server processes, as in `cluster.rs`.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::nats_support::*;
+use crate::tls_receiver::Pki;
+
+/// Findings in a collector's `--findings-out`, as canonical JSON, sorted.
+fn findings_file(path: &Path) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|v| v.to_string())
+        .collect();
+    out.sort();
+    out
+}
+
+fn owned(port: u16) -> f64 {
+    scrape(port).map_or(0.0, |m| sum(&m, "retryscope_nats_partitions_owned"))
+}
+
+#[test]
+fn a_tls_server_with_users_is_reached_with_the_ca_and_a_user_in_the_url() {
+    if !have_nats_server() {
+        return;
+    }
+    let d = tempfile::tempdir().expect("tmp");
+    let d = d.path();
+    let pki = Pki::new();
+    let (cert, key) = (pki.server_cert(), pki.server_key_file());
+    let port = free_port();
+    let _server = nats_server_with(
+        port,
+        &d.join("js"),
+        &d.join("nats.log"),
+        &[
+            "--tls",
+            "--tlscert",
+            &cert.display().to_string(),
+            "--tlskey",
+            &key.display().to_string(),
+            "--user",
+            "collector",
+            "--pass",
+            "s3cret",
+        ],
+    );
+    let url = format!("nats://collector:s3cret@127.0.0.1:{port}");
+    let ca = pki.ca_file().display().to_string();
+    let log = d.join("agent.jsonl");
+    let (first, second) = refund_log("tls", 20, 10);
+    append(&log, &first);
+    append(&log, &second);
+    let empty = d.join("empty.jsonl");
+    std::fs::write(&empty, "").expect("empty");
+    let (expected, _) = check(&log, &empty);
+    assert!(!expected.is_empty());
+    let _ship = shipper_with(d, &url, &log, "4", &["--nats-ca", &ca]);
+    let (_c, mport) = collector_with(d, &url, "c1", "2", "100", &["--nats-ca", &ca]);
+    let out = d.join("c1-findings.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while findings_file(&out).len() < expected.len() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let got = findings_file(&out);
+    assert_eq!(
+        got.len(),
+        expected.len(),
+        "the collector over TLS finds what check finds (ship: {}; collector: {})",
+        log_text(d, "ship"),
+        log_text(d, "c1")
+    );
+    assert_eq!(got, expected);
+    assert!(owned(mport) > 0.0);
+}
+
+#[test]
+fn a_second_live_collector_of_one_name_is_refused_and_a_killed_ones_restart_is_not() {
+    if !have_nats_server() {
+        return;
+    }
+    let d = tempfile::tempdir().expect("tmp");
+    let d = d.path();
+    let (_server, url) = server_in(d);
+    let log = d.join("agent.jsonl");
+    append(&log, &refund_log("dup", 4, 10).0);
+    let _ship = shipper(d, &url, &log, "4");
+    let (first, port) = collector(d, &url, "c1", "2", "100");
+    wait_for("c1 to own partitions", Duration::from_secs(30), || {
+        owned(port) > 0.0
+    });
+    // The same name again, while c1 lives: refused, and c1 keeps its partitions.
+    let again = d.join("again");
+    std::fs::create_dir_all(&again).expect("dir");
+    let (mut second, _) = collector(&again, &url, "c1", "2", "100");
+    let status = second.wait_exit(Duration::from_secs(30));
+    let said = log_text(&again, "c1");
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "the second c1 must stop with an error: {status:?}\n{said}"
+    );
+    assert!(
+        said.contains("another live collector is named `c1`"),
+        "{said}"
+    );
+    assert_eq!(owned(port), 4.0, "c1 still owns every partition");
+    // c1 killed: a new run under its name is its successor, not a duplicate.
+    drop(first);
+    let after = d.join("after");
+    std::fs::create_dir_all(&after).expect("dir");
+    let (mut third, port3) = collector(&after, &url, "c1", "2", "100");
+    wait_for(
+        "the restarted c1 to own every partition",
+        Duration::from_secs(30),
+        || owned(port3) == 4.0,
+    );
+    assert!(third.wait_exit(Duration::ZERO).is_none(), "it runs on");
+}
+
+#[test]
+fn what_retryscope_creates_has_the_replicas_and_retention_asked_for() {
+    if !have_nats_server() {
+        return;
+    }
+    let d = tempfile::tempdir().expect("tmp");
+    let d = d.path();
+    let (_server, url) = server_in(d);
+    let log = d.join("agent.jsonl");
+    append(&log, &refund_log("ret", 2, 10).0);
+    let _ship = shipper_with(d, &url, &log, "2", &["--nats-events-max-age-hours", "2"]);
+    let (_c, port) = collector_with(
+        d,
+        &url,
+        "c1",
+        "2",
+        "100",
+        &["--nats-findings-max-age-hours", "3"],
+    );
+    wait_for("c1 to own partitions", Duration::from_secs(30), || {
+        owned(port) > 0.0
+    });
+    let configs = with_js(&url, async |js| {
+        let mut out = Vec::new();
+        for name in [
+            "RETRYSCOPE_EVENTS",
+            "RETRYSCOPE_FINDINGS",
+            "KV_retryscope_owners",
+            "KV_retryscope_state",
+        ] {
+            let mut s = js.get_stream(name).await.expect(name);
+            let c = s.info().await.expect("info").config.clone();
+            out.push((name, c.num_replicas, c.max_age));
+        }
+        out
+    });
+    assert_eq!(
+        configs,
+        vec![
+            ("RETRYSCOPE_EVENTS", 1, Duration::from_secs(7200)),
+            ("RETRYSCOPE_FINDINGS", 1, Duration::from_secs(3 * 3600)),
+            ("KV_retryscope_owners", 1, Duration::ZERO),
+            ("KV_retryscope_state", 1, Duration::ZERO),
+        ]
+    );
+    // Three replicas on one server: the server's refusal, named, and a stop.
+    let lone_dir = d.join("lone");
+    std::fs::create_dir_all(&lone_dir).expect("dir");
+    let (_lone, lone) = server_in(&lone_dir);
+    let mut ship3 = shipper_with(&lone_dir, &lone, &log, "2", &["--nats-replicas", "3"]);
+    let status = ship3.wait_exit(Duration::from_secs(30));
+    let said = log_text(&lone_dir, "ship");
+    assert!(status.is_some_and(|s| !s.success()), "{status:?}: {said}");
+    assert!(said.contains("creating the events stream"), "{said}");
+}
+
+#[test]
+fn deployment_flags_are_refused_where_they_cannot_apply_or_their_files_are_missing() {
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_retryscope"))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("retryscope");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, err) = run(&["run", "--demo", "--nats-replicas", "3"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--nats-replicas applies only with --nats"),
+        "{err}"
+    );
+    let (code, err) = run(&[
+        "ship",
+        "-",
+        "--nats",
+        "nats://127.0.0.1:1",
+        "--nats-replicas",
+        "7",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("1 to 5"), "{err}");
+    let (code, err) = run(&[
+        "ship",
+        "-",
+        "--nats",
+        "nats://127.0.0.1:1",
+        "--nats-ca",
+        "/nonexistent/ca.pem",
+    ]);
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("/nonexistent/ca.pem"), "{err}");
+    let (code, err) = run(&[
+        "ship",
+        "-",
+        "--nats",
+        "nats://127.0.0.1:1",
+        "--nats-creds",
+        "/nonexistent/user.creds",
+    ]);
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("/nonexistent/user.creds"), "{err}");
+}
