@@ -135,6 +135,7 @@ fn bench(
                     Arc::new(PriceTable::builtin()),
                     served,
                     &mut findings,
+                    None,
                     shutdown,
                     Arc::new(AtomicBool::new(false)),
                 )

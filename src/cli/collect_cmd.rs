@@ -14,6 +14,7 @@ use retryscope::cost::PriceTable;
 use retryscope::nats::collect::{CollectConfig, collect};
 use retryscope::sink::findings::FindingsSink;
 use retryscope::sink::metrics::Metrics;
+use retryscope::sink::traces::TraceSink;
 
 use super::run_cmd::RunArgs;
 
@@ -50,6 +51,7 @@ pub fn run(cfg: RunConfig, args: &RunArgs) -> anyhow::Result<ExitCode> {
         correlator,
         format: cfg.format,
     };
+    let traces = super::run_cmd::trace_config(&cfg)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -83,8 +85,30 @@ pub fn run(cfg: RunConfig, args: &RunArgs) -> anyhow::Result<ExitCode> {
         // partitions it owned may be elsewhere now), so it appends.
         let mut findings = FindingsSink::open(&cfg.findings_out, None)
             .with_context(|| format!("opening findings output `{}`", cfg.findings_out))?;
-        let summary = collect(collect_cfg, prices, served, &mut findings, shutdown, ready).await?;
+        let traces = match traces {
+            Some(t) => {
+                tracing::info!(
+                    endpoint = %t.endpoint.as_deref().unwrap_or(""),
+                    "exporting turn traces over OTLP"
+                );
+                Some(TraceSink::start(t).context("starting the OTLP exporter")?)
+            }
+            None => None,
+        };
+        let summary = collect(
+            collect_cfg,
+            prices,
+            served,
+            &mut findings,
+            traces.as_ref(),
+            shutdown,
+            ready,
+        )
+        .await?;
         findings.flush().context("flushing findings")?;
+        if let Some(t) = traces {
+            t.shutdown(Duration::from_secs(10)).await;
+        }
         let _ = stop_tx.send(());
         let _ = server.await;
         tracing::info!(

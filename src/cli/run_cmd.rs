@@ -319,12 +319,6 @@ fn nats_unsupported(cfg: &RunConfig, args: &RunArgs) -> Option<&'static str> {
              `retryscope run` of its own",
         );
     }
-    if cfg.otlp.endpoint.is_some() {
-        return Some(
-            "traces cannot be exported yet (--otlp-endpoint, [otlp] endpoint): a collector \
-             exports metrics and findings; export traces from `retryscope check` or `run`",
-        );
-    }
     if cfg.workers.is_some_and(|w| w > 1) {
         return Some(
             "--workers (or workers in the configuration) does not apply: a collector runs one \

@@ -62,6 +62,7 @@ use crate::cost::PriceTable;
 use crate::decode::Format;
 use crate::sink::findings::FindingsSink;
 use crate::sink::metrics::{ClusterStats, Metrics};
+use crate::sink::traces::TraceSink;
 
 /// How a collector runs.
 #[derive(Debug, Clone)]
@@ -119,6 +120,8 @@ pub(super) struct Shared<'a> {
     /// The connection (for the server's largest message: a finding over it is a dead letter).
     pub(super) client: async_nats::Client,
     pub(super) findings: &'a mut FindingsSink,
+    /// Closed turns exported as traces (`--otlp-endpoint`), as `run` does.
+    pub(super) traces: Option<&'a TraceSink>,
     pub(super) summary: CollectSummary,
 }
 
@@ -128,6 +131,7 @@ pub async fn collect(
     prices: Arc<PriceTable>,
     served: Arc<Metrics>,
     findings: &mut FindingsSink,
+    traces: Option<&TraceSink>,
     shutdown: Arc<AtomicBool>,
     ready: Arc<AtomicBool>,
 ) -> Result<CollectSummary, NatsError> {
@@ -177,6 +181,7 @@ pub async fn collect(
         findings_stream,
         client,
         findings,
+        traces,
         summary: CollectSummary::default(),
     };
     let mut owned: BTreeMap<u32, Owned> = BTreeMap::new();
@@ -264,7 +269,7 @@ pub async fn collect(
                     lost.push(p);
                 }
             }
-            publish_metrics(&served, &mut owned, &sh.summary, partitions);
+            publish_metrics(&served, &mut owned, &sh.summary, partitions, sh.traces);
         }
         for p in lost {
             // Dropped without a checkpoint: whoever takes it next (us too) replays from the
@@ -286,7 +291,7 @@ pub async fn collect(
             Err(e) => tracing::warn!(partition = p, error = %e, "final checkpoint failed"),
         }
     }
-    publish_metrics(&served, &mut owned, &sh.summary, partitions);
+    publish_metrics(&served, &mut owned, &sh.summary, partitions, sh.traces);
     let _ = owners.delete(member_key(&cfg.instance)).await;
     Ok(sh.summary)
 }
@@ -434,6 +439,7 @@ fn publish_metrics(
     owned: &mut BTreeMap<u32, Owned>,
     summary: &CollectSummary,
     partitions: u32,
+    traces: Option<&TraceSink>,
 ) {
     for o in owned.values() {
         set_correlator_stats(o);
@@ -444,6 +450,14 @@ fn publish_metrics(
         tracing::warn!(error = %e, "cannot publish partition metrics");
     }
     served.set_cluster(&cluster_stats(owned, summary, partitions));
+    if let Some(t) = traces {
+        let s = t.stats();
+        served.set_otlp(
+            s.spans_exported.load(Ordering::Relaxed),
+            s.spans_dropped.load(Ordering::Relaxed),
+            s.export_failures.load(Ordering::Relaxed),
+        );
+    }
 }
 
 /// The instance's cluster series from what it owns and what it did.

@@ -335,6 +335,11 @@ async fn deliver(
     const ENVELOPE: usize = 512;
     for (i, output) in std::mem::take(out).into_iter().enumerate() {
         o.metrics.observe(&output);
+        if let (Output::TurnClosed(report), Some(t)) = (&output, sh.traces) {
+            // A replay after a takeover closes the same turns again: the same trace and span
+            // ids (`sink/traces/ids.rs`), so a backend sees a repeat, not a new trace.
+            t.submit(report);
+        }
         let Output::Finding(f, _) = &output else {
             continue;
         };

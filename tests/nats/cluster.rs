@@ -517,10 +517,6 @@ fn ship_refuses_a_corrupt_checkpoint_unless_told_to_reset() {
 fn a_collector_refuses_flags_it_cannot_honour() {
     let url = format!("nats://127.0.0.1:{}", free_port());
     for (flags, said) in [
-        (
-            vec!["--otlp-endpoint", "http://127.0.0.1:4318"],
-            "traces cannot be exported",
-        ),
         (vec!["--otlp-listen", "127.0.0.1:4318"], "the OTLP receiver"),
         (vec!["--workers", "4"], "--workers"),
         (vec!["--data-dir", "/tmp/x"], "--data-dir"),

@@ -9,3 +9,4 @@ mod nats_support;
 mod otlp_receiver;
 #[path = "../common/tls_receiver.rs"]
 mod tls_receiver;
+mod traces;
