@@ -3,6 +3,7 @@
 
 mod check_cmd;
 mod collect_cmd;
+mod common;
 mod limits_args;
 mod nats_args;
 mod proxy_cmd;

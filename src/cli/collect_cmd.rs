@@ -14,20 +14,22 @@ use retryscope::cost::PriceTable;
 use retryscope::nats::collect::{CollectConfig, collect};
 use retryscope::sink::findings::FindingsSink;
 use retryscope::sink::metrics::Metrics;
-use retryscope::sink::traces::TraceSink;
 
-use super::run_cmd::RunArgs;
+use super::nats_args::{CollectorArgs, NatsArgs};
 
-pub fn run(cfg: RunConfig, args: &RunArgs) -> anyhow::Result<ExitCode> {
-    let url = args.nats.clone().unwrap_or_default();
-    let nats = args.nats_deploy.deploy(&url)?;
-    let instance = args.instance.clone().unwrap_or_else(|| {
-        let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
-        match host.trim() {
-            "" => "collector".to_string(),
-            h => h.to_string(),
-        }
-    });
+/// Collect from the NATS at `url` with `cfg` (the same configuration as `run`, checked by the
+/// caller for what a collector cannot honour).
+pub fn run(
+    cfg: RunConfig,
+    url: &str,
+    args: &CollectorArgs,
+    deploy: &NatsArgs,
+) -> anyhow::Result<ExitCode> {
+    let nats = deploy.deploy(url)?;
+    let instance = args
+        .instance
+        .clone()
+        .unwrap_or_else(|| super::common::host_name("collector"));
     let lease = Duration::from_secs(args.lease_secs.max(1));
     let checkpoint_every = Duration::from_millis(args.checkpoint_ms.max(10));
     let prices = Arc::new(PriceTable::builtin_with(cfg.prices.as_deref())?);
@@ -51,7 +53,7 @@ pub fn run(cfg: RunConfig, args: &RunArgs) -> anyhow::Result<ExitCode> {
         correlator,
         format: cfg.format,
     };
-    let traces = super::run_cmd::trace_config(&cfg)?;
+    let traces = super::common::trace_config(&cfg)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -77,7 +79,7 @@ pub fn run(cfg: RunConfig, args: &RunArgs) -> anyhow::Result<ExitCode> {
         ));
         let flag = shutdown.clone();
         tokio::spawn(async move {
-            super::run_cmd::wait_for_signal().await;
+            super::common::wait_for_signal().await;
             tracing::info!("shutting down: checkpointing partitions, freeing leases");
             flag.store(true, Ordering::SeqCst);
         });
@@ -85,16 +87,7 @@ pub fn run(cfg: RunConfig, args: &RunArgs) -> anyhow::Result<ExitCode> {
         // partitions it owned may be elsewhere now), so it appends.
         let mut findings = FindingsSink::open(&cfg.findings_out, None)
             .with_context(|| format!("opening findings output `{}`", cfg.findings_out))?;
-        let traces = match traces {
-            Some(t) => {
-                tracing::info!(
-                    endpoint = %t.endpoint.as_deref().unwrap_or(""),
-                    "exporting turn traces over OTLP"
-                );
-                Some(TraceSink::start(t).context("starting the OTLP exporter")?)
-            }
-            None => None,
-        };
+        let traces = super::common::start_traces(traces)?;
         let summary = collect(
             collect_cfg,
             prices,

@@ -1,5 +1,5 @@
-//! The NATS deployment flags shared by `ship` and `run --nats`: credentials, TLS, and the
-//! replicas and retention of what retryscope creates (docs/scaling.md).
+//! The NATS flags: the deployment's, shared by `ship` and `run --nats` (credentials, TLS, and
+//! the replicas and retention of what retryscope creates; docs/scaling.md), and a collector's.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -76,4 +76,19 @@ impl NatsArgs {
             ..Deploy::plain(url)
         })
     }
+}
+
+/// A collector's own flags (`run --nats`).
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct CollectorArgs {
+    /// With --nats: this instance's name among the collectors, the same across restarts;
+    /// two live collectors may not share one [default: the host name].
+    #[arg(long, value_name = "NAME")]
+    pub(crate) instance: Option<String>,
+    /// With --nats: partition lease in seconds (takeover time when an instance dies).
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    pub(crate) lease_secs: u64,
+    /// With --nats: partition checkpoint interval in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub(crate) checkpoint_ms: u64,
 }

@@ -206,7 +206,7 @@ impl LineSink for FeedSink {
 
 pub fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     let cfg = merge(&args)?;
-    let traces = super::run_cmd::trace_config(&cfg)?;
+    let traces = super::common::trace_config(&cfg)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -227,7 +227,7 @@ pub fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(cfg: RunConfig, traces: Option<TraceExportConfig>) -> anyhow::Result<ExitCode> {
-    super::run_cmd::raise_fd_limit();
+    super::common::raise_fd_limit();
     let metrics = Arc::new(Metrics::new(cfg.labels.clone()).context("registering metrics")?);
     let metrics_listener = tokio::net::TcpListener::bind(&cfg.metrics_addr)
         .await
@@ -330,7 +330,7 @@ async fn serve(cfg: RunConfig, traces: Option<TraceExportConfig>) -> anyhow::Res
     };
     let signal_flag = shutdown.clone();
     tokio::spawn(async move {
-        super::run_cmd::wait_for_signal().await;
+        super::common::wait_for_signal().await;
         tracing::info!("shutting down: closing open turns, flushing sinks");
         signal_flag.store(true, Ordering::SeqCst);
     });

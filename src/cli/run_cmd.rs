@@ -13,7 +13,7 @@ use clap::Args;
 use retryscope::config::RunConfig;
 use retryscope::run::{Engine, Sources};
 use retryscope::sink::metrics::Metrics;
-use retryscope::sink::traces::{Protocol, TraceExportConfig, TraceSink};
+use retryscope::sink::traces::{Protocol, TraceExportConfig};
 use retryscope::source::file::ReadFrom;
 
 /// Flags of `run`; each overrides the config file.
@@ -103,16 +103,8 @@ pub struct RunArgs {
     pub(super) nats: Option<String>,
     #[command(flatten)]
     pub(super) nats_deploy: super::nats_args::NatsArgs,
-    /// With --nats: this instance's name among the collectors, the same across restarts;
-    /// two live collectors may not share one [default: the host name].
-    #[arg(long, value_name = "NAME")]
-    pub(super) instance: Option<String>,
-    /// With --nats: partition lease in seconds (takeover time when an instance dies).
-    #[arg(long, value_name = "SECS", default_value_t = 10)]
-    pub(super) lease_secs: u64,
-    /// With --nats: partition checkpoint interval in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 1000)]
-    pub(super) checkpoint_ms: u64,
+    #[command(flatten)]
+    pub(super) collector: super::nats_args::CollectorArgs,
     /// Receive OTLP/HTTP (protobuf and JSON: /v1/logs, /v1/traces; /v1/metrics is
     /// acknowledged and ignored) on this address (`HOST:PORT`; `:PORT` or `PORT` alone listen
     /// on 127.0.0.1).
@@ -161,7 +153,7 @@ pub fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     let cfg = RunConfig::load(&args.config)?;
     preflight(&cfg)?;
     // The OTLP endpoint and TLS files, as `run` would check them at startup (no connection).
-    if let Some(traces) = trace_config(&cfg)? {
+    if let Some(traces) = super::common::trace_config(&cfg)? {
         traces.prepare()?;
     }
     println!(
@@ -402,35 +394,11 @@ fn warn_about_includes(include: &[String]) {
     }
 }
 
-pub(super) fn trace_config(cfg: &RunConfig) -> anyhow::Result<Option<TraceExportConfig>> {
-    let mut t = TraceExportConfig::from_env()?;
-    if let Some(e) = &cfg.otlp.endpoint {
-        t.endpoint = Some(e.clone());
-    }
-    if let Some(p) = cfg.otlp.protocol {
-        t.protocol = p;
-    }
-    for (k, v) in &cfg.otlp.headers {
-        t.headers.push((k.clone(), v.clone()));
-    }
-    if let Some(secs) = cfg.otlp.timeout_secs {
-        t.timeout = Duration::from_secs(secs);
-    }
-    if let Some(name) = &cfg.otlp.service_name {
-        t.service_name = name.clone();
-    }
-    if let Some(q) = cfg.otlp.queue_turns {
-        t.queue_capacity = q;
-    }
-    crate::cli::check_cmd::OtlpTlsArgs::apply_settings(&cfg.otlp, &mut t);
-    t.capture_content = cfg.otlp.capture_content;
-    Ok(t.endpoint.is_some().then_some(t))
-}
-
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if args.nats.is_some() {
         let cfg = merge_nats(&args)?;
-        return super::collect_cmd::run(cfg, &args);
+        let url = args.nats.clone().unwrap_or_default();
+        return super::collect_cmd::run(cfg, &url, &args.collector, &args.nats_deploy);
     }
     if let Some(flag) = args.nats_deploy.any_given() {
         anyhow::bail!("{flag} applies only with --nats (a collector)");
@@ -441,7 +409,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         // the collector had run).
         return Err(retryscope::run::RunError::NoSource.into());
     }
-    let traces = trace_config(&cfg)?;
+    let traces = super::common::trace_config(&cfg)?;
     let exit_on_eof = args.exit_on_eof;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -475,7 +443,7 @@ async fn serve(
     traces: Option<TraceExportConfig>,
     exit_on_eof: bool,
 ) -> anyhow::Result<ExitCode> {
-    raise_fd_limit();
+    super::common::raise_fd_limit();
     let metrics = Arc::new(Metrics::new(cfg.labels.clone()).context("registering metrics")?);
     warn_about_includes(&cfg.include);
     let listener = tokio::net::TcpListener::bind(&cfg.metrics_addr)
@@ -507,20 +475,11 @@ async fn serve(
             let _ = stop_server_rx.await;
         },
     ));
-    let traces = match traces {
-        Some(t) => {
-            tracing::info!(
-                endpoint = %t.endpoint.as_deref().unwrap_or(""),
-                "exporting turn traces over OTLP"
-            );
-            Some(TraceSink::start(t).context("starting the OTLP exporter")?)
-        }
-        None => None,
-    };
+    let traces = super::common::start_traces(traces)?;
     let signal_flag = shutdown.clone();
     let checkpointing = cfg.data_dir.is_some();
     tokio::spawn(async move {
-        wait_for_signal().await;
+        super::common::wait_for_signal().await;
         if checkpointing {
             tracing::info!("shutting down: stopping reads, flushing sinks, writing the checkpoint");
         } else {
@@ -569,36 +528,4 @@ async fn serve(
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Raise the soft limit on open files to the hard limit: one descriptor per tailed file
-/// (5,000 files do not fit the usual soft limit of 1,024). Files that still cannot be opened
-/// are counted (`retryscope_file_errors_total{error="emfile"}`) and retried.
-pub(super) fn raise_fd_limit() {
-    match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(limit) => tracing::info!(limit, "open file limit"),
-        Err(e) => tracing::warn!(error = %e, "cannot raise the open file limit"),
-    }
-}
-
-pub(super) async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }

@@ -48,14 +48,6 @@ pub struct ShipArgs {
     reset_checkpoint: bool,
 }
 
-fn host_name() -> String {
-    std::fs::read_to_string("/etc/hostname")
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "host".to_string())
-}
-
 pub fn run(args: ShipArgs) -> anyhow::Result<ExitCode> {
     let stdin = args.paths.iter().any(|p| p == "-");
     if stdin && args.paths.len() > 1 {
@@ -67,7 +59,9 @@ pub fn run(args: ShipArgs) -> anyhow::Result<ExitCode> {
         include: if stdin { Vec::new() } else { args.paths },
         read_from: args.read_from,
         data_dir: args.data_dir,
-        source_id: args.source_id.unwrap_or_else(host_name),
+        source_id: args
+            .source_id
+            .unwrap_or_else(|| super::common::host_name("host")),
         partitions: args.partitions.max(1),
         duplicate_window: Duration::from_secs(args.duplicate_window_secs),
         poll_interval: Duration::from_millis(100),
@@ -83,7 +77,7 @@ pub fn run(args: ShipArgs) -> anyhow::Result<ExitCode> {
         let shutdown = Arc::new(AtomicBool::new(false));
         let flag = shutdown.clone();
         tokio::spawn(async move {
-            super::run_cmd::wait_for_signal().await;
+            super::common::wait_for_signal().await;
             flag.store(true, Ordering::SeqCst);
         });
         let summary = ship(cfg, shutdown).await?;

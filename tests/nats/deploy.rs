@@ -208,24 +208,13 @@ fn deployment_flags_are_refused_where_they_cannot_apply_or_their_files_are_missi
     ]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("1 to 5"), "{err}");
-    let (code, err) = run(&[
-        "ship",
-        "-",
-        "--nats",
-        "nats://127.0.0.1:1",
-        "--nats-ca",
-        "/nonexistent/ca.pem",
-    ]);
-    assert_ne!(code, Some(0), "{err}");
-    assert!(err.contains("/nonexistent/ca.pem"), "{err}");
-    let (code, err) = run(&[
-        "ship",
-        "-",
-        "--nats",
-        "nats://127.0.0.1:1",
-        "--nats-creds",
-        "/nonexistent/user.creds",
-    ]);
-    assert_ne!(code, Some(0), "{err}");
-    assert!(err.contains("/nonexistent/user.creds"), "{err}");
+    // A file a flag names that cannot be read stops `ship` before it connects.
+    for (flag, file) in [
+        ("--nats-ca", "/nonexistent/ca.pem"),
+        ("--nats-creds", "/nonexistent/user.creds"),
+    ] {
+        let (code, err) = run(&["ship", "-", "--nats", "nats://127.0.0.1:1", flag, file]);
+        assert_ne!(code, Some(0), "{flag}: {err}");
+        assert!(err.contains(file), "{flag}: {err}");
+    }
 }

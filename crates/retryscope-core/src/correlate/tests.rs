@@ -603,37 +603,42 @@ fn idle_timeout_eviction_and_events_after_close() {
     assert_eq!(c.open_turns(), 1);
 }
 
+/// NAIVE's reports when a checkpoint is taken after `split` lines, passed through `edit` as
+/// JSON, and restored for the rest.
+fn resumed_at(split: usize, edit: &mut dyn FnMut(&mut serde_json::Value)) -> Vec<TurnReport> {
+    let lines: Vec<&str> = NAIVE.lines().collect();
+    let prices = Arc::new(PriceTable::builtin());
+    let mut c = Correlator::new(cfg(), prices.clone());
+    let mut out = Vec::new();
+    let mut skips = SkipCounts::default();
+    for (i, l) in lines[..split].iter().enumerate() {
+        if let Ok(NativeLine::Event(ev)) = decode_line(l.as_bytes(), &mut skips) {
+            c.observe(&ev, 1_000 + i as i64, &mut out);
+        }
+    }
+    let mut snap = serde_json::to_value(c.snapshot()).unwrap();
+    edit(&mut snap);
+    let mut c = Correlator::restore(cfg(), prices, serde_json::from_value(snap).unwrap());
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate().skip(split) {
+        if let Ok(NativeLine::Event(ev)) = decode_line(l.as_bytes(), &mut skips) {
+            c.observe(&ev, 1_000 + i as i64, &mut out);
+        }
+    }
+    c.close_all(&mut out);
+    out.into_iter()
+        .filter_map(|o| match o {
+            Output::TurnClosed(r) => Some(*r),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn snapshot_restore_resumes_exactly() {
-    let lines: Vec<&str> = NAIVE.lines().collect();
     let (_, whole) = run(NAIVE);
-    for split in 0..lines.len() {
-        let prices = Arc::new(PriceTable::builtin());
-        let mut c = Correlator::new(cfg(), prices.clone());
-        let mut out = Vec::new();
-        let mut skips = SkipCounts::default();
-        for (i, l) in lines[..split].iter().enumerate() {
-            if let Ok(NativeLine::Event(ev)) = decode_line(l.as_bytes(), &mut skips) {
-                c.observe(&ev, 1_000 + i as i64, &mut out);
-            }
-        }
-        let json = serde_json::to_string(&c.snapshot()).unwrap();
-        let mut c = Correlator::restore(cfg(), prices, serde_json::from_str(&json).unwrap());
-        let mut out = Vec::new();
-        for (i, l) in lines.iter().enumerate().skip(split) {
-            if let Ok(NativeLine::Event(ev)) = decode_line(l.as_bytes(), &mut skips) {
-                c.observe(&ev, 1_000 + i as i64, &mut out);
-            }
-        }
-        c.close_all(&mut out);
-        let resumed: Vec<TurnReport> = out
-            .into_iter()
-            .filter_map(|o| match o {
-                Output::TurnClosed(r) => Some(*r),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(resumed, whole, "split at {split}");
+    for split in 0..NAIVE.lines().count() {
+        assert_eq!(resumed_at(split, &mut |_| {}), whole, "split at {split}");
     }
 }
 
@@ -858,40 +863,11 @@ fn an_open_turn_checkpointed_by_the_previous_version_reads_back() {
     // Before `StreamHash` lost its `tail_len` and the turn's times their `Option` (both kept
     // their serialised form), a checkpoint carried `tail_len`: such a checkpoint, taken with
     // texts of every length mod 8 open, must resume exactly as the current one does.
-    let lines: Vec<&str> = NAIVE.lines().collect();
     let (_, whole) = run(NAIVE);
-    let prices = Arc::new(PriceTable::builtin());
     let mut total = 0;
-    for split in 1..lines.len() {
-        let mut c = Correlator::new(cfg(), prices.clone());
-        let mut out = Vec::new();
-        let mut skips = SkipCounts::default();
-        for (i, l) in lines[..split].iter().enumerate() {
-            if let Ok(NativeLine::Event(ev)) = decode_line(l.as_bytes(), &mut skips) {
-                c.observe(&ev, 1_000 + i as i64, &mut out);
-            }
-        }
-        let mut snap = serde_json::to_value(c.snapshot()).expect("snapshot");
+    for split in 1..NAIVE.lines().count() {
         let mut hashes = 0;
-        add_tail_len(&mut snap, &mut hashes);
-        let mut c = Correlator::restore(
-            cfg(),
-            prices.clone(),
-            serde_json::from_value(snap).expect("old form reads"),
-        );
-        for (i, l) in lines.iter().enumerate().skip(split) {
-            if let Ok(NativeLine::Event(ev)) = decode_line(l.as_bytes(), &mut skips) {
-                c.observe(&ev, 1_000 + i as i64, &mut out);
-            }
-        }
-        c.close_all(&mut out);
-        let resumed: Vec<TurnReport> = out
-            .into_iter()
-            .filter_map(|o| match o {
-                Output::TurnClosed(r) => Some(*r),
-                _ => None,
-            })
-            .collect();
+        let resumed = resumed_at(split, &mut |snap| add_tail_len(snap, &mut hashes));
         assert_eq!(resumed, whole, "split at {split} ({hashes} hashes)");
         total += hashes;
     }

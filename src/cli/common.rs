@@ -1,0 +1,89 @@
+//! What the commands share: their traces' export settings and start, the open-file limit,
+//! the stop signals, and the host's name.
+
+use std::time::Duration;
+
+use anyhow::Context;
+
+use retryscope::config::RunConfig;
+use retryscope::sink::traces::{TraceExportConfig, TraceSink};
+
+pub(crate) fn trace_config(cfg: &RunConfig) -> anyhow::Result<Option<TraceExportConfig>> {
+    let mut t = TraceExportConfig::from_env()?;
+    if let Some(e) = &cfg.otlp.endpoint {
+        t.endpoint = Some(e.clone());
+    }
+    if let Some(p) = cfg.otlp.protocol {
+        t.protocol = p;
+    }
+    for (k, v) in &cfg.otlp.headers {
+        t.headers.push((k.clone(), v.clone()));
+    }
+    if let Some(secs) = cfg.otlp.timeout_secs {
+        t.timeout = Duration::from_secs(secs);
+    }
+    if let Some(name) = &cfg.otlp.service_name {
+        t.service_name = name.clone();
+    }
+    if let Some(q) = cfg.otlp.queue_turns {
+        t.queue_capacity = q;
+    }
+    crate::cli::check_cmd::OtlpTlsArgs::apply_settings(&cfg.otlp, &mut t);
+    t.capture_content = cfg.otlp.capture_content;
+    Ok(t.endpoint.is_some().then_some(t))
+}
+
+/// Start exporting turn traces when `cfg` names an endpoint (inside the runtime).
+pub(crate) fn start_traces(cfg: Option<TraceExportConfig>) -> anyhow::Result<Option<TraceSink>> {
+    let Some(t) = cfg else {
+        return Ok(None);
+    };
+    tracing::info!(
+        endpoint = %t.endpoint.as_deref().unwrap_or(""),
+        "exporting turn traces over OTLP"
+    );
+    Ok(Some(
+        TraceSink::start(t).context("starting the OTLP exporter")?,
+    ))
+}
+
+/// Raise the soft limit on open files to the hard limit: one descriptor per tailed file
+/// (5,000 files do not fit the usual soft limit of 1,024). Files that still cannot be opened
+/// are counted (`retryscope_file_errors_total{error="emfile"}`) and retried.
+pub(crate) fn raise_fd_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => tracing::info!(limit, "open file limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open file limit"),
+    }
+}
+
+pub(crate) async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// This host's name (`/etc/hostname`), or `fallback` when it has none.
+pub(crate) fn host_name(fallback: &str) -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| fallback.to_string())
+}
