@@ -19,7 +19,7 @@ pub mod demo;
 pub mod internal_events;
 pub mod listener;
 pub mod nats;
-pub mod otlp;
+pub mod otlp_client;
 pub mod proxy;
 pub mod run;
 pub mod server;

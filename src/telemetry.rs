@@ -36,7 +36,7 @@ use tracing_subscriber::{Layer, fmt};
 
 pub mod logs;
 
-use crate::otlp::{TraceError, TraceExportConfig, build_exporter};
+use crate::otlp_client::{TraceError, TraceExportConfig, build_exporter};
 
 /// Suffix appended to the turn traces' `service.name` for operational spans.
 pub const SELF_SERVICE_SUFFIX: &str = "-self";
@@ -188,7 +188,7 @@ fn self_provider(cfg: &TraceExportConfig) -> Result<Option<SdkTracerProvider>, T
 #[derive(Debug)]
 struct OnRuntime {
     handle: tokio::runtime::Handle,
-    inner: crate::otlp::OtlpHttpClient,
+    inner: crate::otlp_client::OtlpHttpClient,
 }
 
 #[async_trait::async_trait]

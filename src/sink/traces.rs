@@ -17,6 +17,6 @@ mod export;
 pub mod ids;
 pub mod spans;
 
-pub use crate::otlp::{Protocol, TraceError, TraceExportConfig};
+pub use crate::otlp_client::{Protocol, TraceError, TraceExportConfig};
 pub use export::{TraceSink, TraceStats};
 pub use spans::{SpanOptions, span_count, turn_spans};

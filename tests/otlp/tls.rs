@@ -22,7 +22,7 @@ use retryscope::correlate::{Correlator, CorrelatorConfig, Output as CorrelatorOu
 use retryscope::cost::PriceTable;
 use retryscope::decode::SkipCounts;
 use retryscope::decode::native::{NativeLine, decode_line};
-use retryscope::otlp::TlsFiles;
+use retryscope::otlp_client::TlsFiles;
 use retryscope::report::TurnReport;
 use retryscope::sink::traces::{Protocol, TraceExportConfig, TraceSink, span_count};
 use tls_receiver::{Pki, serve_grpc_tls, serve_http_tls, write_other_ca};

@@ -1,5 +1,5 @@
 //! The batching worker behind [`TraceSink`] (its configuration and exporter are
-//! [`crate::otlp`]'s).
+//! [`crate::otlp_client`]'s).
 //!
 //! ```text
 //! submit(&report) ──try_send──▶ bounded queue (turns) ──▶ worker task ──export(batch)──▶ OTLP
@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::spans::{SpanOptions, span_count, turn_spans};
-use crate::otlp::{TraceError, TraceExportConfig, build_exporter};
+use crate::otlp_client::{TraceError, TraceExportConfig, build_exporter};
 use crate::report::TurnReport;
 
 /// Export counters, shared with the metrics sink. Every submitted span ends up exported or
