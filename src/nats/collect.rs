@@ -2,8 +2,8 @@
 //! leases, the loop; what is done with one owned partition is in `owned.rs`).
 //!
 //! Each instance heartbeats its membership, takes free or expired partitions up to its fair
-//! share (partitions / live members, rounded up; the excess is checkpointed and handed over
-//! when a peer joins) and renews their leases ([`super::lease`]).
+//! share (`fair_share`: ⌊P/M⌋, one more for the first P mod M names; the excess is
+//! checkpointed and handed over when a peer joins) and renews their leases ([`super::lease`]).
 //! For an owned partition it creates the durable pull consumer `retryscope-p<N>-e<lease
 //! revision>` to start right after the sequence its checkpoint covers, feeds every message
 //! through its own [`crate::ingest::Ingest`] (a correlator per partition), and every
@@ -194,7 +194,7 @@ pub async fn collect(
             last_lease = Some(Instant::now());
             let members = heartbeat(&owners, &cfg, &me).await;
             renew_all(&mut sh, &owners, &cfg, &me, &mut owned).await;
-            let share = partitions.div_ceil(members.max(1));
+            let share = fair_share(partitions, &members, &cfg.instance);
             // More than a fair share (a peer joined): hand the excess over, checkpointed.
             while owned.len() as u32 > share {
                 let Some((p, mut o)) = owned.pop_last() else {
@@ -355,8 +355,19 @@ async fn claim_name(
     Ok(())
 }
 
-/// Renew this instance's membership and count the live members.
-async fn heartbeat(owners: &kv::Store, cfg: &CollectConfig, me: &str) -> u32 {
+/// This instance's share of `partitions` among the live `members` (instance names, this one
+/// included): ⌊P/M⌋ each, and one more for the first P mod M names in order, so every
+/// partition has an owner and no member idles while another holds two more than it (with
+/// ⌈P/M⌉ for all, 16 partitions left the fifth of 5 collectors with none).
+fn fair_share(partitions: u32, members: &[String], me: &str) -> u32 {
+    let m = (members.len() as u32).max(1);
+    let rank = members.iter().filter(|n| n.as_str() < me).count() as u32;
+    partitions / m + u32::from(rank < partitions % m)
+}
+
+/// Renew this instance's membership; the names of the live members, sorted (this one always
+/// among them).
+async fn heartbeat(owners: &kv::Store, cfg: &CollectConfig, me: &str) -> Vec<String> {
     let now = wall_ms();
     let until = now + i64::try_from(cfg.lease.as_millis()).unwrap_or(i64::MAX);
     let value = serde_json::to_vec(&lease::Lease {
@@ -370,7 +381,7 @@ async fn heartbeat(owners: &kv::Store, cfg: &CollectConfig, me: &str) -> u32 {
     {
         tracing::warn!(error = %e, "membership heartbeat failed");
     }
-    let mut live = 0;
+    let mut live = vec![cfg.instance.clone()];
     if let Ok(mut keys) = owners.keys().await {
         let mut names = Vec::new();
         while let Some(Ok(k)) = keys.next().await {
@@ -383,7 +394,10 @@ async fn heartbeat(owners: &kv::Store, cfg: &CollectConfig, me: &str) -> u32 {
                 && let Ok(l) = serde_json::from_slice::<lease::Lease>(&v)
             {
                 if l.until_ms > now {
-                    live += 1;
+                    let name = lease::instance_of(&l.owner);
+                    if name != cfg.instance {
+                        live.push(name.to_string());
+                    }
                 } else if l.until_ms + EXPIRED_MEMBER_GRACE_MS <= now {
                     // A member that died without a goodbye: its key would stay forever.
                     let _ = owners.purge(&k).await;
@@ -391,7 +405,9 @@ async fn heartbeat(owners: &kv::Store, cfg: &CollectConfig, me: &str) -> u32 {
             }
         }
     }
-    live.max(1)
+    live.sort();
+    live.dedup();
+    live
 }
 
 /// Before a partition is dropped: let the findings in flight land (or fail), so that the next
@@ -475,5 +491,25 @@ fn cluster_stats(
         checkpoint_writes: summary.checkpoints,
         checkpoint_failures: summary.checkpoint_failures,
         dead_letters: summary.dead_letters,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fair_share;
+
+    #[test]
+    fn every_partition_has_an_owner_and_no_member_idles() {
+        for (p, m) in [(16u32, 5usize), (16, 3), (8, 8), (4, 6), (1, 2), (16, 1)] {
+            let names: Vec<String> = (0..m).map(|i| format!("c{i}")).collect();
+            let shares: Vec<u32> = names.iter().map(|n| fair_share(p, &names, n)).collect();
+            assert_eq!(shares.iter().sum::<u32>(), p, "{p} over {m}: {shares:?}");
+            let (lo, hi) = (shares.iter().min(), shares.iter().max());
+            assert!(hi.zip(lo).is_some_and(|(h, l)| h - l <= 1), "{shares:?}");
+        }
+        // Five collectors on 16 partitions: 4, 3, 3, 3, 3 (⌈16/5⌉ for all left one with none).
+        let names: Vec<String> = ["a", "b", "c", "d", "e"].map(String::from).into();
+        let shares: Vec<u32> = names.iter().map(|n| fair_share(16, &names, n)).collect();
+        assert_eq!(shares, vec![4, 3, 3, 3, 3]);
     }
 }

@@ -218,3 +218,37 @@ fn deployment_flags_are_refused_where_they_cannot_apply_or_their_files_are_missi
         assert!(err.contains(file), "{flag}: {err}");
     }
 }
+
+/// Issue 26: five collectors on sixteen partitions all work (4, 3, 3, 3, 3); with a share of
+/// ⌈16/5⌉ = 4 for everyone, four collectors took all sixteen and the fifth owned none.
+#[test]
+fn five_collectors_on_sixteen_partitions_each_own_some() {
+    if !have_nats_server() {
+        return;
+    }
+    let d = tempfile::tempdir().expect("tmp");
+    let d = d.path();
+    let (_server, url) = server_in(d);
+    let log = d.join("agent.jsonl");
+    append(&log, &refund_log("share", 4, 10).0);
+    let _ship = shipper(d, &url, &log, "16");
+    let collectors: Vec<_> = (0..5)
+        .map(|i| collector(d, &url, &format!("c{i}"), "2", "100"))
+        .collect();
+    let counts = || -> Vec<f64> { collectors.iter().map(|(_, port)| owned(*port)).collect() };
+    let deadline = Instant::now() + Duration::from_secs(45);
+    while Instant::now() < deadline {
+        let c = counts();
+        if c.iter().sum::<f64>() == 16.0 && c.iter().all(|n| *n >= 3.0) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let mut c = counts();
+    c.sort_by(f64::total_cmp);
+    assert_eq!(
+        c,
+        vec![3.0, 3.0, 3.0, 3.0, 4.0],
+        "partitions owned per collector"
+    );
+}
