@@ -12,6 +12,7 @@ mod attempts;
 mod body;
 mod client;
 mod conn;
+mod feed;
 mod forward;
 mod frames;
 mod history;
@@ -24,6 +25,7 @@ mod whole;
 
 pub use attempts::{AttemptRef, End, LineSink, Tracker, TrackerStats};
 pub use body::ObservedBody;
+pub use feed::EngineSink;
 pub use forward::{MAX_FRAME, Proxy, ProxyBody, ProxyNote, now_ms, serve, serve_gated};
 pub use frames::{Frame, Framer, Framing};
 pub use history::Api;
