@@ -236,6 +236,7 @@ impl Inner {
             F::NatsCheckpointLag,
             F::NatsPublishFailures,
             F::ProxyUnobserved,
+            F::ProxyFeedLost,
         ] {
             t.touch(f as usize, &[]);
         }
