@@ -12,7 +12,7 @@ use clap::Args;
 
 use retryscope::config::RunConfig;
 use retryscope::internal_events::{
-    InternalEvent, ProxyAnswerUnobserved, ProxyCut, ProxyUpstreamError,
+    InternalEvent, ProxyAnswerUnobserved, ProxyCut, ProxyFeedLost, ProxyUpstreamError,
 };
 use retryscope::proxy::{
     self, How, InjectMatch, InjectRule, LineSink, Point, Proxy, ProxyNote, Tracker,
@@ -277,6 +277,7 @@ async fn serve(cfg: RunConfig, traces: Option<TraceExportConfig>) -> anyhow::Res
         ProxyNote::Stream => notes_metrics.inc_proxy_streams(),
         ProxyNote::Held { nanos } => notes_metrics.observe_proxy_latency(nanos as f64 / 1e9),
         ProxyNote::Unobserved => ProxyAnswerUnobserved.emit(&notes_metrics),
+        ProxyNote::FeedLost { lines } => ProxyFeedLost { lines }.emit(&notes_metrics),
     });
     let proxy = Arc::new(Proxy::new(&cfg.proxy, tracker, notes)?);
     for u in &cfg.proxy.upstream {
@@ -334,6 +335,7 @@ async fn serve(cfg: RunConfig, traces: Option<TraceExportConfig>) -> anyhow::Res
         executions = stats.executions,
         cuts = proxy.cuts(),
         lines = summary.lines,
+        lines_lost = proxy.feed_lost(),
         "stopped"
     );
     if summary.final_checkpoint_failed {

@@ -5,7 +5,9 @@
 //!
 //! Owns: hop-by-hop headers (RFC 9110 §7.6.1), the request body limit, and what each request
 //! tells the tracker before its response streams (`body.rs`); routes are `route.rs`'s, the
-//! client connection's reset `conn.rs`'s.
+//! client connection's reset `conn.rs`'s. Every call that writes lines goes through
+//! [`Proxy::track`]: built under the tracker's lock, queued before it is released, sent after
+//! (`feed.rs`: order and back-pressure).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -26,6 +28,7 @@ use super::ProxyError;
 use super::attempts::{End, Tracker};
 use super::body::{ObservedBody, Observer};
 use super::conn::{ConnCtl, ResettableStream};
+use super::feed::{Backlog, Feed};
 use super::frames::{Framer, Framing};
 use super::history::{self, Api};
 use super::inject::{Injector, Target};
@@ -74,23 +77,30 @@ pub enum ProxyNote {
     },
     /// A non-streaming answer over the frame cap was passed through without being observed.
     Unobserved,
+    /// The engine was gone: lines built for it were dropped (their responses were proxied).
+    FeedLost {
+        /// How many.
+        lines: u64,
+    },
 }
 
-/// The proxy: routes, the upstream client, the tracker.
+/// The proxy: routes, the upstream client, the tracker and its feed.
 pub struct Proxy {
     pub(super) routes: Vec<Route>,
     client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
     tracker: Mutex<Tracker>,
+    pub(super) feed: Feed,
     recorder: Option<Recorder>,
-    pub(super) notes: Box<dyn Fn(ProxyNote) + Send + Sync>,
+    pub(super) notes: Arc<dyn Fn(ProxyNote) + Send + Sync>,
     max_request_bytes: usize,
 }
 
 impl Proxy {
-    /// A proxy for `settings`, tracking into `tracker`; `notes` hears about cuts and errors.
+    /// A proxy for `settings`, tracking into `tracker` (whose sink gets the lines, from the
+    /// proxy's feed: `feed.rs`); `notes` hears about cuts and errors.
     pub fn new(
         settings: &ProxySettings,
-        tracker: Tracker,
+        mut tracker: Tracker,
         notes: Box<dyn Fn(ProxyNote) + Send + Sync>,
     ) -> Result<Self, ProxyError> {
         if settings.upstream.is_empty() {
@@ -112,6 +122,18 @@ impl Proxy {
             ),
             None => None,
         };
+        let notes: Arc<dyn Fn(ProxyNote) + Send + Sync> = Arc::from(notes);
+        let Some(sink) = tracker.out().hold() else {
+            return Err(ProxyError::Config(
+                "the tracker already feeds another proxy".to_owned(),
+            ));
+        };
+        let lost = notes.clone();
+        let feed = Feed::start(
+            sink,
+            Box::new(move |lines| lost(ProxyNote::FeedLost { lines })),
+        )
+        .map_err(ProxyError::Feed)?;
         Ok(Proxy {
             routes,
             client: client(
@@ -119,6 +141,7 @@ impl Proxy {
                 std::time::Duration::from_secs(settings.upstream_idle_secs.max(1)),
             )?,
             tracker: Mutex::new(tracker),
+            feed,
             recorder,
             notes,
             max_request_bytes: settings.max_request_bytes,
@@ -136,9 +159,28 @@ impl Proxy {
         }
     }
 
+    /// Run `f` on the tracker for the request owning `backlog`: its lines are built and
+    /// queued under the tracker's lock, then sent after it is released, as far as the sink
+    /// takes them without waiting (the rest by the feed's thread).
+    pub(super) fn track<R>(&self, backlog: &Arc<Backlog>, f: impl FnOnce(&mut Tracker) -> R) -> R {
+        let r = {
+            let mut t = self.tracker();
+            let r = f(&mut t);
+            self.feed.push(t.out().drain(), backlog);
+            r
+        };
+        self.feed.pump();
+        r
+    }
+
     /// The tracker's counters.
     pub fn stats(&self) -> super::attempts::TrackerStats {
         self.tracker().stats()
+    }
+
+    /// Lines the engine could not take because it was gone, so far.
+    pub fn feed_lost(&self) -> u64 {
+        self.feed.lost()
     }
 
     /// Streams cut so far, over every upstream.
@@ -384,6 +426,7 @@ async fn handle(
         .then(|| history::resumed_response(&path, parts.uri.query()))
         .flatten()
         .and_then(|id| proxy.tracker().resume(id));
+    let backlog = Backlog::new();
     let attempt = resumed.or_else(|| {
         api.map(|api| {
             let retry_count = parts
@@ -391,10 +434,12 @@ async fn handle(
                 .get("x-stainless-retry-count")
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.trim().parse::<u32>().ok());
-            let mut tracker = proxy.tracker();
             let ua = parts.headers.get(header::USER_AGENT);
-            tracker.client = super::client::kind(ua.and_then(|v| v.to_str().ok()));
-            tracker.begin(api, parsed.as_ref(), retry_count, now_ms())
+            let client = super::client::kind(ua.and_then(|v| v.to_str().ok()));
+            proxy.track(&backlog, |t| {
+                t.client = client;
+                t.begin(api, parsed.as_ref(), retry_count, now_ms())
+            })
         })
     });
     if attempt.is_some() {
@@ -403,7 +448,11 @@ async fn handle(
     let mut begun = Begun {
         proxy: proxy.clone(),
         attempt,
+        backlog,
     };
+    // Lines of this request over its bound (a long history read): it waits for the engine
+    // before it goes upstream. Others go on.
+    proxy.feed.ready(&begun.backlog).await;
     let attempt = &begun.attempt;
     if let (Some(rec), Some(a)) = (&proxy.recorder, attempt) {
         rec.request(a, &parts.method, &path_and_query, &parts.headers, &body);
@@ -428,7 +477,7 @@ async fn handle(
             let why = error_chain(&e);
             tracing::warn!(error = %why, path = %crate::sanitize::display(&path), "proxy: upstream request failed");
             if let Some(a) = begun.take() {
-                proxy.tracker().end(&a, &End::Upstream(why), now_ms());
+                proxy.track(&begun.backlog, |t| t.end(&a, &End::Upstream(why), now_ms()));
             }
             return Ok(plain(
                 StatusCode::BAD_GATEWAY,
@@ -453,9 +502,8 @@ async fn handle(
     };
     let success = rparts.status.is_success();
     if let (Some(a), false) = (&begun.attempt, success) {
-        proxy
-            .tracker()
-            .http_error(a, rparts.status.as_u16(), now_ms());
+        let status = rparts.status.as_u16();
+        proxy.track(&begun.backlog, |t| t.http_error(a, status, now_ms()));
     }
     let cutter = match (&begun.attempt, success, framing) {
         (Some(a), true, Framing::Sse | Framing::JsonArray) => route
@@ -471,6 +519,8 @@ async fn handle(
         route: ri,
         attempt: a,
         ended: false,
+        backlog: begun.backlog.clone(),
+        waiting: None,
     });
     let body = ObservedBody {
         inner: Some(rbody),
@@ -492,6 +542,8 @@ async fn handle(
 struct Begun {
     proxy: Arc<Proxy>,
     attempt: Option<super::attempts::AttemptRef>,
+    /// The request's lines waiting for the engine (its response's, after).
+    backlog: Arc<Backlog>,
 }
 
 impl Begun {
@@ -504,7 +556,8 @@ impl Begun {
 impl Drop for Begun {
     fn drop(&mut self) {
         if let Some(a) = self.attempt.take() {
-            self.proxy.tracker().end(&a, &End::ClientGone, now_ms());
+            self.proxy
+                .track(&self.backlog, |t| t.end(&a, &End::ClientGone, now_ms()));
         }
     }
 }
