@@ -24,6 +24,7 @@ mod redact;
 mod route;
 mod settings;
 mod whole;
+mod wire;
 
 pub use attempts::{AttemptRef, End, Tracker, TrackerStats};
 pub use body::ObservedBody;

@@ -3,9 +3,9 @@
 //! upstream chunk to the client as it arrives, byte for byte, while the attempt tracker sees
 //! it (and, for a stream chosen for injection, cuts it where the rule says).
 //!
-//! Owns: hop-by-hop headers (RFC 9110 §7.6.1), the request body limit, and what each request
-//! tells the tracker before its response streams (`body.rs`); routes are `route.rs`'s, the
-//! client connection's reset `conn.rs`'s. Every call that writes lines goes through
+//! Owns: the request body limit, and what each request tells the tracker before its response
+//! streams (`body.rs`); routes are `route.rs`'s, the client connection's reset `conn.rs`'s,
+//! hop-by-hop headers and request codings `wire.rs`'s. Every call that writes lines goes through
 //! [`Proxy::track`]: built under the tracker's lock, queued before it is released, sent after
 //! (`feed.rs`: order and back-pressure).
 
@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
@@ -35,6 +35,7 @@ use super::inject::{Injector, Target};
 use super::record::Recorder;
 use super::route::Route;
 use super::settings::ProxySettings;
+use super::wire::{gunzip, request_encoding, strip_hop_by_hop};
 
 /// The body the proxy answers with.
 pub type ProxyBody = Either<ObservedBody, Full<Bytes>>;
@@ -314,34 +315,6 @@ fn plain(status: StatusCode, msg: &str) -> Response<ProxyBody> {
     r
 }
 
-/// Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1), plus those the
-/// `Connection` header names.
-fn strip_hop_by_hop(h: &mut HeaderMap) {
-    let named: Vec<HeaderName> = h
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .collect();
-    for n in named {
-        h.remove(n);
-    }
-    for n in [
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    ] {
-        h.remove(n);
-    }
-}
-
 async fn handle(
     proxy: Arc<Proxy>,
     ctl: Arc<ConnCtl>,
@@ -535,7 +508,6 @@ async fn handle(
     Ok(Response::from_parts(rparts, Either::Left(body)))
 }
 
-/// The request body's `content-encoding`, when it has one (`identity` is none).
 /// An attempt begun whose response body does not exist yet. When the request is dropped
 /// before (the client went away while the upstream was still to answer), the attempt ends as
 /// `client_closed`: an attempt left open would hold its turn as a response in flight.
@@ -562,25 +534,6 @@ impl Drop for Begun {
     }
 }
 
-fn request_encoding(h: &HeaderMap) -> Option<&str> {
-    h.get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|e| !e.is_empty() && !e.eq_ignore_ascii_case("identity"))
-}
-
-/// A gzip body, decompressed up to `limit` bytes, for reading (what is forwarded is the
-/// original).
-fn gunzip(body: &[u8], limit: usize) -> Option<Vec<u8>> {
-    use std::io::Read;
-    let mut out = Vec::new();
-    flate2::read::GzDecoder::new(body)
-        .take(limit as u64)
-        .read_to_end(&mut out)
-        .ok()?;
-    Some(out)
-}
-
 pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
@@ -593,50 +546,4 @@ pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
         cur = c.source();
     }
     s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn gzip_request_bodies_are_read_and_other_codings_skipped() {
-        use std::io::Write;
-        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-        enc.write_all(b"{\"model\":\"m\"}").expect("write");
-        let gz = enc.finish().expect("finish");
-        assert_eq!(
-            gunzip(&gz, 1 << 20).as_deref(),
-            Some(b"{\"model\":\"m\"}".as_slice())
-        );
-        assert_eq!(gunzip(b"not gzip", 1 << 20), None);
-        let mut h = HeaderMap::new();
-        assert_eq!(request_encoding(&h), None);
-        h.insert(
-            header::CONTENT_ENCODING,
-            HeaderValue::from_static("identity"),
-        );
-        assert_eq!(request_encoding(&h), None);
-        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("zstd"));
-        assert_eq!(request_encoding(&h), Some("zstd"));
-    }
-
-    #[test]
-    fn hop_by_hop_headers_and_those_connection_names_are_removed() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::CONNECTION,
-            HeaderValue::from_static("keep-alive, x-trace-hop"),
-        );
-        h.insert("x-trace-hop", HeaderValue::from_static("1"));
-        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
-        h.insert(
-            header::TRANSFER_ENCODING,
-            HeaderValue::from_static("chunked"),
-        );
-        h.insert("x-api-key", HeaderValue::from_static("k"));
-        strip_hop_by_hop(&mut h);
-        let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
-        assert_eq!(left, ["x-api-key"]);
-    }
 }
