@@ -31,7 +31,7 @@ use retryscope::correlate::{Correlator, CorrelatorConfig};
 use retryscope::cost::PriceTable;
 use retryscope::decode::Format;
 use retryscope::ingest::{Ingest, Source};
-use retryscope::proxy::{LineSink, Proxy, ProxySettings, Tracker, UpstreamSettings};
+use retryscope::proxy::{LineSink, Offer, Proxy, ProxySettings, Tracker, UpstreamSettings};
 
 static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
@@ -114,16 +114,20 @@ async fn mock() -> SocketAddr {
     addr
 }
 
-/// The tracker's lines into a bounded channel, as `retryscope proxy` feeds its engine.
+/// The tracker's lines into a bounded channel, as `retryscope proxy` feeds its engine
+/// (`EngineSink`): `offer` never waits, `line` (the proxy's feed thread) does.
 struct Feed(SyncSender<Vec<u8>>);
 
 impl LineSink for Feed {
     fn line(&mut self, line: Vec<u8>) {
+        let _ = self.0.send(line);
+    }
+
+    fn offer(&mut self, line: Vec<u8>) -> Offer {
         match self.0.try_send(line) {
-            Ok(()) | Err(TrySendError::Disconnected(_)) => {}
-            Err(TrySendError::Full(l)) => {
-                let _ = tokio::task::block_in_place(|| self.0.send(l));
-            }
+            Ok(()) => Offer::Taken,
+            Err(TrySendError::Full(l)) => Offer::Full(l),
+            Err(TrySendError::Disconnected(_)) => Offer::Closed,
         }
     }
 }

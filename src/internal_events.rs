@@ -206,6 +206,23 @@ impl InternalEvent for ProxyAnswerUnobserved {
     }
 }
 
+/// `retryscope proxy` dropped lines its engine no longer takes (the engine stopped); the
+/// responses they describe were proxied all the same.
+pub struct ProxyFeedLost {
+    /// How many lines.
+    pub lines: u64,
+}
+
+impl InternalEvent for ProxyFeedLost {
+    fn emit(self, metrics: &Metrics) {
+        metrics.inc_proxy_feed_lost(self.lines);
+        tracing::warn!(
+            lines = self.lines,
+            "proxy: the engine takes no more lines; these are lost (requests are still proxied)"
+        );
+    }
+}
+
 /// A checkpoint was written.
 pub struct CheckpointWritten;
 

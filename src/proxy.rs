@@ -4,14 +4,17 @@
 //!
 //! Shape: `forward` (listener, upstream client, the streaming body) hands each request and
 //! each stream payload to `attempts` (turns and attempts, native event lines), which uses
-//! `history` (the request bodies of the four APIs) and writes to a `LineSink`: the engine's
-//! feed, the same ingest path, correlator and sinks as `retryscope run`, teed to `record`
-//! with `--record`. `frames` finds event boundaries in a body; `inject` decides cuts.
+//! `history` (the request bodies of the four APIs); its lines, built under the tracker's
+//! lock, leave through `feed` (one ordered queue, sent after the lock is released, with
+//! back-pressure per request) to a `LineSink`: the engine's feed, the same ingest path,
+//! correlator and sinks as `retryscope run`, teed to `record` with `--record`. `frames` finds
+//! event boundaries in a body; `inject` decides cuts.
 
 mod attempts;
 mod body;
 mod client;
 mod conn;
+mod feed;
 mod forward;
 mod frames;
 mod history;
@@ -21,9 +24,11 @@ mod redact;
 mod route;
 mod settings;
 mod whole;
+mod wire;
 
-pub use attempts::{AttemptRef, End, LineSink, Tracker, TrackerStats};
+pub use attempts::{AttemptRef, End, Tracker, TrackerStats};
 pub use body::ObservedBody;
+pub use feed::{EngineSink, FEED_BACKLOG_BYTES, LineSink, Offer, REQUEST_BACKLOG_BYTES};
 pub use forward::{MAX_FRAME, Proxy, ProxyBody, ProxyNote, now_ms, serve, serve_gated};
 pub use frames::{Frame, Framer, Framing};
 pub use history::Api;
@@ -43,4 +48,7 @@ pub enum ProxyError {
     /// The recording directory.
     #[error("cannot record into {0}: {1}")]
     Record(String, std::io::Error),
+    /// The thread that waits for the engine.
+    #[error("cannot start the proxy's feed thread: {0}")]
+    Feed(std::io::Error),
 }

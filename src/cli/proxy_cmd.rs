@@ -12,13 +12,13 @@ use clap::Args;
 
 use retryscope::config::RunConfig;
 use retryscope::internal_events::{
-    InternalEvent, ProxyAnswerUnobserved, ProxyCut, ProxyUpstreamError,
+    InternalEvent, ProxyAnswerUnobserved, ProxyCut, ProxyFeedLost, ProxyUpstreamError,
 };
 use retryscope::proxy::{
     self, How, InjectMatch, InjectRule, LineSink, Point, Proxy, ProxyNote, Tracker,
     UpstreamSettings,
 };
-use retryscope::run::{Engine, Feed, FeedItem, Sources};
+use retryscope::run::{Engine, Sources};
 use retryscope::sink::metrics::Metrics;
 use retryscope::sink::traces::{Protocol, TraceExportConfig, TraceSink};
 
@@ -184,26 +184,6 @@ fn merge(args: &ProxyArgs) -> anyhow::Result<RunConfig> {
     Ok(cfg)
 }
 
-/// The engine's feed as the tracker's line sink: back-pressure like stdin's.
-struct FeedSink(std::sync::mpsc::SyncSender<FeedItem>);
-
-impl LineSink for FeedSink {
-    fn line(&mut self, bytes: Vec<u8>) {
-        use std::sync::mpsc::TrySendError;
-        let item = FeedItem::Line {
-            feed: Feed::Proxy,
-            bytes,
-        };
-        match self.0.try_send(item) {
-            Ok(()) | Err(TrySendError::Disconnected(_)) => {}
-            Err(TrySendError::Full(item)) => {
-                // The engine is behind: wait for it (this request's task only).
-                let _ = tokio::task::block_in_place(|| self.0.send(item));
-            }
-        }
-    }
-}
-
 pub fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     let cfg = merge(&args)?;
     let traces = super::common::trace_config(&cfg)?;
@@ -274,7 +254,7 @@ async fn serve(cfg: RunConfig, traces: Option<TraceExportConfig>) -> anyhow::Res
     // The tracker's lines: to the engine, and to the recording.
     let (tx, rx) = std::sync::mpsc::sync_channel(16_384);
     let start_ms = proxy::now_ms();
-    let mut sink: Box<dyn LineSink> = Box::new(FeedSink(tx));
+    let mut sink: Box<dyn LineSink> = Box::new(proxy::EngineSink::new(tx));
     if let Some(dir) = &cfg.proxy.record {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("creating --record {}", dir.display()))?;
@@ -297,6 +277,7 @@ async fn serve(cfg: RunConfig, traces: Option<TraceExportConfig>) -> anyhow::Res
         ProxyNote::Stream => notes_metrics.inc_proxy_streams(),
         ProxyNote::Held { nanos } => notes_metrics.observe_proxy_latency(nanos as f64 / 1e9),
         ProxyNote::Unobserved => ProxyAnswerUnobserved.emit(&notes_metrics),
+        ProxyNote::FeedLost { lines } => ProxyFeedLost { lines }.emit(&notes_metrics),
     });
     let proxy = Arc::new(Proxy::new(&cfg.proxy, tracker, notes)?);
     for u in &cfg.proxy.upstream {
@@ -354,6 +335,7 @@ async fn serve(cfg: RunConfig, traces: Option<TraceExportConfig>) -> anyhow::Res
         executions = stats.executions,
         cuts = proxy.cuts(),
         lines = summary.lines,
+        lines_lost = proxy.feed_lost(),
         "stopped"
     );
     if summary.final_checkpoint_failed {

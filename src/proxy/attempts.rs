@@ -27,6 +27,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use serde_json::value::RawValue;
 
+pub use super::feed::LineSink;
+use super::feed::Out;
 use super::history::{Api, Request};
 
 mod calls;
@@ -41,18 +43,6 @@ use crate::event::EventKind;
 use calls::{call_marker, stream_call_ids};
 use line::{Fields, Line};
 use retry_match::{Kept, RetryOf, Strategy};
-
-/// Where the tracker's lines go (the engine's feed, a recording, a test's vector).
-pub trait LineSink: Send {
-    /// One native-format line, without its newline.
-    fn line(&mut self, line: Vec<u8>);
-}
-
-impl LineSink for Vec<Vec<u8>> {
-    fn line(&mut self, line: Vec<u8>) {
-        self.push(line);
-    }
-}
 
 /// How an attempt's response ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,7 +137,7 @@ impl Turn {
 
 /// The tracker: one per proxy, behind a lock.
 pub struct Tracker {
-    sink: Box<dyn LineSink>,
+    out: Out,
     /// Prefix of conversation ids (unique per process start).
     prefix: String,
     next_conversation: u64,
@@ -179,7 +169,7 @@ impl Tracker {
     /// process start, so ids never meet a checkpointed turn of an earlier run).
     pub fn new(sink: Box<dyn LineSink>, prefix: String) -> Self {
         Tracker {
-            sink,
+            out: Out::Sink(sink),
             prefix,
             next_conversation: 1,
             turns: HashMap::new(),
@@ -202,6 +192,11 @@ impl Tracker {
         self.stats
     }
 
+    /// Where its lines go (`feed.rs`: the proxy holds them to queue them itself).
+    pub(super) fn out(&mut self) -> &mut Out {
+        &mut self.out
+    }
+
     fn emit(
         &mut self,
         turn: &str,
@@ -218,7 +213,7 @@ impl Tracker {
             fields,
         };
         match serde_json::to_vec(&line) {
-            Ok(bytes) => self.sink.line(bytes),
+            Ok(bytes) => self.out.line(bytes),
             Err(e) => tracing::warn!(error = %e, "cannot serialize a proxy event"),
         }
     }
@@ -550,7 +545,7 @@ impl Tracker {
             "turn": a.turn, "type": "finish", "attempt": a.attempt, "ts": now_ms, "reason": reason
         });
         if let Ok(bytes) = serde_json::to_vec(&line) {
-            self.sink.line(bytes);
+            self.out.line(bytes);
         }
     }
 

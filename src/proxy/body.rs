@@ -2,7 +2,8 @@
 //! tracker sees its payloads; a stream chosen for injection is forwarded frame by frame and
 //! cut where its cutter says (then reset, ended, or ended after the provider's error event).
 //! Owns telling the tracker how each response ended: complete, upstream error, client gone,
-//! or cut.
+//! or cut; and the response's side of the feed's back-pressure: while its lines waiting for
+//! the engine are over the bound (`feed.rs`), it forwards what it has read and reads no more.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -16,6 +17,7 @@ use hyper::body::Incoming;
 
 use super::attempts::{AttemptRef, End};
 use super::conn::ConnCtl;
+use super::feed::Backlog;
 use super::forward::{Proxy, ProxyNote, error_chain, now_ms};
 use super::frames::{Framer, Framing};
 use super::inject::{Cutter, Decision, How, Injector};
@@ -31,23 +33,87 @@ pub(super) struct Observer {
     /// Whether the body is a model stream (a 2xx), whose payloads are decoded.
     pub(super) decode: bool,
     pub(super) ended: bool,
+    /// Its request's lines waiting for the engine.
+    pub(super) backlog: Arc<Backlog>,
+    /// Waiting for the engine to take them down to the bound.
+    pub(super) waiting: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+}
+
+/// What a complete non-streaming answer tells the tracker.
+enum Whole {
+    /// Its provider's chunks.
+    Chunks(Vec<String>),
+    /// Finished, with this reason (over the cap, or a shape this proxy cannot reshape).
+    Finished(String),
+    Nothing,
 }
 
 impl Observer {
     fn chunk(&self, data: &str) {
         if self.decode {
-            self.proxy.tracker().chunk(&self.attempt, data, now_ms());
+            let a = &self.attempt;
+            self.proxy
+                .track(&self.backlog, |t| t.chunk(a, data, now_ms()));
         }
     }
 
     fn chunks(&self, frames: &[super::frames::Frame]) {
         if self.decode && !frames.is_empty() {
             let now = now_ms();
-            let mut t = self.proxy.tracker();
-            for f in frames {
-                t.chunk(&self.attempt, &f.data, now);
+            let a = &self.attempt;
+            self.proxy.track(&self.backlog, |t| {
+                for f in frames {
+                    t.chunk(a, &f.data, now);
+                }
+            });
+        }
+    }
+
+    /// Ready when the request may read on: its lines waiting for the engine are within the
+    /// bound (`feed.rs`). Pending registers the wake-up.
+    fn poll_backlog(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.waiting.is_none() {
+            if !self.proxy.feed.must_wait(&self.backlog) {
+                return Poll::Ready(());
+            }
+            let (proxy, backlog) = (self.proxy.clone(), self.backlog.clone());
+            self.waiting = Some(Box::pin(async move { proxy.feed.ready(&backlog).await }));
+        }
+        match self.waiting.as_mut().map(|w| w.as_mut().poll(cx)) {
+            Some(Poll::Pending) => Poll::Pending,
+            _ => {
+                self.waiting = None;
+                Poll::Ready(())
             }
         }
+    }
+
+    /// A complete answer's body, reshaped (outside the tracker's lock).
+    fn whole(&mut self) -> Whole {
+        if self.framer.unobserved() {
+            // Over the cap: the client got it whole, the tracker saw none of it.
+            return Whole::Finished("unobserved".to_owned());
+        }
+        // A non-streaming answer: as the chunks its provider would have streamed; one this
+        // proxy cannot reshape is recorded as finished.
+        let (frame, _) = self.framer.finish();
+        let Some(f) = frame else {
+            return Whole::Nothing;
+        };
+        let chunks = super::whole::as_chunks(self.attempt.api, &f.data);
+        if !chunks.is_empty() {
+            return Whole::Chunks(chunks);
+        }
+        let reason = serde_json::from_str::<serde_json::Value>(&f.data)
+            .ok()
+            .and_then(|v| {
+                v.get("stop_reason")
+                    .or_else(|| v.pointer("/choices/0/finish_reason"))
+                    .or_else(|| v.get("status"))
+                    .and_then(|r| r.as_str().map(str::to_owned))
+            })
+            .unwrap_or_else(|| "stop".to_owned());
+        Whole::Finished(reason)
     }
 
     fn end(&mut self, how: End) {
@@ -56,40 +122,27 @@ impl Observer {
         }
         self.ended = true;
         let now = now_ms();
-        let mut t = self.proxy.tracker();
-        if self.decode && self.framer.unobserved() && how == End::Complete {
-            // Over the cap: the client got it whole, the tracker saw none of it.
-            t.complete_whole(&self.attempt, "unobserved", now);
-        } else if self.decode && self.framer.framing() == Framing::Whole && how == End::Complete {
-            // A non-streaming answer: as the chunks its provider would have streamed; one
-            // this proxy cannot reshape is recorded as finished.
-            let (frame, _) = self.framer.finish();
-            let chunks = frame
-                .as_ref()
-                .map(|f| super::whole::as_chunks(self.attempt.api, &f.data))
-                .unwrap_or_default();
-            match (chunks.is_empty(), frame) {
-                (false, _) => {
-                    for c in &chunks {
-                        t.chunk(&self.attempt, c, now);
+        let whole = if self.decode
+            && how == End::Complete
+            && (self.framer.unobserved() || self.framer.framing() == Framing::Whole)
+        {
+            self.whole()
+        } else {
+            Whole::Nothing
+        };
+        let a = &self.attempt;
+        self.proxy.track(&self.backlog, |t| {
+            match &whole {
+                Whole::Chunks(chunks) => {
+                    for c in chunks {
+                        t.chunk(a, c, now);
                     }
                 }
-                (true, Some(f)) => {
-                    let reason = serde_json::from_str::<serde_json::Value>(&f.data)
-                        .ok()
-                        .and_then(|v| {
-                            v.get("stop_reason")
-                                .or_else(|| v.pointer("/choices/0/finish_reason"))
-                                .or_else(|| v.get("status"))
-                                .and_then(|r| r.as_str().map(str::to_owned))
-                        })
-                        .unwrap_or_else(|| "stop".to_owned());
-                    t.complete_whole(&self.attempt, &reason, now);
-                }
-                (true, None) => {}
+                Whole::Finished(reason) => t.complete_whole(a, reason, now),
+                Whole::Nothing => {}
             }
-        }
-        t.end(&self.attempt, &how, now);
+            t.end(a, &how, now);
+        });
     }
 }
 
@@ -249,6 +302,14 @@ impl Body for ObservedBody {
                 }
                 Some(_) => return Poll::Ready(None),
                 None => {}
+            }
+            // Read on only while this request's lines waiting for the engine are within the
+            // bound; what was read has been forwarded above.
+            if this.inner.is_some()
+                && let Some(obs) = &mut this.observer
+                && obs.poll_backlog(cx).is_pending()
+            {
+                return Poll::Pending;
             }
             let Some(inner) = this.inner.as_mut() else {
                 return Poll::Ready(None);

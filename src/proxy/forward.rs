@@ -3,9 +3,11 @@
 //! upstream chunk to the client as it arrives, byte for byte, while the attempt tracker sees
 //! it (and, for a stream chosen for injection, cuts it where the rule says).
 //!
-//! Owns: hop-by-hop headers (RFC 9110 §7.6.1), the request body limit, and what each request
-//! tells the tracker before its response streams (`body.rs`); routes are `route.rs`'s, the
-//! client connection's reset `conn.rs`'s.
+//! Owns: the request body limit, and what each request tells the tracker before its response
+//! streams (`body.rs`); routes are `route.rs`'s, the client connection's reset `conn.rs`'s,
+//! hop-by-hop headers and request codings `wire.rs`'s. Every call that writes lines goes through
+//! [`Proxy::track`]: built under the tracker's lock, queued before it is released, sent after
+//! (`feed.rs`: order and back-pressure).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -13,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
@@ -26,12 +28,14 @@ use super::ProxyError;
 use super::attempts::{End, Tracker};
 use super::body::{ObservedBody, Observer};
 use super::conn::{ConnCtl, ResettableStream};
+use super::feed::{Backlog, Feed};
 use super::frames::{Framer, Framing};
 use super::history::{self, Api};
 use super::inject::{Injector, Target};
 use super::record::Recorder;
 use super::route::Route;
 use super::settings::ProxySettings;
+use super::wire::{gunzip, request_encoding, strip_hop_by_hop};
 
 /// The body the proxy answers with.
 pub type ProxyBody = Either<ObservedBody, Full<Bytes>>;
@@ -74,23 +78,30 @@ pub enum ProxyNote {
     },
     /// A non-streaming answer over the frame cap was passed through without being observed.
     Unobserved,
+    /// The engine was gone: lines built for it were dropped (their responses were proxied).
+    FeedLost {
+        /// How many.
+        lines: u64,
+    },
 }
 
-/// The proxy: routes, the upstream client, the tracker.
+/// The proxy: routes, the upstream client, the tracker and its feed.
 pub struct Proxy {
     pub(super) routes: Vec<Route>,
     client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
     tracker: Mutex<Tracker>,
+    pub(super) feed: Feed,
     recorder: Option<Recorder>,
-    pub(super) notes: Box<dyn Fn(ProxyNote) + Send + Sync>,
+    pub(super) notes: Arc<dyn Fn(ProxyNote) + Send + Sync>,
     max_request_bytes: usize,
 }
 
 impl Proxy {
-    /// A proxy for `settings`, tracking into `tracker`; `notes` hears about cuts and errors.
+    /// A proxy for `settings`, tracking into `tracker` (whose sink gets the lines, from the
+    /// proxy's feed: `feed.rs`); `notes` hears about cuts and errors.
     pub fn new(
         settings: &ProxySettings,
-        tracker: Tracker,
+        mut tracker: Tracker,
         notes: Box<dyn Fn(ProxyNote) + Send + Sync>,
     ) -> Result<Self, ProxyError> {
         if settings.upstream.is_empty() {
@@ -112,6 +123,18 @@ impl Proxy {
             ),
             None => None,
         };
+        let notes: Arc<dyn Fn(ProxyNote) + Send + Sync> = Arc::from(notes);
+        let Some(sink) = tracker.out().hold() else {
+            return Err(ProxyError::Config(
+                "the tracker already feeds another proxy".to_owned(),
+            ));
+        };
+        let lost = notes.clone();
+        let feed = Feed::start(
+            sink,
+            Box::new(move |lines| lost(ProxyNote::FeedLost { lines })),
+        )
+        .map_err(ProxyError::Feed)?;
         Ok(Proxy {
             routes,
             client: client(
@@ -119,6 +142,7 @@ impl Proxy {
                 std::time::Duration::from_secs(settings.upstream_idle_secs.max(1)),
             )?,
             tracker: Mutex::new(tracker),
+            feed,
             recorder,
             notes,
             max_request_bytes: settings.max_request_bytes,
@@ -136,9 +160,28 @@ impl Proxy {
         }
     }
 
+    /// Run `f` on the tracker for the request owning `backlog`: its lines are built and
+    /// queued under the tracker's lock, then sent after it is released, as far as the sink
+    /// takes them without waiting (the rest by the feed's thread).
+    pub(super) fn track<R>(&self, backlog: &Arc<Backlog>, f: impl FnOnce(&mut Tracker) -> R) -> R {
+        let r = {
+            let mut t = self.tracker();
+            let r = f(&mut t);
+            self.feed.push(t.out().drain(), backlog);
+            r
+        };
+        self.feed.pump();
+        r
+    }
+
     /// The tracker's counters.
     pub fn stats(&self) -> super::attempts::TrackerStats {
         self.tracker().stats()
+    }
+
+    /// Lines the engine could not take because it was gone, so far.
+    pub fn feed_lost(&self) -> u64 {
+        self.feed.lost()
     }
 
     /// Streams cut so far, over every upstream.
@@ -272,34 +315,6 @@ fn plain(status: StatusCode, msg: &str) -> Response<ProxyBody> {
     r
 }
 
-/// Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1), plus those the
-/// `Connection` header names.
-fn strip_hop_by_hop(h: &mut HeaderMap) {
-    let named: Vec<HeaderName> = h
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .collect();
-    for n in named {
-        h.remove(n);
-    }
-    for n in [
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    ] {
-        h.remove(n);
-    }
-}
-
 async fn handle(
     proxy: Arc<Proxy>,
     ctl: Arc<ConnCtl>,
@@ -384,6 +399,7 @@ async fn handle(
         .then(|| history::resumed_response(&path, parts.uri.query()))
         .flatten()
         .and_then(|id| proxy.tracker().resume(id));
+    let backlog = Backlog::new();
     let attempt = resumed.or_else(|| {
         api.map(|api| {
             let retry_count = parts
@@ -391,10 +407,12 @@ async fn handle(
                 .get("x-stainless-retry-count")
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.trim().parse::<u32>().ok());
-            let mut tracker = proxy.tracker();
             let ua = parts.headers.get(header::USER_AGENT);
-            tracker.client = super::client::kind(ua.and_then(|v| v.to_str().ok()));
-            tracker.begin(api, parsed.as_ref(), retry_count, now_ms())
+            let client = super::client::kind(ua.and_then(|v| v.to_str().ok()));
+            proxy.track(&backlog, |t| {
+                t.client = client;
+                t.begin(api, parsed.as_ref(), retry_count, now_ms())
+            })
         })
     });
     if attempt.is_some() {
@@ -403,7 +421,11 @@ async fn handle(
     let mut begun = Begun {
         proxy: proxy.clone(),
         attempt,
+        backlog,
     };
+    // Lines of this request over its bound (a long history read): it waits for the engine
+    // before it goes upstream. Others go on.
+    proxy.feed.ready(&begun.backlog).await;
     let attempt = &begun.attempt;
     if let (Some(rec), Some(a)) = (&proxy.recorder, attempt) {
         rec.request(a, &parts.method, &path_and_query, &parts.headers, &body);
@@ -428,7 +450,7 @@ async fn handle(
             let why = error_chain(&e);
             tracing::warn!(error = %why, path = %crate::sanitize::display(&path), "proxy: upstream request failed");
             if let Some(a) = begun.take() {
-                proxy.tracker().end(&a, &End::Upstream(why), now_ms());
+                proxy.track(&begun.backlog, |t| t.end(&a, &End::Upstream(why), now_ms()));
             }
             return Ok(plain(
                 StatusCode::BAD_GATEWAY,
@@ -453,9 +475,8 @@ async fn handle(
     };
     let success = rparts.status.is_success();
     if let (Some(a), false) = (&begun.attempt, success) {
-        proxy
-            .tracker()
-            .http_error(a, rparts.status.as_u16(), now_ms());
+        let status = rparts.status.as_u16();
+        proxy.track(&begun.backlog, |t| t.http_error(a, status, now_ms()));
     }
     let cutter = match (&begun.attempt, success, framing) {
         (Some(a), true, Framing::Sse | Framing::JsonArray) => route
@@ -471,6 +492,8 @@ async fn handle(
         route: ri,
         attempt: a,
         ended: false,
+        backlog: begun.backlog.clone(),
+        waiting: None,
     });
     let body = ObservedBody {
         inner: Some(rbody),
@@ -485,13 +508,14 @@ async fn handle(
     Ok(Response::from_parts(rparts, Either::Left(body)))
 }
 
-/// The request body's `content-encoding`, when it has one (`identity` is none).
 /// An attempt begun whose response body does not exist yet. When the request is dropped
 /// before (the client went away while the upstream was still to answer), the attempt ends as
 /// `client_closed`: an attempt left open would hold its turn as a response in flight.
 struct Begun {
     proxy: Arc<Proxy>,
     attempt: Option<super::attempts::AttemptRef>,
+    /// The request's lines waiting for the engine (its response's, after).
+    backlog: Arc<Backlog>,
 }
 
 impl Begun {
@@ -504,28 +528,10 @@ impl Begun {
 impl Drop for Begun {
     fn drop(&mut self) {
         if let Some(a) = self.attempt.take() {
-            self.proxy.tracker().end(&a, &End::ClientGone, now_ms());
+            self.proxy
+                .track(&self.backlog, |t| t.end(&a, &End::ClientGone, now_ms()));
         }
     }
-}
-
-fn request_encoding(h: &HeaderMap) -> Option<&str> {
-    h.get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|e| !e.is_empty() && !e.eq_ignore_ascii_case("identity"))
-}
-
-/// A gzip body, decompressed up to `limit` bytes, for reading (what is forwarded is the
-/// original).
-fn gunzip(body: &[u8], limit: usize) -> Option<Vec<u8>> {
-    use std::io::Read;
-    let mut out = Vec::new();
-    flate2::read::GzDecoder::new(body)
-        .take(limit as u64)
-        .read_to_end(&mut out)
-        .ok()?;
-    Some(out)
 }
 
 pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
@@ -540,50 +546,4 @@ pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
         cur = c.source();
     }
     s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn gzip_request_bodies_are_read_and_other_codings_skipped() {
-        use std::io::Write;
-        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-        enc.write_all(b"{\"model\":\"m\"}").expect("write");
-        let gz = enc.finish().expect("finish");
-        assert_eq!(
-            gunzip(&gz, 1 << 20).as_deref(),
-            Some(b"{\"model\":\"m\"}".as_slice())
-        );
-        assert_eq!(gunzip(b"not gzip", 1 << 20), None);
-        let mut h = HeaderMap::new();
-        assert_eq!(request_encoding(&h), None);
-        h.insert(
-            header::CONTENT_ENCODING,
-            HeaderValue::from_static("identity"),
-        );
-        assert_eq!(request_encoding(&h), None);
-        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("zstd"));
-        assert_eq!(request_encoding(&h), Some("zstd"));
-    }
-
-    #[test]
-    fn hop_by_hop_headers_and_those_connection_names_are_removed() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::CONNECTION,
-            HeaderValue::from_static("keep-alive, x-trace-hop"),
-        );
-        h.insert("x-trace-hop", HeaderValue::from_static("1"));
-        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
-        h.insert(
-            header::TRANSFER_ENCODING,
-            HeaderValue::from_static("chunked"),
-        );
-        h.insert("x-api-key", HeaderValue::from_static("k"));
-        strip_hop_by_hop(&mut h);
-        let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
-        assert_eq!(left, ["x-api-key"]);
-    }
 }

@@ -16,7 +16,8 @@ use std::sync::Mutex;
 
 use http::HeaderMap;
 
-use super::attempts::{AttemptRef, LineSink};
+use super::attempts::AttemptRef;
+use super::feed::{LineSink, Offer};
 
 /// `path?query` with secret parameters redacted.
 pub fn redact_query(path_and_query: &str) -> String {
@@ -102,6 +103,8 @@ fn write_new(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// A line sink that also appends every line to a file (the recording), then passes it on.
+/// A line is written when the next sink takes it (or is gone), so the file has the order the
+/// engine sees.
 pub struct Tee {
     file: Mutex<BufWriter<File>>,
     next: Box<dyn LineSink>,
@@ -123,11 +126,11 @@ impl Tee {
     }
 }
 
-impl LineSink for Tee {
-    fn line(&mut self, line: Vec<u8>) {
+impl Tee {
+    fn record(&mut self, redacted: &[u8]) {
         if let Ok(mut f) = self.file.lock() {
             let r = f
-                .write_all(&super::redact::body(&line))
+                .write_all(redacted)
                 .and_then(|()| f.write_all(b"\n"))
                 .and_then(|()| f.flush());
             if let Err(e) = r {
@@ -137,7 +140,29 @@ impl LineSink for Tee {
                 self.failed = true;
             }
         }
+    }
+}
+
+impl LineSink for Tee {
+    fn line(&mut self, line: Vec<u8>) {
+        let redacted = super::redact::body(&line).into_owned();
+        self.record(&redacted);
         self.next.line(line);
+    }
+
+    fn offer(&mut self, line: Vec<u8>) -> Offer {
+        let redacted = super::redact::body(&line).into_owned();
+        match self.next.offer(line) {
+            Offer::Full(line) => Offer::Full(line),
+            taken_or_lost => {
+                self.record(&redacted);
+                taken_or_lost
+            }
+        }
+    }
+
+    fn closed(&self) -> bool {
+        self.next.closed()
     }
 }
 

@@ -237,6 +237,7 @@ impl Inner {
             F::NatsPublishFailures,
             F::NatsDeadLetters,
             F::ProxyUnobserved,
+            F::ProxyFeedLost,
         ] {
             t.touch(f as usize, &[]);
         }

@@ -47,6 +47,11 @@ impl Metrics {
         lock(&self.inner).add(F::ProxyStreams, &[], 1.0);
     }
 
+    /// Count lines `retryscope proxy` dropped because its engine had stopped taking them.
+    pub fn inc_proxy_feed_lost(&self, lines: u64) {
+        lock(&self.inner).add(F::ProxyFeedLost, &[], lines as f64);
+    }
+
     /// Observe the time `retryscope proxy` held one upstream chunk.
     pub fn observe_proxy_latency(&self, seconds: f64) {
         if seconds.is_finite() && seconds >= 0.0 {

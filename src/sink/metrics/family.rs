@@ -149,6 +149,8 @@ families! {
         "Findings larger than the NATS server's largest message: written to this collector's findings output only, logged, and the partition moves on (run --nats).";
     ProxyUnobserved => "retryscope_proxy_unobserved_answers_total", Counter, [],
         "Non-streaming answers over the proxy's 8 MiB cap, passed to the client unobserved.";
+    ProxyFeedLost => "retryscope_proxy_feed_lost_lines_total", Counter, [],
+        "Lines `retryscope proxy` built after its engine had stopped taking them (dropped; their responses were still proxied).";
     ListenerRefused => "retryscope_listener_connections_refused_total", Counter, ["listener", "reason"],
         "Connections a listener (metrics, otlp_http, otlp_grpc, proxy) refused or closed: at accept over a cap (listener_cap, peer_cap), or later for a timeout (handshake_timeout, header_timeout, idle_timeout, body_timeout).";
     ListenerOpen => "retryscope_listener_connections", Gauge, ["listener"],

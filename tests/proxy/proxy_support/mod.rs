@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -366,6 +367,17 @@ impl Got {
 /// POST `body` to `path` over a fresh HTTP/1.1 connection and read the response until the
 /// body ends or the connection does.
 pub async fn post(addr: SocketAddr, path: &str, body: &str, headers: &[(&str, &str)]) -> Got {
+    post_counting(addr, path, body, headers, &AtomicUsize::new(0)).await
+}
+
+/// [`post`], adding the number of response bytes read so far to `progress` as they arrive.
+pub async fn post_counting(
+    addr: SocketAddr,
+    path: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+    progress: &AtomicUsize,
+) -> Got {
     let mut tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let mut req = format!(
         "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
@@ -385,6 +397,7 @@ pub async fn post(addr: SocketAddr, path: &str, body: &str, headers: &[(&str, &s
             Ok(0) => break,
             Ok(n) => {
                 raw.extend_from_slice(&buf[..n]);
+                progress.fetch_add(n, Ordering::SeqCst);
                 if raw.ends_with(b"\r\n0\r\n\r\n") && dechunk(&raw).1 {
                     ending = Ending::Clean;
                     break;
