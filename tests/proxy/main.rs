@@ -4,6 +4,7 @@
 
 mod cli;
 mod continuation;
+mod feed;
 mod fidelity;
 mod inject;
 mod proxy_support;

@@ -5,7 +5,7 @@
 //! The engine here is the real feed sink (`EngineSink`) over a channel of one line that the
 //! test does not drain until it says so.
 
-mod proxy_support;
+use crate::proxy_support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, sync_channel};
