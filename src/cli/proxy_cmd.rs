@@ -20,7 +20,7 @@ use retryscope::proxy::{
 };
 use retryscope::run::{Engine, Sources};
 use retryscope::sink::metrics::Metrics;
-use retryscope::sink::traces::{Protocol, TraceExportConfig, TraceSink};
+use retryscope::sink::traces::{Protocol, TraceExportConfig};
 
 /// Flags of `proxy`; each overrides the config file.
 #[derive(Debug, Args)]
@@ -247,10 +247,7 @@ async fn serve(cfg: RunConfig, traces: Option<TraceExportConfig>) -> anyhow::Res
             },
         ))
     };
-    let traces = match traces {
-        Some(t) => Some(TraceSink::start(t).context("starting the OTLP exporter")?),
-        None => None,
-    };
+    let traces = super::common::start_traces(traces)?;
     // The tracker's lines: to the engine, and to the recording.
     let (tx, rx) = std::sync::mpsc::sync_channel(16_384);
     let start_ms = proxy::now_ms();
