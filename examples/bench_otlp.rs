@@ -2,8 +2,10 @@
 //! OTLP/HTTP protobuf clients. Prints figures; asserts nothing about speed.
 //!
 //! ```sh
-//! cargo build --release && cargo run --release --example bench_otlp -- [--sessions N] [--clients C]
+//! cargo build --release && cargo run --release --example bench_otlp -- [--sessions N] [--clients C] [--workers W] [--throughput-only]
 //! ```
+//! `--workers W` is passed to the collector (`run --workers`, default its own: 1);
+//! `--throughput-only` skips the overload part.
 //! - throughput: N gemini-cli sessions (the log records of its OTLP export, shaped like the
 //!   committed capture: request, cut (`api_error`), retry notice, request, response, and the
 //!   abandoned attempt's tool call: 6 records and one `abandoned_tool_executed` finding each),
@@ -270,10 +272,14 @@ impl Client {
     }
 }
 
-fn start(args: &[&str]) -> (Child, u16, u16) {
+fn start(args: &[&str], workers: Option<u64>) -> (Child, u16, u16) {
     let (metrics, otlp) = (free_port(), free_port());
-    let child = Command::new(binary())
-        .arg("run")
+    let mut cmd = Command::new(binary());
+    cmd.arg("run");
+    if let Some(w) = workers {
+        cmd.args(["--workers", &w.to_string()]);
+    }
+    let child = cmd
         .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
         .args(["--otlp-listen", &format!("127.0.0.1:{otlp}")])
         .args(["--findings-out", "", "--idle-timeout-secs", "3600"])
@@ -302,15 +308,21 @@ fn main() {
     };
     let sessions = arg("--sessions", 200_000) / SESSIONS_PER_REQUEST * SESSIONS_PER_REQUEST;
     let clients = arg("--clients", 4);
+    let workers = args
+        .iter()
+        .any(|a| a == "--workers")
+        .then(|| arg("--workers", 1));
+    let throughput_only = args.iter().any(|a| a == "--throughput-only");
     let t0 = 1_796_227_707_000_000_000u64;
 
     // Throughput.
-    let (mut child, metrics, otlp) = start(&["--max-open-turns", "2000000"]);
+    let (mut child, metrics, otlp) = start(&["--max-open-turns", "2000000"], workers);
     let requests = sessions / SESSIONS_PER_REQUEST;
     println!(
-        "throughput: {sessions} sessions, {} log records in {requests} OTLP/HTTP protobuf requests of {} records, {clients} clients",
+        "throughput: {sessions} sessions, {} log records in {requests} OTLP/HTTP protobuf requests of {} records, {clients} clients, workers {}",
         sessions * RECORDS_PER_SESSION,
-        SESSIONS_PER_REQUEST * RECORDS_PER_SESSION
+        SESSIONS_PER_REQUEST * RECORDS_PER_SESSION,
+        workers.map_or_else(|| "default".to_owned(), |w| w.to_string())
     );
     let bodies: Arc<Vec<Vec<u8>>> = Arc::new(
         (0..requests)
@@ -374,13 +386,16 @@ fn main() {
     );
     let _ = child.kill();
     let _ = child.wait();
+    if throughput_only {
+        return;
+    }
 
     // Sustained overload: a queue of 8 MiB, clients faster than the pipeline for 20 s.
     let dir = std::env::temp_dir().join(format!("bench-otlp-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmp");
     let config = dir.join("run.toml");
     std::fs::write(&config, "[otlp_receiver]\nqueue_bytes = 8388608\n").expect("config");
-    let (mut child, metrics, otlp) = start(&["--config", config.to_str().expect("utf-8")]);
+    let (mut child, metrics, otlp) = start(&["--config", config.to_str().expect("utf-8")], workers);
     let stop = Arc::new(AtomicBool::new(false));
     let accepted = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));
