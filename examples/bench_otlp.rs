@@ -58,8 +58,13 @@ fn scrape(port: u16) -> Option<String> {
 }
 
 fn value(text: &str, series: &str) -> f64 {
+    labelled(text, series, "")
+}
+
+/// The sum of the series starting with `series` whose labels include `label`.
+fn labelled(text: &str, series: &str, label: &str) -> f64 {
     text.lines()
-        .filter(|l| l.starts_with(series))
+        .filter(|l| l.starts_with(series) && l.contains(label))
         .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
         .sum()
 }
@@ -361,11 +366,18 @@ fn main() {
     }
     let sent = started.elapsed();
     let want = (sessions * RECORDS_PER_SESSION) as f64;
-    let finding = "retryscope_findings_total{kind=\"abandoned_tool_executed\"";
+    // By label, not prefix: the series has other labels before `kind` (`agent`).
+    let finding = |text: &str| {
+        labelled(
+            text,
+            "retryscope_findings_total{",
+            "kind=\"abandoned_tool_executed\"",
+        )
+    };
     loop {
         let text = scrape(metrics).unwrap_or_default();
         if value(&text, "retryscope_events_read_total{source=\"otlp\"}") >= want
-            && value(&text, finding) >= sessions as f64
+            && finding(&text) >= sessions as f64
         {
             break;
         }
@@ -377,7 +389,7 @@ fn main() {
     println!(
         "  all acknowledged after {:.2} s; all read and {} findings after {:.2} s: {:.0} records/s ({:.0} sessions/s); {} requests refused (429) and retried; peak RSS {} MiB",
         sent.as_secs_f64(),
-        value(&text, finding),
+        finding(&text),
         done.as_secs_f64(),
         want / done.as_secs_f64(),
         sessions as f64 / done.as_secs_f64(),
