@@ -201,8 +201,8 @@ impl ShardedIngest {
                 let joined = r.joined;
                 let mut counters = Some(r.counters);
                 r.correlator
-                    .split(count, |id| {
-                        turn_route::shard_of_id(id, count as u32) as usize
+                    .split(count, |id, route| {
+                        turn_route::shard_of_turn(id, route, count as u32) as usize
                     })
                     .into_iter()
                     .map(|correlator| {
