@@ -57,20 +57,22 @@ fn otlp_streams(agents: &[&str]) -> Vec<Input> {
 /// Streams that are read whole: OTLP sessions of three agents (forced format), and files of
 /// agents' and providers' own formats (sniffed), gemini-cli's two outputs of one session
 /// among them: its stream-json here, joined with its OTLP records, and the telemetry outfile
-/// and stream-json of another session.
+/// and stream-json of another session. Their names are such that, routed by name, each
+/// session's two streams would be read by different workers (with 2 and with 3): only the
+/// joined route brings them together.
 pub(super) fn whole_streams() -> Vec<Input> {
     let mut out = otlp_streams(&["gemini-cli", "claude-code", "codex"]);
     for (name, rel) in [
         (
-            "/logs/gemini-otlp-session.stream.jsonl",
+            "/logs/gemini-otlp-c.stream.jsonl",
             "tests/fixtures/agents/gemini-cli/otlp-after-tool-reset/stream.jsonl",
         ),
         (
-            "/logs/gemini/telemetry.log",
+            "/logs/gemini-c/telemetry.log",
             "tests/fixtures/agents/gemini-cli/after-tool-reset/telemetry.log",
         ),
         (
-            "/logs/gemini/stream.jsonl",
+            "/logs/gemini-c/stream.jsonl",
             "tests/fixtures/agents/gemini-cli/after-tool-reset/stream.jsonl",
         ),
         (
