@@ -2,8 +2,10 @@
 //! OTLP/HTTP protobuf clients. Prints figures; asserts nothing about speed.
 //!
 //! ```sh
-//! cargo build --release && cargo run --release --example bench_otlp -- [--sessions N] [--clients C]
+//! cargo build --release && cargo run --release --example bench_otlp -- [--sessions N] [--clients C] [--workers W] [--throughput-only]
 //! ```
+//! `--workers W` is passed to the collector (`run --workers`, default its own: 1);
+//! `--throughput-only` skips the overload part.
 //! - throughput: N gemini-cli sessions (the log records of its OTLP export, shaped like the
 //!   committed capture: request, cut (`api_error`), retry notice, request, response, and the
 //!   abandoned attempt's tool call: 6 records and one `abandoned_tool_executed` finding each),
@@ -56,8 +58,13 @@ fn scrape(port: u16) -> Option<String> {
 }
 
 fn value(text: &str, series: &str) -> f64 {
+    labelled(text, series, "")
+}
+
+/// The sum of the series starting with `series` whose labels include `label`.
+fn labelled(text: &str, series: &str, label: &str) -> f64 {
     text.lines()
-        .filter(|l| l.starts_with(series))
+        .filter(|l| l.starts_with(series) && l.contains(label))
         .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
         .sum()
 }
@@ -270,10 +277,14 @@ impl Client {
     }
 }
 
-fn start(args: &[&str]) -> (Child, u16, u16) {
+fn start(args: &[&str], workers: Option<u64>) -> (Child, u16, u16) {
     let (metrics, otlp) = (free_port(), free_port());
-    let child = Command::new(binary())
-        .arg("run")
+    let mut cmd = Command::new(binary());
+    cmd.arg("run");
+    if let Some(w) = workers {
+        cmd.args(["--workers", &w.to_string()]);
+    }
+    let child = cmd
         .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
         .args(["--otlp-listen", &format!("127.0.0.1:{otlp}")])
         .args(["--findings-out", "", "--idle-timeout-secs", "3600"])
@@ -302,15 +313,21 @@ fn main() {
     };
     let sessions = arg("--sessions", 200_000) / SESSIONS_PER_REQUEST * SESSIONS_PER_REQUEST;
     let clients = arg("--clients", 4);
+    let workers = args
+        .iter()
+        .any(|a| a == "--workers")
+        .then(|| arg("--workers", 1));
+    let throughput_only = args.iter().any(|a| a == "--throughput-only");
     let t0 = 1_796_227_707_000_000_000u64;
 
     // Throughput.
-    let (mut child, metrics, otlp) = start(&["--max-open-turns", "2000000"]);
+    let (mut child, metrics, otlp) = start(&["--max-open-turns", "2000000"], workers);
     let requests = sessions / SESSIONS_PER_REQUEST;
     println!(
-        "throughput: {sessions} sessions, {} log records in {requests} OTLP/HTTP protobuf requests of {} records, {clients} clients",
+        "throughput: {sessions} sessions, {} log records in {requests} OTLP/HTTP protobuf requests of {} records, {clients} clients, workers {}",
         sessions * RECORDS_PER_SESSION,
-        SESSIONS_PER_REQUEST * RECORDS_PER_SESSION
+        SESSIONS_PER_REQUEST * RECORDS_PER_SESSION,
+        workers.map_or_else(|| "default".to_owned(), |w| w.to_string())
     );
     let bodies: Arc<Vec<Vec<u8>>> = Arc::new(
         (0..requests)
@@ -349,11 +366,18 @@ fn main() {
     }
     let sent = started.elapsed();
     let want = (sessions * RECORDS_PER_SESSION) as f64;
-    let finding = "retryscope_findings_total{kind=\"abandoned_tool_executed\"";
+    // By label, not prefix: the series has other labels before `kind` (`agent`).
+    let finding = |text: &str| {
+        labelled(
+            text,
+            "retryscope_findings_total{",
+            "kind=\"abandoned_tool_executed\"",
+        )
+    };
     loop {
         let text = scrape(metrics).unwrap_or_default();
         if value(&text, "retryscope_events_read_total{source=\"otlp\"}") >= want
-            && value(&text, finding) >= sessions as f64
+            && finding(&text) >= sessions as f64
         {
             break;
         }
@@ -365,7 +389,7 @@ fn main() {
     println!(
         "  all acknowledged after {:.2} s; all read and {} findings after {:.2} s: {:.0} records/s ({:.0} sessions/s); {} requests refused (429) and retried; peak RSS {} MiB",
         sent.as_secs_f64(),
-        value(&text, finding),
+        finding(&text),
         done.as_secs_f64(),
         want / done.as_secs_f64(),
         sessions as f64 / done.as_secs_f64(),
@@ -374,13 +398,16 @@ fn main() {
     );
     let _ = child.kill();
     let _ = child.wait();
+    if throughput_only {
+        return;
+    }
 
     // Sustained overload: a queue of 8 MiB, clients faster than the pipeline for 20 s.
     let dir = std::env::temp_dir().join(format!("bench-otlp-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmp");
     let config = dir.join("run.toml");
     std::fs::write(&config, "[otlp_receiver]\nqueue_bytes = 8388608\n").expect("config");
-    let (mut child, metrics, otlp) = start(&["--config", config.to_str().expect("utf-8")]);
+    let (mut child, metrics, otlp) = start(&["--config", config.to_str().expect("utf-8")], workers);
     let stop = Arc::new(AtomicBool::new(false));
     let accepted = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));

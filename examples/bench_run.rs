@@ -2,8 +2,10 @@
 //! with metrics on. Prints figures; asserts nothing about speed.
 //!
 //! ```sh
-//! cargo build --release && cargo run --release --example bench_run -- [--events N]
+//! cargo build --release && cargo run --release --example bench_run -- [--events N] [--workers W] [--throughput-only]
 //! ```
+//! `--workers W` is passed to the collector (`run --workers`, default its own: 1);
+//! `--throughput-only` stops after the first figure.
 //! - sustained throughput: N demo-fleet events appended to a tailed file, until
 //!   `retryscope_events_read_total` shows them all;
 //! - delay from a line being written to it showing in `/metrics` (a retry line moving
@@ -46,10 +48,13 @@ fn binary() -> PathBuf {
     exe.parent().unwrap().parent().unwrap().join("retryscope")
 }
 
-fn start(log: &Path, port: u16) -> Child {
-    let child = Command::new(binary())
-        .arg("run")
-        .arg(log)
+fn start(log: &Path, port: u16, workers: Option<&str>) -> Child {
+    let mut cmd = Command::new(binary());
+    cmd.arg("run").arg(log);
+    if let Some(w) = workers {
+        cmd.args(["--workers", w]);
+    }
+    let child = cmd
         .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
         .args(["--findings-out", "", "--idle-timeout-secs", "3600"])
         .args(["--max-open-turns", "200000"])
@@ -86,6 +91,12 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
+    let workers: Option<&str> = args
+        .iter()
+        .position(|a| a == "--workers")
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str);
+    let throughput_only = args.iter().any(|a| a == "--throughput-only");
     let dir = tempfile::tempdir().unwrap();
 
     // Sustained throughput.
@@ -101,7 +112,7 @@ fn main() {
         body.push('\n');
     }
     let port = free_port();
-    let mut child = start(&log, port);
+    let mut child = start(&log, port, workers);
     let rss_idle = rss_kib(child.id());
     let started = Instant::now();
     let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
@@ -128,6 +139,11 @@ fn main() {
         rss_idle as f64 / 1024.0,
         peak_rss as f64 / 1024.0,
     );
+    if throughput_only {
+        let _ = child.kill();
+        let _ = child.wait();
+        return;
+    }
 
     // Line-to-metrics delay.
     let mut delays = Vec::new();
@@ -167,7 +183,7 @@ fn main() {
     let log2 = dir.path().join("open.log");
     std::fs::write(&log2, b"").unwrap();
     let port = free_port();
-    let mut child = start(&log2, port);
+    let mut child = start(&log2, port, workers);
     let base = rss_kib(child.id());
     let mut open = String::new();
     for i in 0..100_000u64 {

@@ -148,8 +148,8 @@ pub struct RunConfig {
     pub partial_line_wait_ms: u64,
     /// Findings as JSON lines: `-` for stdout, a file path, or empty to disable.
     pub findings_out: String,
-    /// Threads that decode and correlate, each owning the turns whose id hashes to it
-    /// (default 1: all on the engine thread; at most 8).
+    /// Threads that decode and correlate, each owning the native turns whose id hashes to it
+    /// and the other streams whose name does (default 1: all on the engine thread; at most 8).
     pub workers: Option<usize>,
     /// A LiteLLM-format price table replacing the built-in one.
     pub prices: Option<PathBuf>,

@@ -313,6 +313,16 @@ impl Engine {
                     files = cp.files.len(),
                     "resuming from checkpoint"
                 );
+                if cp.version < checkpoint::ROUTES_SINCE && workers > 1 && cp.open_turns() > 0 {
+                    tracing::warn!(
+                        version = cp.version,
+                        open_turns = cp.open_turns(),
+                        workers,
+                        "the checkpoint predates per-stream routing: its open turns are placed \
+                         by turn id, so an open turn of a provider, agent or OTLP stream may be \
+                         reported in two parts; resume once with --workers 1 to avoid it"
+                    );
+                }
                 self.metrics
                     .restore(&cp.metrics)
                     .map_err(|e| RunError::MetricsRestore(e.to_string()))?;

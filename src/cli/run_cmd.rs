@@ -50,8 +50,9 @@ pub struct RunArgs {
     /// (milliseconds; 0: wait for the newline) [default: 500].
     #[arg(long, value_name = "MS")]
     partial_line_wait_ms: Option<u64>,
-    /// Threads that decode and correlate, sharded by turn (at most 8) [default: 1; more only
-    /// pays for native logs on idle cores]
+    /// Threads that decode and correlate (at most 8): native lines sharded by turn, any other
+    /// stream (provider, agent, OTLP session) read whole by one of them [default: 1; more only
+    /// pays on idle cores]
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
     /// More attempts than this in a turn (the first try included) is a `retry_cap_exceeded`

@@ -17,9 +17,14 @@ use crate::source::file::FileCheckpoint;
 pub const CHECKPOINT_FILE: &str = "checkpoint.json";
 
 /// The format version this build writes. Version 1 (whose metrics snapshot carried unused
-/// input baselines) and version 2 (no held gemini-cli events: read as none held) are still
+/// input baselines), version 2 (no held gemini-cli events: read as none held) and version 3
+/// (no routes: every open turn and closed id read as native, placed by its id) are still
 /// read.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
+/// The first version whose open turns and closed ids keep the route of the stream that feeds
+/// them (`run/sharded.rs`), so that resuming with several workers puts each where its next
+/// events go.
+pub const ROUTES_SINCE: u32 = 4;
 /// The oldest version this build reads.
 pub const OLDEST_VERSION: u32 = 1;
 

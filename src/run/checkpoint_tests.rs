@@ -52,3 +52,39 @@ fn a_version_2_checkpoint_without_held_events_still_reads() {
     let back = Checkpoint::load(&path).expect("load").expect("present");
     assert_eq!((back.version, back.joined), (2, None));
 }
+
+#[test]
+fn a_version_3_checkpoint_without_routes_still_reads_its_turns_as_native() {
+    use crate::correlate::Output;
+    let mut c = Correlator::new(CorrelatorConfig::default(), Arc::new(PriceTable::builtin()));
+    let mut out: Vec<Output> = Vec::new();
+    c.set_route(7);
+    c.observe(
+        &Event::owned("t", Some(0), Some(5), EventKind::RenderReset),
+        5,
+        &mut out,
+    );
+    let mut cp = checkpoint(None);
+    cp.correlator = c.snapshot();
+    let mut json = serde_json::to_value(&cp).expect("json");
+    assert_eq!(
+        json["correlator"]["turns"][0]["route"], 7,
+        "routes are written"
+    );
+    json["version"] = 3.into();
+    json["correlator"]["turns"][0]
+        .as_object_mut()
+        .expect("a turn")
+        .remove("route");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join(CHECKPOINT_FILE);
+    std::fs::write(&path, serde_json::to_vec(&json).expect("bytes")).expect("write");
+    let back = Checkpoint::load(&path).expect("load").expect("present");
+    assert!(back.version < ROUTES_SINCE);
+    let parts = back.correlator.split(2, |_, route| usize::from(route != 0));
+    assert_eq!(
+        (parts[0].open_turns(), parts[1].open_turns()),
+        (1, 0),
+        "route 0"
+    );
+}

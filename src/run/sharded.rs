@@ -1,15 +1,52 @@
-//! The live engine's ingest path, sharded by turn: [`ShardedIngest`] has the methods of
-//! [`Ingest`] that the engine calls, and behind them either one `Ingest` on the engine thread
-//! (one worker) or one `Ingest` per worker thread, each correlating the turns whose id hashes
-//! to it (as `check` does, see `check/parallel.rs`).
+//! The live engine's ingest path, sharded: [`ShardedIngest`] has the methods of [`Ingest`]
+//! that the engine calls, and behind them either one `Ingest` on the engine thread (one
+//! worker) or one `Ingest` per worker thread, each reading its share of the input (as `check`
+//! does for native logs, see `check/parallel.rs`).
 //!
-//! Every worker is handed every line of a stream (in arrival order, with explicit line
-//! numbers) until its format is decided, and every line of a provider stream, so each one's
-//! streams, sniffed formats, line numbers and provider decoders evolve exactly as a single
-//! ingest path's would; [`Ingest::set_shard`] makes each decode only its own native lines and
-//! correlate only its own turns, and makes exactly one of them count each line. Once worker 0
-//! reports a stream native, the engine thread routes its lines by turn
-//! ([`turn_route::shard_of_line`], once per line) to their worker only.
+//! Routing (issue 22), decided on the engine thread for every line, the same for every count
+//! of workers:
+//! - a stream whose format is not known yet goes to every worker, in arrival order with
+//!   explicit line numbers, so each one sniffs it and decides its format and routing alike
+//!   ([`Ingest::set_shard`]); worker 0 tells the engine thread the routing, and from then on:
+//! - native lines go to the worker of their turn ([`turn_route::shard_of_line`], once per
+//!   line);
+//! - any other stream (a provider's SSE, an agent's own format, an OTLP session
+//!   `otlp:<service>/<session>`) is read whole by ONE worker, the one its route hashes to
+//!   ([`turn_route::Routing::Whole`]: FNV-1a of the stream's name, [`turn_route::stream_route`]): all its
+//!   lines are decoded once, in order, by one decoder, and that worker correlates every turn
+//!   they open. A forced format (the OTLP receiver's streams, `--format`) is routed from its
+//!   first line: it is opened, fed and ended on that worker only. The other workers decide a
+//!   sniffed stream's format too, then drop what they held of it.
+//! - gemini-cli's two outputs of one session (its telemetry outfile or OTLP records, and its
+//!   stream-json; Claude Code's shape too) come on different streams and are joined by session
+//!   id ([`Ingest::join_sessions_from`]), and the join key is in the records, not in the
+//!   stream names: a file's sessions are only known by decoding it. So every stream that feeds
+//!   the session joiner goes to one designated worker, that of [`turn_route::joined_route`]
+//!   (a fixed key's hash, like a stream's): its joiner alone holds events, releases them
+//!   ([`Ingest::release_joined`]) and correlates the joined turns; the other workers' joiners
+//!   stay empty. OTLP streams feed the joiner only when files or stdin are read too
+//!   ([`Ingest::otlp_unjoined`] otherwise): an OTLP-only collector spreads its sessions over
+//!   all workers by name, one that also reads files keeps them on the joiner's worker.
+//!
+//! A turn keeps the route of the feed that opened it (0 for native lines), in the checkpoint
+//! too: resuming, each worker gets the open turns and remembered closed ids whose next events
+//! will come to it ([`turn_route::shard_of_turn`]: by id for native turns, by route for the
+//! others), and the joiner's worker gets the held gemini-cli events (the checkpoint's
+//! `joined`). Routes depend on names and the worker count only, and the checkpoint's format
+//! does not depend on the count, so a checkpoint resumes with any `--workers`, as it always
+//! did for native turns. A decoder's state is not checkpointed (with one worker as with
+//! several): a stream resumes from its offset with a new decoder, on the worker of its route.
+//! A checkpoint written before routes existed (version 3 or older) records none: its open
+//! turns are placed by id, and an open turn of a stream read whole may then be reported in two
+//! parts; `run` warns when such a checkpoint is resumed with several workers.
+//!
+//! Limits: one turn's events must come through one feed (native lines, one stream, or the
+//! joined path) for the result not to depend on the worker count; a turn id that two such
+//! feeds share (a native log and an SSE file naming the same turn) is one turn with one worker
+//! and may be two with several. `max_open_turns` and `remember_closed_turns` are split evenly,
+//! so the joiner's worker, holding every joined session, may evict sooner than one worker
+//! would.
+//!
 //! Lines sent are correlated by the next [`ShardedIngest::flush`] (or any call that waits),
 //! which also collects what the workers produced, so the engine delivers outputs at the same
 //! points of its loop as with one thread.
@@ -27,7 +64,8 @@
 //! Per-line notes: successful lines are counted and added to the metrics once per batch (one
 //! worker: at each flush), which is what the engine's [`Ingested`] does with them one by one;
 //! the other notes (bad lines, formats) go to the `note` callbacks with one worker, and
-//! straight to the metrics as [`Ingested`] with several.
+//! straight to the metrics as [`Ingested`] with several. Each line is counted by exactly one
+//! worker: the one that decodes it.
 
 mod fault;
 mod workers;
@@ -39,19 +77,19 @@ use crate::cost::PriceTable;
 use crate::decode::Format;
 use crate::decode::gemini_join::JoinerSnapshot;
 use crate::ingest::{Ingest, Note, Source, StreamId};
-use crate::pipeline::{InputCounters, LineOutcome, Shard};
+use crate::pipeline::{InputCounters, LineOutcome};
 use crate::sink::metrics::Metrics;
-use crate::turn_route;
+use crate::turn_route::{self, Shard};
 use workers::{Op, Workers};
 
 /// Workers at most, whatever the core count.
 pub const MAX_WORKERS: usize = 8;
 
 /// The default worker count: 1, everything on the engine thread. Sharding is opt-in
-/// (`--workers N`): measured on a 2-core machine under load, 2 workers cost 28% more CPU per
-/// native event without being faster, and every worker decodes every provider and OTLP stream
-/// (each correlates only its own turns), so an OTLP receiver fell from ~154k to ~26k records/s
-/// with 2 workers (examples/bench_otlp). It pays off for native logs on idle cores.
+/// (`--workers N`): it pays off on idle cores only, the engine thread (reading, routing,
+/// delivering) being one core's work already. Until issue 22 every worker decoded every
+/// provider and OTLP stream, and an OTLP receiver fell from ~154k to ~26k records/s with 2
+/// workers; each such stream is now read by one worker (see the module docs).
 pub fn default_workers() -> usize {
     1
 }
@@ -65,8 +103,8 @@ pub struct Restored {
     pub counters: InputCounters,
     /// The logical clock.
     pub clock_ms: i64,
-    /// gemini-cli events held for the session join (every worker holds them all: their
-    /// streams' lines reach every worker).
+    /// gemini-cli events held for the session join (they go to the joiner's worker, which
+    /// reads every stream that feeds the joiner).
     pub joined: JoinerSnapshot,
 }
 
@@ -79,7 +117,8 @@ pub struct IngestState {
     pub counters: InputCounters,
     /// The logical clock (the latest of the workers').
     pub clock_ms: i64,
-    /// gemini-cli events held for the session join (worker 0's: every worker holds the same).
+    /// gemini-cli events held for the session join (the joiner's worker's: the others hold
+    /// none).
     pub joined: Option<JoinerSnapshot>,
 }
 
@@ -95,7 +134,8 @@ pub struct WorkerDied {
     pub panic: String,
 }
 
-/// [`Ingest`] on one thread or sharded by turn over several; see the module docs.
+/// [`Ingest`] on one thread or sharded over several (native lines by turn, other streams
+/// whole by name); see the module docs.
 pub struct ShardedIngest {
     mode: Mode,
     /// Successful lines of the one-thread mode, added to `metrics` at each flush.
@@ -193,24 +233,32 @@ impl ShardedIngest {
         let mut cfg = cfg;
         cfg.max_open_turns = cfg.max_open_turns.div_ceil(count).max(1);
         cfg.remember_closed_turns = cfg.remember_closed_turns.div_ceil(count);
-        // Resuming: each worker gets its turns; counters go to worker 0; every worker gets
-        // the clock.
+        // Resuming: each worker gets the turns whose next events will come to it (by the
+        // route each turn keeps: its id for native lines, else its stream's or the joined
+        // path's route), the joined route's worker the held gemini-cli events; counters go to
+        // worker 0; every worker gets the clock.
         let parts: Vec<Option<Restored>> = match restored {
             Some(r) => {
                 let clock_ms = r.clock_ms;
-                let joined = r.joined;
+                let mut joined = Some(r.joined);
+                let joiner = turn_route::shard_of_route(turn_route::joined_route(), count as u32);
                 let mut counters = Some(r.counters);
                 r.correlator
-                    .split(count, |id| {
-                        turn_route::shard_of_id(id, count as u32) as usize
+                    .split(count, |id, route| {
+                        turn_route::shard_of_turn(id, route, count as u32) as usize
                     })
                     .into_iter()
-                    .map(|correlator| {
+                    .enumerate()
+                    .map(|(index, correlator)| {
                         Some(Restored {
                             correlator,
                             counters: counters.take().unwrap_or_default(),
                             clock_ms,
-                            joined: joined.clone(),
+                            joined: if index as u32 == joiner {
+                                joined.take().unwrap_or_default()
+                            } else {
+                                JoinerSnapshot::default()
+                            },
                         })
                     })
                     .collect()
@@ -229,7 +277,7 @@ impl ShardedIngest {
                 ingest
             })
             .collect();
-        match Workers::spawn(ingests, &metrics, fault) {
+        match Workers::spawn(ingests, &metrics, fault, format, join_otlp) {
             Ok(workers) => ShardedIngest {
                 mode: Mode::Workers(Box::new(workers)),
                 counts: LineCounts::default(),
@@ -306,18 +354,7 @@ impl ShardedIngest {
     ) {
         match &mut self.mode {
             Mode::Local(i) => i.too_long(id, number, len, note),
-            Mode::Workers(w) => {
-                let Some(st) = w.streams.get_mut(&id.index()) else {
-                    return;
-                };
-                st.lines = number.unwrap_or(st.lines + 1);
-                let number = Some(st.lines);
-                w.push_all(&Op::TooLong {
-                    id: id.index(),
-                    number,
-                    len,
-                });
-            }
+            Mode::Workers(w) => w.too_long(id.index(), number, len),
         }
     }
 

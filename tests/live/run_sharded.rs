@@ -1,9 +1,14 @@
 //! `retryscope run --workers N` as a real process: the same /metrics values and findings as
-//! one worker, and kill -9 and restart with another worker count losing and doubling nothing.
-//! (The harness is `tests/live/run_harness`, shared with `run_collector.rs`.)
+//! one worker, and kill -9 and restart with another worker count losing and doubling nothing;
+//! non-native streams (providers' SSE, agents' files, a gemini-cli session's two outputs, OTLP
+//! captures through the receiver), each read by one worker, giving what one worker and `check`
+//! give. (The harness is `tests/live/run_harness`, shared with `run_collector.rs`.)
 
 use crate::run_harness;
 use run_harness::*;
+
+#[path = "run_sharded/non_native.rs"]
+mod non_native;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -24,6 +24,7 @@ use crate::event::{Event, EventKind};
 use crate::fasthash::FastMap;
 use crate::finding::Finding;
 use crate::report::{CloseReason, TurnReport};
+use crate::turn_route::Route;
 
 use intern::Interner;
 use turn::TurnState;
@@ -136,6 +137,10 @@ impl CorrelatorStats {
 pub struct CorrelatorSnapshot {
     turns: Vec<TurnState>,
     closed: Vec<String>,
+    /// The route of each closed id (see [`TurnState::route`]), in the order of `closed`; empty
+    /// when every one is 0 (native lines), as in checkpoints written before routes existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    closed_routes: Vec<Route>,
     stats: CorrelatorStats,
     seq: u64,
 }
@@ -146,49 +151,80 @@ impl CorrelatorSnapshot {
         self.turns.len()
     }
 
+    /// A snapshot of these turns and closed ids (with their routes).
+    fn from_parts(
+        turns: Vec<TurnState>,
+        closed: Vec<(String, Route)>,
+        stats: CorrelatorStats,
+        seq: u64,
+    ) -> CorrelatorSnapshot {
+        let routed = closed.iter().any(|(_, r)| *r != 0);
+        let (closed, closed_routes): (Vec<String>, Vec<Route>) = closed.into_iter().unzip();
+        CorrelatorSnapshot {
+            turns,
+            closed,
+            closed_routes: if routed { closed_routes } else { Vec::new() },
+            stats,
+            seq,
+        }
+    }
+
+    /// The closed ids with their routes (0 where none was recorded).
+    fn closed_with_routes(
+        closed: Vec<String>,
+        routes: Vec<Route>,
+    ) -> impl Iterator<Item = (String, Route)> {
+        let routes = routes.into_iter().chain(std::iter::repeat(0));
+        closed.into_iter().zip(routes)
+    }
+
     /// One snapshot of the correlators that shared the turns of the same input (the live
     /// engine's shards), taken at the same point of it: their turns (in opening order), the
     /// closed ids they remember, their counters added up.
     pub fn merge(parts: Vec<CorrelatorSnapshot>) -> CorrelatorSnapshot {
-        let mut merged = CorrelatorSnapshot {
-            turns: Vec::new(),
-            closed: Vec::new(),
-            stats: CorrelatorStats::default(),
-            seq: 0,
-        };
+        let mut turns = Vec::new();
+        let mut closed = Vec::new();
+        let mut stats = CorrelatorStats::default();
+        let mut seq = 0;
         for part in parts {
-            merged.turns.extend(part.turns);
-            merged.closed.extend(part.closed);
-            merged.stats.add(&part.stats);
-            merged.seq = merged.seq.max(part.seq);
+            turns.extend(part.turns);
+            closed.extend(Self::closed_with_routes(part.closed, part.closed_routes));
+            stats.add(&part.stats);
+            seq = seq.max(part.seq);
         }
-        merged.turns.sort_by_key(|t| t.opened_seq());
-        merged
+        turns.sort_by_key(|t| t.opened_seq());
+        Self::from_parts(turns, closed, stats, seq)
     }
 
-    /// This snapshot cut into `count` (at least one), turn `id` going to part `owner(id)`:
-    /// the inverse of [`CorrelatorSnapshot::merge`], for resuming with shards. The counters
-    /// go to part 0, so that they still add up.
-    pub fn split(self, count: usize, owner: impl Fn(&str) -> usize) -> Vec<CorrelatorSnapshot> {
+    /// This snapshot cut into `count` (at least one), turn `id` opened through `route` going
+    /// to part `owner(id, route)` (see [`crate::turn_route::shard_of_turn`]): the inverse of
+    /// [`CorrelatorSnapshot::merge`], for resuming with shards. The counters go to part 0, so
+    /// that they still add up.
+    pub fn split(
+        self,
+        count: usize,
+        owner: impl Fn(&str, Route) -> usize,
+    ) -> Vec<CorrelatorSnapshot> {
         let count = count.max(1);
-        let mut parts: Vec<CorrelatorSnapshot> = (0..count)
-            .map(|_| CorrelatorSnapshot {
-                turns: Vec::new(),
-                closed: Vec::new(),
-                stats: CorrelatorStats::default(),
-                seq: self.seq,
-            })
-            .collect();
-        parts[0].stats = self.stats;
+        let mut turns: Vec<Vec<TurnState>> = (0..count).map(|_| Vec::new()).collect();
+        let mut closed: Vec<Vec<(String, Route)>> = (0..count).map(|_| Vec::new()).collect();
         for t in self.turns {
-            let i = owner(t.id()).min(count - 1);
-            parts[i].turns.push(t);
+            let i = owner(t.id(), t.route()).min(count - 1);
+            turns[i].push(t);
         }
-        for id in self.closed {
-            let i = owner(&id).min(count - 1);
-            parts[i].closed.push(id);
+        for (id, route) in Self::closed_with_routes(self.closed, self.closed_routes) {
+            let i = owner(&id, route).min(count - 1);
+            closed[i].push((id, route));
         }
-        parts
+        let mut stats = Some(self.stats);
+        turns
+            .into_iter()
+            .zip(closed)
+            .map(|(turns, closed)| {
+                let stats = stats.take().unwrap_or_default();
+                Self::from_parts(turns, closed, stats, self.seq)
+            })
+            .collect()
     }
 }
 
@@ -199,7 +235,8 @@ pub struct Correlator {
     prices: Arc<PriceTable>,
     turns: FastMap<String, Box<TurnState>>,
     interner: Interner,
-    closed_order: VecDeque<String>,
+    /// Closed turn ids in closing order, with their routes ([`TurnState::route`]).
+    closed_order: VecDeque<(String, Route)>,
     /// Closed turn ids, with the input they closed in.
     closed: FastMap<String, u32>,
     stats: CorrelatorStats,
@@ -209,6 +246,8 @@ pub struct Correlator {
     input: u32,
     /// Where the next events come from: a turn they open records it ([`Correlator::set_origin`]).
     origin: Option<(Arc<str>, Option<u64>)>,
+    /// The route of the feed the next events come through ([`Correlator::set_route`]).
+    route: Route,
 }
 
 impl Correlator {
@@ -226,6 +265,7 @@ impl Correlator {
             seq_hint: None,
             input: 0,
             origin: None,
+            route: 0,
         }
     }
 
@@ -236,6 +276,14 @@ impl Correlator {
             Some((name, l)) if Arc::ptr_eq(name, input) => *l = line,
             origin => *origin = Some((input.clone(), line)),
         }
+    }
+
+    /// The next events come through the feed of `route` (0, the default: native lines, each
+    /// routed by its turn id; see [`crate::turn_route::shard_of_turn`]): a turn they open keeps
+    /// it, in its snapshot too, so that a sharded engine can resume it on the shard that its
+    /// later events go to.
+    pub fn set_route(&mut self, route: Route) {
+        self.route = route;
     }
 
     /// The settings.
@@ -304,7 +352,13 @@ impl Correlator {
                     line: *line,
                 })
             });
-            let mut state = Box::new(TurnState::new(turn_id.to_owned(), self.seq, now_ms, source));
+            let mut state = Box::new(TurnState::new(
+                turn_id.to_owned(),
+                self.seq,
+                now_ms,
+                source,
+                self.route,
+            ));
             let mut env = turn::Env {
                 cfg: &self.cfg,
                 stats: &mut self.stats,
@@ -415,16 +469,17 @@ impl Correlator {
         out: &mut Vec<Output>,
     ) {
         self.stats.turns_closed += 1;
+        let state_route = state.route();
         let report = state.close(reason, &self.prices, self.cfg.capture_content, out);
         out.push(Output::TurnClosed(Box::new(report)));
         if self.cfg.remember_closed_turns > 0 {
             if self.closed_order.len() >= self.cfg.remember_closed_turns
-                && let Some(old) = self.closed_order.pop_front()
+                && let Some((old, _)) = self.closed_order.pop_front()
             {
                 self.closed.remove(&old);
             }
             self.closed.insert(id.clone(), self.input);
-            self.closed_order.push_back(id);
+            self.closed_order.push_back((id, state_route));
         }
     }
 
@@ -432,12 +487,12 @@ impl Correlator {
     pub fn snapshot(&self) -> CorrelatorSnapshot {
         let mut turns: Vec<TurnState> = self.turns.values().map(|t| (**t).clone()).collect();
         turns.sort_by_key(|t| t.opened_seq());
-        CorrelatorSnapshot {
+        CorrelatorSnapshot::from_parts(
             turns,
-            closed: self.closed_order.iter().cloned().collect(),
-            stats: self.stats,
-            seq: self.seq,
-        }
+            self.closed_order.iter().cloned().collect(),
+            self.stats,
+            self.seq,
+        )
     }
 
     /// Resume from a snapshot.
@@ -450,9 +505,11 @@ impl Correlator {
         for t in snapshot.turns {
             c.turns.insert(t.id().to_owned(), Box::new(t));
         }
-        for id in snapshot.closed {
+        for (id, route) in
+            CorrelatorSnapshot::closed_with_routes(snapshot.closed, snapshot.closed_routes)
+        {
             c.closed.insert(id.clone(), 0);
-            c.closed_order.push_back(id);
+            c.closed_order.push_back((id, route));
         }
         c.stats = snapshot.stats;
         c.seq = snapshot.seq;

@@ -9,148 +9,36 @@
 //! stream, its name and the line number, so callers count and log without re-deciding anything.
 //!
 //! A stream whose first records borrow a provider's event names without its shape (a
-//! [`Lookalike`]) is refused: [`Note::Refused`] once, then each of its lines is counted as a
-//! bad line (`unknown_format`) and never decoded; other streams go on.
+//! [`Lookalike`](crate::decode::detect::Lookalike)) is refused: [`Note::Refused`] once, then
+//! each of its lines is counted as a bad line (`unknown_format`) and never decoded; other
+//! streams go on.
 //!
 //! Blank-line policy: in the native format a blank (or whitespace-only) line is not a record:
 //! skipped, not counted. Provider streams get every line, since SSE ends an event on a blank
 //! line.
+//!
+//! Sharded ([`Ingest::set_shard`], the live engine's workers), each ingest path is handed the
+//! lines of a stream until its format is known, decides it as every other one does, and then
+//! reads it by its [`Routing`]: native lines of its own turns only, or, for a stream read
+//! whole, all of it if the stream's route is its own and nothing otherwise
+//! (`ingest/stream.rs`).
+
+mod note;
+mod stream;
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use crate::correlate::{Correlator, Output};
-use crate::decode::detect::Lookalike;
 use crate::decode::gemini_join::{self, JoinFeed, JoinerSnapshot, SessionJoiner};
-use crate::decode::{self, BadLineReason, DecodeError, Format, StreamDecoder};
+use crate::decode::{self, BadLineReason, DecodeError, Format};
 use crate::fasthash::FastMap;
-use crate::pipeline::{InputCounters, LineOutcome, Pipeline, Shard};
-
-/// Where a stream comes from: a bounded set, used as a metric label by the sinks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Source {
-    /// Tailed or named files.
-    File,
-    /// Standard input.
-    Stdin,
-    /// The built-in demo fleet.
-    Demo,
-    /// Lines shipped over NATS JetStream by `retryscope ship`.
-    Nats,
-    /// OpenTelemetry records received over OTLP (`run --otlp-listen`).
-    Otlp,
-    /// Attempts seen on the wire by `retryscope proxy`.
-    Proxy,
-}
-
-impl Source {
-    /// Every source, for pre-registering series.
-    pub const ALL: [Source; 6] = [
-        Source::File,
-        Source::Stdin,
-        Source::Demo,
-        Source::Nats,
-        Source::Otlp,
-        Source::Proxy,
-    ];
-
-    /// The label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Source::File => "file",
-            Source::Stdin => "stdin",
-            Source::Demo => "demo",
-            Source::Nats => "nats",
-            Source::Otlp => "otlp",
-            Source::Proxy => "proxy",
-        }
-    }
-}
-
-/// A stream's handle, valid until [`Ingest::end`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct StreamId(u32);
-
-impl StreamId {
-    /// The handle as a number, for a wrapper that hands out handles of its own (the live
-    /// engine's shards) and maps them to each inner ingest path's.
-    pub fn index(self) -> u32 {
-        self.0
-    }
-
-    /// A handle from [`StreamId::index`]; only meaningful to whoever handed it out.
-    pub fn from_index(index: u32) -> Self {
-        StreamId(index)
-    }
-}
-
-/// What the ingest path tells its caller, as it happens.
-#[derive(Debug)]
-pub enum Note<'a> {
-    /// A line's fate: an event, a skipped record, or a bad line with its reason.
-    Line {
-        /// The stream.
-        source: Source,
-        /// The stream's name (a path, `<stdin>`).
-        name: &'a str,
-        /// The line's number in the stream (1-based; counted from where reading started).
-        number: u64,
-        /// What became of it.
-        outcome: Result<LineOutcome, DecodeError>,
-    },
-    /// A stream's format was decided (sniffed or forced), before its first line is decoded.
-    /// A forced format is told with the stream's first line.
-    Format {
-        /// The stream.
-        source: Source,
-        /// The stream's name.
-        name: &'a str,
-        /// The format.
-        format: Format,
-        /// Forced by the caller (`--format`, the OTLP receiver), not sniffed.
-        forced: bool,
-    },
-    /// A stream was refused: it borrows a provider format's names without its shape. Its
-    /// lines are counted as bad lines (`unknown_format`), never decoded.
-    Refused {
-        /// The stream.
-        source: Source,
-        /// The stream's name.
-        name: &'a str,
-        /// What it looks like, and why it is not that.
-        lookalike: &'a Lookalike,
-    },
-}
-
-/// Lines held while a stream's format is not known yet.
-#[derive(Default)]
-struct Held {
-    lines: Vec<(u64, Vec<u8>)>,
-    head: Vec<u8>,
-    /// No line arrived since the last [`Ingest::settle_idle`].
-    idle: bool,
-}
-
-enum Decoding {
-    Sniffing(Held),
-    Native,
-    Provider(Box<dyn StreamDecoder>),
-    Refused(Lookalike),
-}
-
-struct Stream {
-    name: String,
-    /// The name, shared with the turns it opens ([`Pipeline::set_origin`]).
-    origin: Arc<str>,
-    /// Its line numbers count from the top of the input ([`Ingest::without_origin_lines`]).
-    lines_known: bool,
-    source: Source,
-    lines: u64,
-    format: Option<Format>,
-    /// Its format was told in a [`Note::Format`].
-    announced: bool,
-    decoding: Decoding,
-}
+use crate::pipeline::{InputCounters, Pipeline};
+use crate::turn_route::{self, Routing, Shard};
+pub use note::{Note, Source, StreamId};
+use stream::{
+    Decoding, Held, Stream, decode_line, gives_notes, joined_origin, plain_decoding, reads,
+};
 
 /// Lines of any number of streams, of any format, into one correlator.
 pub struct Ingest {
@@ -170,6 +58,8 @@ pub struct Ingest {
     /// Whether OTLP streams' gemini-cli records are held for the join too (default); off when
     /// no stream-json can come ([`Ingest::otlp_unjoined`]).
     join_otlp: bool,
+    /// This ingest path's share of the input, when several share it ([`Ingest::set_shard`]).
+    shard: Option<Shard>,
 }
 
 impl fmt::Debug for Ingest {
@@ -195,6 +85,7 @@ impl Ingest {
             joiner: None,
             origin_lines: true,
             join_otlp: true,
+            shard: None,
         }
     }
 
@@ -244,12 +135,22 @@ impl Ingest {
             Err(_) => return,
         };
         if !events.is_empty() {
-            self.pipeline.set_origin(&joined_origin(), None);
+            self.pipeline
+                .set_origin(&joined_origin(), None, turn_route::joined_route());
             self.pipeline.observe_events(&mut events, out);
         }
     }
 
+    /// How shards share a stream of `format` called `name` (see [`routing_for`]).
+    fn routing(&self, format: Format, name: &str) -> Option<Routing> {
+        let joined = self.joiner.is_some() && feeds_joiner(format, self.join_otlp);
+        routing_for(format, name, joined)
+    }
+
     fn decoding_for(&self, format: Format, name: &str) -> Decoding {
+        if !reads(self.shard, self.routing(format, name)) {
+            return Decoding::Elsewhere;
+        }
         // An OTLP stream carries gemini-cli's telemetry records: joined like its outfile.
         if format == Format::Otlp
             && self.join_otlp
@@ -257,7 +158,7 @@ impl Ingest {
         {
             return Decoding::Provider(Box::new(decode::otlp::Decoder::joined(joiner.clone())));
         }
-        match (decoding_for(format, name), &self.joiner) {
+        match (plain_decoding(format, name), &self.joiner) {
             (Decoding::Provider(d), Some(joiner)) => match gemini_join::Source::of(format) {
                 Some(source) => {
                     Decoding::Provider(Box::new(JoinFeed::new(d, source, joiner.clone())))
@@ -273,13 +174,15 @@ impl Ingest {
         &self.pipeline
     }
 
-    /// Correlate only the turns of `shard`, as one of several ingest paths that are all handed
-    /// every line of the same streams (the live engine's shards): a native line is decoded only
-    /// by the shard of its top-level `turn` ([`crate::turn_route::shard_of_line`]); provider
-    /// streams are decoded by all (see [`Shard`]). Every line's [`Note`] is given by exactly one
-    /// shard: its owner, or shard 0 for lines every shard decodes; a format decision, by shard 0.
+    /// Read only the share of `shard`, as one of several ingest paths that are handed the
+    /// lines of the same streams (the live engine's workers): a native line is decoded only by
+    /// the shard of its top-level `turn` ([`crate::turn_route::shard_of_line`]); a stream read
+    /// whole ([`Routing::Whole`]: every other format) only by the shard of its route, which
+    /// correlates all of its turns. Every line's [`Note`] is given by exactly one shard: its
+    /// reader, or shard 0 for a native line without a turn; a format decision, by the shard
+    /// that reads the stream whole, else shard 0.
     pub fn set_shard(&mut self, shard: Shard) {
-        self.pipeline.set_shard(shard);
+        self.shard = Some(shard);
     }
 
     /// The pipeline, to restore a checkpoint or number turns.
@@ -314,9 +217,13 @@ impl Ingest {
         if let Some(id) = self.by_name[source as usize].get(name) {
             return *id;
         }
-        let (format, decoding) = match format {
-            Format::Auto => (None, Decoding::Sniffing(Held::default())),
-            forced => (Some(forced), self.decoding_for(forced, name)),
+        let (format, routing, decoding) = match format {
+            Format::Auto => (None, None, Decoding::Sniffing(Held::default())),
+            forced => (
+                Some(forced),
+                self.routing(forced, name),
+                self.decoding_for(forced, name),
+            ),
         };
         let stream = Stream {
             name: name.to_owned(),
@@ -325,6 +232,7 @@ impl Ingest {
             source,
             lines: 0,
             format,
+            routing,
             announced: false,
             decoding,
         };
@@ -347,6 +255,12 @@ impl Ingest {
         self.streams.get(id.0 as usize)?.as_ref()?.format
     }
 
+    /// How shards share a stream, once its format is decided (a refused stream is read whole
+    /// by the shard of its name).
+    pub fn routing_of(&self, id: StreamId) -> Option<Routing> {
+        self.streams.get(id.0 as usize)?.as_ref()?.routing
+    }
+
     /// One line of a stream (without its newline; a trailing `\r` is tolerated), arriving at
     /// `arrival_ms` (`None`: the logical clock stands in). `number` is its line number when
     /// the caller knows it; otherwise the stream counts.
@@ -364,9 +278,12 @@ impl Ingest {
         };
         stream.lines = number.unwrap_or(stream.lines + 1);
         let number = stream.lines;
+        if matches!(stream.decoding, Decoding::Elsewhere) {
+            return;
+        }
         if !stream.announced
             && let Some(format) = stream.format
-            && self.pipeline.shard().is_none_or(Shard::primary)
+            && gives_notes(self.shard, stream.routing)
         {
             stream.announced = true;
             note(Note::Format {
@@ -388,6 +305,7 @@ impl Ingest {
         }
         decode_line(
             &mut self.pipeline,
+            self.shard,
             stream,
             number,
             bytes,
@@ -409,7 +327,11 @@ impl Ingest {
             return;
         };
         stream.lines = number.unwrap_or(stream.lines + 1);
-        if self.pipeline.shard().is_some_and(|s| !s.primary()) {
+        // Counted once: by the shard that reads the stream whole, else (native lines, or a
+        // format not known yet) by shard 0.
+        if matches!(stream.decoding, Decoding::Elsewhere)
+            || !gives_notes(self.shard, stream.routing)
+        {
             return;
         }
         self.pipeline.too_long();
@@ -480,9 +402,10 @@ impl Ingest {
         };
         self.by_name[stream.source as usize].remove(&stream.name);
         self.free.push(id.0);
+        let route = stream.route();
         if let Decoding::Provider(mut decoder) = stream.decoding {
             let line = stream.lines_known.then_some(stream.lines);
-            self.pipeline.set_origin(&stream.origin, line);
+            self.pipeline.set_origin(&stream.origin, line, route);
             self.pipeline.stream_end(decoder.as_mut(), arrival_ms, out);
         }
     }
@@ -509,7 +432,8 @@ impl Ingest {
             && !j.is_empty()
         {
             let mut events = j.finish();
-            self.pipeline.set_origin(&joined_origin(), None);
+            self.pipeline
+                .set_origin(&joined_origin(), None, turn_route::joined_route());
             self.pipeline.observe_events(&mut events, out);
         }
         self.pipeline.close_all_batched(batch, out, drain);
@@ -536,19 +460,33 @@ impl Ingest {
         else {
             return;
         };
-        let decoding = match &sniffed {
-            Ok(format) => self.decoding_for(*format, &name),
-            Err(lookalike) => Decoding::Refused(lookalike.clone()),
+        let (routing, decoding) = match &sniffed {
+            Ok(format) => (
+                self.routing(*format, &name),
+                self.decoding_for(*format, &name),
+            ),
+            Err(lookalike) => {
+                // Read whole: its lines are only counted, by one shard.
+                let routing = Some(Routing::Whole(turn_route::stream_route(&name)));
+                let decoding = if reads(self.shard, routing) {
+                    Decoding::Refused(lookalike.clone())
+                } else {
+                    Decoding::Elsewhere
+                };
+                (routing, decoding)
+            }
         };
+        let shard = self.shard;
         let Some(stream) = self.streams.get_mut(id.0 as usize).and_then(Option::as_mut) else {
             return;
         };
         stream.format = sniffed.as_ref().ok().copied();
+        stream.routing = routing;
         stream.announced = true;
         let Decoding::Sniffing(held) = std::mem::replace(&mut stream.decoding, decoding) else {
             return;
         };
-        if self.pipeline.shard().is_none_or(Shard::primary) {
+        if gives_notes(shard, routing) {
             match &sniffed {
                 Ok(format) => note(Note::Format {
                     source: stream.source,
@@ -566,6 +504,7 @@ impl Ingest {
         for (number, bytes) in held.lines {
             decode_line(
                 &mut self.pipeline,
+                shard,
                 stream,
                 number,
                 &bytes,
@@ -577,74 +516,27 @@ impl Ingest {
     }
 }
 
-/// The source of turns joined from a gemini-cli session's telemetry and stream-json (the
-/// session id tells which).
-fn joined_origin() -> Arc<str> {
-    Arc::from("gemini-cli session (telemetry and stream-json joined)")
-}
-
-fn decoding_for(format: Format, name: &str) -> Decoding {
-    match decode::stream_decoder(format, &stream_name(name)) {
-        Some(decoder) => Decoding::Provider(decoder),
-        None => Decoding::Native,
+/// Whether a stream read as `format` feeds the session joiner, when sessions are joined
+/// ([`Ingest::join_sessions`]): gemini-cli's telemetry and stream-json (and Claude Code's
+/// shape, see [`gemini_join::Source::of`]), and OTLP streams unless `join_otlp` is off
+/// ([`Ingest::otlp_unjoined`]).
+pub fn feeds_joiner(format: Format, join_otlp: bool) -> bool {
+    match format {
+        Format::Otlp => join_otlp,
+        other => gemini_join::Source::of(other).is_some(),
     }
 }
 
-/// The name a provider stream's turn ids are seeded from: the file name without its folder.
-fn stream_name(name: &str) -> String {
-    std::path::Path::new(name)
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| name.to_owned())
-}
-
-fn decode_line(
-    pipeline: &mut Pipeline,
-    stream: &mut Stream,
-    number: u64,
-    bytes: &[u8],
-    arrival_ms: Option<i64>,
-    out: &mut Vec<Output>,
-    note: &mut dyn FnMut(Note<'_>),
-) {
-    let shard = pipeline.shard();
-    pipeline.set_origin(&stream.origin, stream.lines_known.then_some(number));
-    let outcome = match &mut stream.decoding {
-        Decoding::Native if bytes.iter().all(u8::is_ascii_whitespace) => return,
-        Decoding::Native
-            if shard
-                .is_some_and(|s| crate::turn_route::shard_of_line(bytes, s.count) != s.index) =>
-        {
-            return;
-        }
-        Decoding::Native => pipeline.native_line(bytes, arrival_ms, out),
-        Decoding::Provider(decoder) => {
-            let outcome = pipeline.stream_line(decoder.as_mut(), bytes, arrival_ms, out);
-            if shard.is_some_and(|s| !s.primary()) {
-                return;
-            }
-            outcome
-        }
-        Decoding::Refused(_) if bytes.iter().all(u8::is_ascii_whitespace) => return,
-        Decoding::Refused(lookalike) => {
-            pipeline.refused_line();
-            if shard.is_some_and(|s| !s.primary()) {
-                return;
-            }
-            Err(DecodeError::new(
-                BadLineReason::UnknownFormat,
-                format!(
-                    "not decoded: the stream borrows {} names without its shape",
-                    lookalike.like_name()
-                ),
-            ))
-        }
-        Decoding::Sniffing(_) => return,
-    };
-    note(Note::Line {
-        source: stream.source,
-        name: &stream.name,
-        number,
-        outcome,
-    });
+/// How shards share a stream read as `format` and called `name` (`None` while its format is
+/// unknown): native lines by turn; any other format whole, on the shard of the session joiner
+/// ([`turn_route::joined_route`]) when it feeds it (`joined`), else of its name
+/// ([`turn_route::stream_route`]). The live engine routes by it before any worker has read a
+/// line of a stream whose format is forced.
+pub fn routing_for(format: Format, name: &str, joined: bool) -> Option<Routing> {
+    match format {
+        Format::Auto => None,
+        Format::Native => Some(Routing::ByTurn),
+        _ if joined => Some(Routing::Whole(turn_route::joined_route())),
+        _ => Some(Routing::Whole(turn_route::stream_route(name))),
+    }
 }

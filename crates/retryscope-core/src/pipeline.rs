@@ -51,33 +51,6 @@ impl InputCounters {
     }
 }
 
-/// One of several pipelines that share the turns of the same lines (the live engine's shards):
-/// each correlates the turns whose id hashes to it ([`crate::turn_route::shard_of_id`]).
-///
-/// Native lines are routed before decoding (by the `Ingest` that owns the pipeline). A
-/// provider stream's lines reach every shard (its decoder's state needs them all): each
-/// decodes them and correlates only its own turns' events, and shard 0 alone counts the line,
-/// its bad lines and its skips, so counters summed over shards equal one pipeline's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shard {
-    /// This shard, from 0.
-    pub index: u32,
-    /// How many shards share the lines.
-    pub count: u32,
-}
-
-impl Shard {
-    /// Whether this shard counts lines seen by every shard (shard 0 does).
-    pub fn primary(self) -> bool {
-        self.index == 0
-    }
-
-    /// Whether this shard correlates the turn `id`.
-    pub fn owns(self, id: &str) -> bool {
-        crate::turn_route::shard_of_id(id, self.count) == self.index
-    }
-}
-
 /// What became of a line that decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LineOutcome {
@@ -96,8 +69,6 @@ pub struct Pipeline {
     scratch: Vec<Event<'static>>,
     /// Every event correlated, kept when asked ([`Pipeline::record_events`]).
     recorded: Option<Vec<Event<'static>>>,
-    /// This pipeline's share of the turns, when it has one.
-    shard: Option<Shard>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -120,23 +91,7 @@ impl Pipeline {
             envelope: EnvelopeDecoder::new(),
             scratch: Vec::new(),
             recorded: None,
-            shard: None,
         }
-    }
-
-    /// Correlate only the turns of `shard` (see [`Shard`]).
-    pub fn set_shard(&mut self, shard: Shard) {
-        self.shard = Some(shard);
-    }
-
-    /// The share of the turns this pipeline correlates, if set.
-    pub fn shard(&self) -> Option<Shard> {
-        self.shard
-    }
-
-    /// Whether this pipeline counts the lines every shard sees (always, unsharded).
-    fn primary(&self) -> bool {
-        self.shard.is_none_or(Shard::primary)
     }
 
     /// Keep a copy of every event correlated from now on (for tests and tools that inspect
@@ -158,9 +113,16 @@ impl Pipeline {
         &self.correlator
     }
 
-    /// Where the next events come from (see [`Correlator::set_origin`]).
-    pub fn set_origin(&mut self, input: &std::sync::Arc<str>, line: Option<u64>) {
+    /// Where the next events come from (see [`Correlator::set_origin`]), and the route of the
+    /// feed they come through ([`Correlator::set_route`]; 0 for native lines).
+    pub fn set_origin(
+        &mut self,
+        input: &std::sync::Arc<str>,
+        line: Option<u64>,
+        route: crate::turn_route::Route,
+    ) {
         self.correlator.set_origin(input, line);
+        self.correlator.set_route(route);
     }
 
     /// Input counters so far.
@@ -209,7 +171,7 @@ impl Pipeline {
                     // unfinished call stays unfinished) before the turn closes, and free them.
                     let mut events = std::mem::take(&mut self.scratch);
                     self.envelope.end_turn(&ev.turn, &mut events);
-                    if let Err(e) = self.observe_all(&mut events, arrival_ms, out, false) {
+                    if let Err(e) = self.observe_all(&mut events, arrival_ms, out) {
                         self.counters.bad(e.reason);
                     }
                     self.scratch = events;
@@ -221,7 +183,7 @@ impl Pipeline {
             Ok(NativeLine::ProviderChunk(chunk)) => {
                 let mut events = std::mem::take(&mut self.scratch);
                 let result = self.envelope.push(&chunk, &mut events);
-                let outcome = self.observe_all(&mut events, arrival_ms, out, false);
+                let outcome = self.observe_all(&mut events, arrival_ms, out);
                 self.scratch = events;
                 match result.and(outcome) {
                     Ok(o) => Ok(o),
@@ -246,20 +208,15 @@ impl Pipeline {
         arrival_ms: Option<i64>,
         out: &mut Vec<Output>,
     ) -> Result<LineOutcome, DecodeError> {
-        let primary = self.primary();
-        if primary {
-            self.counters.lines += 1;
-        }
+        self.counters.lines += 1;
         let mut events = std::mem::take(&mut self.scratch);
         let result = decoder.push_line(bytes, &mut events);
-        let outcome = self.observe_all(&mut events, arrival_ms, out, true);
+        let outcome = self.observe_all(&mut events, arrival_ms, out);
         self.scratch = events;
         match result.and(outcome) {
             Ok(o) => Ok(o),
             Err(e) => {
-                if primary {
-                    self.counters.bad(e.reason);
-                }
+                self.counters.bad(e.reason);
                 Err(e)
             }
         }
@@ -272,27 +229,19 @@ impl Pipeline {
         arrival_ms: Option<i64>,
         out: &mut Vec<Output>,
     ) {
-        let primary = self.primary();
         let mut events = std::mem::take(&mut self.scratch);
         decoder.finish(&mut events);
-        if let Err(e) = self.observe_all(&mut events, arrival_ms, out, true)
-            && primary
-        {
+        if let Err(e) = self.observe_all(&mut events, arrival_ms, out) {
             self.counters.bad(e.reason);
         }
         self.scratch = events;
-        if primary {
-            self.counters.skips.add(decoder.skips());
-        }
+        self.counters.skips.add(decoder.skips());
     }
 
     /// Correlate events decoded elsewhere (e.g. joined from several inputs).
     /// Events with numbers out of range are skipped and counted as bad values.
-    /// Sharded, each pipeline correlates its own turns' events, and shard 0 counts.
     pub fn observe_events(&mut self, events: &mut Vec<Event<'static>>, out: &mut Vec<Output>) {
-        if let Err(e) = self.observe_all(events, None, out, true)
-            && self.primary()
-        {
+        if let Err(e) = self.observe_all(events, None, out) {
             self.counters.bad(e.reason);
         }
     }
@@ -302,11 +251,7 @@ impl Pipeline {
         events: &mut Vec<Event<'static>>,
         arrival_ms: Option<i64>,
         out: &mut Vec<Output>,
-        // Whether the events may belong to other shards' turns (decoded from lines every
-        // shard sees).
-        shared: bool,
     ) -> Result<LineOutcome, DecodeError> {
-        let shard = if shared { self.shard } else { None };
         let outcome = if events.is_empty() {
             LineOutcome::Skipped
         } else {
@@ -316,7 +261,6 @@ impl Pipeline {
         let mut bad = None;
         for ev in events.drain(..) {
             match crate::bounds::check(&ev) {
-                Ok(()) if shard.is_some_and(|s| !s.owns(&ev.turn)) => {}
                 Ok(()) => self.observe(&ev, arrival_ms, out),
                 Err(e) => {
                     bad.get_or_insert(e);
@@ -344,10 +288,8 @@ impl Pipeline {
 
     /// Count a line of a stream refused as a lookalike (never decoded).
     pub fn refused_line(&mut self) {
-        if self.primary() {
-            self.counters.lines += 1;
-            self.counters.bad(BadLineReason::UnknownFormat);
-        }
+        self.counters.lines += 1;
+        self.counters.bad(BadLineReason::UnknownFormat);
     }
 
     /// Count a line skipped for its length.
@@ -376,7 +318,7 @@ impl Pipeline {
     ) {
         let mut events = std::mem::take(&mut self.scratch);
         self.envelope.finish(&mut events);
-        if let Err(e) = self.observe_all(&mut events, None, out, false) {
+        if let Err(e) = self.observe_all(&mut events, None, out) {
             self.counters.bad(e.reason);
         }
         self.scratch = events;

@@ -1,8 +1,19 @@
-//! Where a native line's turn goes: a light scan for the top-level `turn` (and `ts`) of a JSON
-//! object without decoding it, and the stable hash of the turn id that every router uses:
-//! `check`'s shard workers and `ship`'s NATS partitions. Escaped and plain spellings of one id
-//! hash alike (the hash is over the unescaped id), and so does a turn id as the correlator
-//! holds it ([`shard_of_id`]), which is how a restored checkpoint's turns find their shard.
+//! Where a line goes when several shards share the input (the live engine's workers, `check`'s
+//! shard workers, `ship`'s NATS partitions).
+//!
+//! Owns: the light scan for a native line's top-level `turn` (and `ts`) without decoding it,
+//! and the stable hash of the turn id that every router uses. Escaped and plain spellings of
+//! one id hash alike (the hash is over the unescaped id), and so does a turn id as the
+//! correlator holds it ([`shard_of_id`]), which is how a restored checkpoint's turns find
+//! their shard.
+//!
+//! Also the routes of whole streams ([`Routing`]): a stream that is not native (a provider's
+//! SSE, an agent's own format, an OTLP session) is read by one shard only, the one its
+//! route hashes to: [`stream_route`] of its name, or [`joined_route`] for every stream that
+//! feeds the gemini-cli session joiner (a session's telemetry and stream-json come on
+//! different streams and must meet in one joiner). Each turn keeps the route of the feed
+//! that opened it (0: native lines, routed by the id), so [`shard_of_turn`] puts a restored
+//! turn back where its next events will go, whatever the shard count.
 
 use crate::event::TimestampMs;
 use crate::fasthash;
@@ -45,6 +56,78 @@ pub fn shard_of_line(line: &[u8], count: u32) -> u32 {
 /// same shard [`shard_of_line`] sends its lines to.
 pub fn shard_of_id(id: &str, count: u32) -> u32 {
     (fasthash::fnv1a(id.as_bytes()) % u64::from(count.max(1))) as u32
+}
+
+/// A route: which feed a stream's lines, or a turn's events, come through (0: native lines,
+/// routed by turn id). Sixteen bits: a route only picks one of a few shards (`route % count`),
+/// and it keeps an open turn's state within its 256-byte allocation.
+pub type Route = u16;
+
+/// How a stream's lines are shared among shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Routing {
+    /// Native lines: each goes to the shard of its own turn ([`shard_of_line`]).
+    ByTurn,
+    /// Every line to the one shard of this route ([`shard_of_route`]): the stream's decoder
+    /// state needs them all, in order.
+    Whole(Route),
+}
+
+/// The route of a stream that is read whole: the stable hash of its name (never 0, which
+/// stands for native lines in a turn's route).
+pub fn stream_route(name: &str) -> Route {
+    fold(fasthash::fnv1a(name.as_bytes()))
+}
+
+/// A stable 64-bit hash folded to a route, never 0.
+fn fold(hash: u64) -> Route {
+    let folded = hash ^ (hash >> 16) ^ (hash >> 32) ^ (hash >> 48);
+    (folded as Route).max(1)
+}
+
+/// The route of every stream that feeds the gemini-cli session joiner, and of the turns the
+/// joiner releases: one shard holds the joiner's whole state.
+pub fn joined_route() -> Route {
+    fold(fasthash::fnv1a(b"gemini-cli session join"))
+}
+
+/// Which of `count` shards reads the streams of `route`.
+pub fn shard_of_route(route: Route, count: u32) -> u32 {
+    u32::from(route) % count.max(1)
+}
+
+/// Which of `count` shards owns the turn `id` that was opened through `route` (0: by native
+/// lines, routed by the id; else the route of the stream or joined path that feeds it).
+pub fn shard_of_turn(id: &str, route: Route, count: u32) -> u32 {
+    if route == 0 {
+        shard_of_id(id, count)
+    } else {
+        shard_of_route(route, count)
+    }
+}
+
+/// One of several ingest paths that share the same input (the live engine's workers): native
+/// lines are decoded by the shard of their turn, a whole stream by the shard of its route,
+/// and lines that no turn owns (a native line without one, a line too long while a stream's
+/// format is unknown) are counted by shard 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// This shard, from 0.
+    pub index: u32,
+    /// How many shards share the input.
+    pub count: u32,
+}
+
+impl Shard {
+    /// Whether this shard counts what no turn or stream owns (shard 0 does).
+    pub fn primary(self) -> bool {
+        self.index == 0
+    }
+
+    /// Whether this shard reads the streams of `route`.
+    pub fn owns_route(self, route: Route) -> bool {
+        shard_of_route(route, self.count) == self.index
+    }
 }
 
 /// The stable hash of a line's top-level `turn` and its `ts` read as the decoder reads it:
@@ -295,6 +378,24 @@ mod tests {
         assert_eq!(turn_hash(br#"{"turn":"tA"}"#), Some(fasthash::fnv1a(b"tA")));
         assert_eq!(turn_hash(br#"{"type":"text"}"#), None);
         assert_eq!(turn_hash(b"not json"), None);
+    }
+
+    #[test]
+    fn a_turn_goes_where_its_feed_goes_for_any_shard_count() {
+        let route = stream_route("/logs/chat.sse");
+        assert_ne!(route, 0);
+        assert_ne!(joined_route(), 0);
+        for count in 1..=8 {
+            assert_eq!(shard_of_turn("t1", 0, count), shard_of_id("t1", count));
+            assert_eq!(
+                shard_of_turn("t1", route, count),
+                shard_of_route(route, count)
+            );
+            let owners = (0..count)
+                .filter(|&index| Shard { index, count }.owns_route(route))
+                .count();
+            assert_eq!(owners, 1, "exactly one of {count} shards reads the stream");
+        }
     }
 
     use proptest::prelude::*;

@@ -1,6 +1,9 @@
-//! Sharded ingest against one thread: the same reports, findings, counters and metric values;
-//! and a checkpoint taken with shards resumes (with another worker count) losing and doubling
-//! nothing.
+//! Sharded ingest against one thread: the same reports, findings, counters and metric values
+//! (native logs, provider streams, and the streams of `tests/whole.rs`: OTLP sessions, agents'
+//! files, a gemini-cli session's joined outputs); a checkpoint taken with shards resumes
+//! (with another worker count) losing and doubling nothing; a dead worker is reported.
+
+mod whole;
 
 use std::collections::BTreeMap;
 
@@ -9,10 +12,27 @@ use crate::demo::{Fleet, FleetConfig};
 use crate::internal_events::{Ingested, InternalEvent};
 use crate::sink::metrics::MetricsConfig;
 
+/// One input of a test run: a stream's source, name, forced format (`None`: sniffed) and lines.
+struct Input {
+    source: Source,
+    name: String,
+    format: Option<Format>,
+    lines: Vec<String>,
+}
+
+fn file(name: &str, text: &str) -> Input {
+    Input {
+        source: Source::File,
+        name: name.to_owned(),
+        format: None,
+        lines: text.lines().map(str::to_owned).collect(),
+    }
+}
+
 /// Streams of a small fleet: two native logs (demo fleet, interleaved turns, retries, tool
 /// calls), with bad lines, blank lines and an over-long line mixed in, and two recorded
-/// provider streams (read by every worker, correlated by the owner of each turn).
-fn streams() -> Vec<(String, Vec<String>)> {
+/// provider streams (each read whole by one worker).
+fn streams() -> Vec<Input> {
     let mut out = Vec::new();
     for seed in [1, 2] {
         let mut fleet = Fleet::new(FleetConfig::bench(seed));
@@ -37,7 +57,12 @@ fn streams() -> Vec<(String, Vec<String>)> {
         let mut rest = Vec::new();
         fleet.drain(&mut rest).unwrap();
         lines.extend(String::from_utf8(rest).unwrap().lines().map(str::to_owned));
-        out.push((format!("/logs/agent-{seed}.jsonl"), lines));
+        out.push(Input {
+            source: Source::File,
+            name: format!("/logs/agent-{seed}.jsonl"),
+            format: None,
+            lines,
+        });
     }
     for (name, text) in [
         (
@@ -49,7 +74,7 @@ fn streams() -> Vec<(String, Vec<String>)> {
             include_str!("../../../tests/fixtures/providers/anthropic/duplicate-message-start.sse"),
         ),
     ] {
-        out.push((name.to_owned(), text.lines().map(str::to_owned).collect()));
+        out.push(file(name, text));
     }
     out
 }
@@ -104,7 +129,7 @@ fn start(workers: usize, restored: Option<Restored>, metrics: &Arc<Metrics>) -> 
 /// would), ticking and delivering like the engine loop.
 fn feed(
     ingest: &mut ShardedIngest,
-    streams: &[(String, Vec<String>)],
+    streams: &[Input],
     range: std::ops::Range<usize>,
     metrics: &Metrics,
     seen: &mut Seen,
@@ -116,9 +141,12 @@ fn feed(
         // Arrival times and ticks follow the position in the input, so a resumed run sees
         // the same ones.
         let now = 1_794_477_600_000i64 + (at / 50) as i64 * 10;
-        for (name, lines) in streams {
-            let id = ingest.stream(Source::File, name);
-            for line in lines.iter().take(range.end.min(at + 50)).skip(at) {
+        for input in streams {
+            let id = match input.format {
+                Some(format) => ingest.stream_as(input.source, &input.name, format),
+                None => ingest.stream(input.source, &input.name),
+            };
+            for line in input.lines.iter().take(range.end.min(at + 50)).skip(at) {
                 if line.len() > 4096 {
                     ingest.too_long(id, None, line.len() as u64, note);
                 } else {
@@ -159,13 +187,14 @@ fn values(metrics: &Metrics) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn longest(streams: &[(String, Vec<String>)]) -> usize {
-    streams.iter().map(|(_, l)| l.len()).max().unwrap_or(0)
+fn longest(streams: &[Input]) -> usize {
+    streams.iter().map(|i| i.lines.len()).max().unwrap_or(0)
 }
 
 #[test]
 fn sharded_run_gives_the_single_thread_reports_findings_counters_and_metrics() {
-    let streams = streams();
+    let mut streams = streams();
+    streams.extend(whole::whole_streams());
     let n = longest(&streams);
     let mut results = Vec::new();
     for workers in [1, 2, 3] {

@@ -1,22 +1,27 @@
 //! The worker threads of a sharded ingest path ([`super::ShardedIngest`]): [`Workers`] owns
-//! them, their queues and the batches being filled for them on the engine thread; each thread
-//! runs [`worker`], applying its batches to its own [`Ingest`] in order and answering a
-//! checkpoint barrier with its state.
+//! them, their queues, the batches being filled for them on the engine thread and the routing
+//! of each stream's lines into those batches (see the parent module); each thread runs
+//! [`worker`], applying its batches to its own [`Ingest`] in order and answering a checkpoint
+//! barrier with its state.
 
 use std::sync::mpsc::{Receiver, Sender, SyncSender, TryRecvError, channel, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+mod routing;
+
 use super::fault::{ENV as FAULT_ENV, PanicAfter};
 use super::{IngestState, LineCounts, WorkerDied};
 use crate::correlate::{CorrelatorSnapshot, CorrelatorStats, Output};
 use crate::decode::Format;
+use crate::decode::gemini_join::JoinerSnapshot;
 use crate::fasthash::FastMap;
 use crate::ingest::{Ingest, Note, Source, StreamId};
 use crate::internal_events::{Ingested, InternalEvent};
 use crate::pipeline::InputCounters;
 use crate::sink::metrics::Metrics;
-use crate::turn_route;
+use crate::turn_route::Routing;
+use routing::StreamState;
 
 /// Bytes of lines per batch handed to the workers.
 const BATCH_BYTES: usize = 256 * 1024;
@@ -91,20 +96,11 @@ enum Msg {
 }
 
 enum Reply {
-    /// A batch was applied: what it produced, and (worker 0) the streams found native since.
-    Done(Vec<Output>, Vec<u32>),
+    /// A batch was applied: what it produced, and (worker 0) the streams whose format was
+    /// decided since, with their routing.
+    Done(Vec<Output>, Vec<(u32, Routing)>),
     /// The worker's state at a barrier.
     State(Box<IngestState>),
-}
-
-/// A stream as the engine thread knows it.
-pub(super) struct StreamState {
-    source: Source,
-    name: String,
-    /// Lines so far (the workers are handed explicit numbers).
-    pub(super) lines: u64,
-    /// Read as native (worker 0 said so): its lines go to their turn's worker only.
-    native: bool,
 }
 
 pub(super) struct Workers {
@@ -132,15 +128,25 @@ pub(super) struct Workers {
     /// may be taken from here on (it would lack them, and a restart would lose them for
     /// good): the engine stops instead.
     dead: Option<WorkerDied>,
+    /// The workers' ingest format and whether their OTLP streams feed the session joiner: a
+    /// stream's routing when its format is forced, as the workers' [`Ingest`] will decide it.
+    format: Format,
+    join_otlp: bool,
+    /// Lines handed to each worker, by stream handle (tests: a stream read whole reaches one).
+    #[cfg(test)]
+    pub(super) lines_sent: Vec<FastMap<u32, u64>>,
 }
 
 impl Workers {
-    /// One thread per ingest path (`ingests[i]` is worker `i`'s, its shard already set);
-    /// `fault`: a worker to make panic (tests, see `fault.rs`).
+    /// One thread per ingest path (`ingests[i]` is worker `i`'s, its shard already set, all
+    /// reading `format`, joining sessions, OTLP streams too when `join_otlp`); `fault`: a
+    /// worker to make panic (tests, see `fault.rs`).
     pub(super) fn spawn(
         ingests: Vec<Ingest>,
         metrics: &Arc<Metrics>,
         fault: Option<PanicAfter>,
+        format: Format,
+        join_otlp: bool,
     ) -> std::io::Result<Workers> {
         let count = ingests.len();
         let stats = Arc::new(Mutex::new(vec![
@@ -186,91 +192,16 @@ impl Workers {
             waiting: vec![0; count],
             pending: Vec::new(),
             dead: None,
+            format,
+            join_otlp,
+            #[cfg(test)]
+            lines_sent: vec![FastMap::default(); count],
         })
     }
 
     /// Worker threads.
     pub(super) fn count(&self) -> usize {
         self.txs.len()
-    }
-
-    pub(super) fn stream(
-        &mut self,
-        source: Source,
-        name: &str,
-        format: Option<Format>,
-    ) -> StreamId {
-        if let Some(id) = self.by_name[source as usize].get(name) {
-            return StreamId::from_index(*id);
-        }
-        let id = self.next_id;
-        self.next_id = self.next_id.wrapping_add(1);
-        self.streams.insert(
-            id,
-            StreamState {
-                source,
-                name: name.to_owned(),
-                lines: 0,
-                native: false,
-            },
-        );
-        self.by_name[source as usize].insert(name.to_owned(), id);
-        self.push_all(&Op::Open {
-            id,
-            source,
-            name: name.to_owned(),
-            format,
-        });
-        StreamId::from_index(id)
-    }
-
-    /// A line: to its turn's worker once the stream is known to be native (others would skip
-    /// it), to every worker otherwise (sniffing, provider streams).
-    pub(super) fn line(
-        &mut self,
-        id: u32,
-        number: Option<u64>,
-        bytes: &[u8],
-        arrival_ms: Option<i64>,
-        out: &mut Vec<Output>,
-    ) {
-        let Some(st) = self.streams.get_mut(&id) else {
-            return;
-        };
-        st.lines = number.unwrap_or(st.lines + 1);
-        let number = st.lines;
-        if st.native {
-            // A blank native line is no record: skipped, not counted (as `Ingest` does).
-            if bytes.iter().all(u8::is_ascii_whitespace) {
-                return;
-            }
-            let owner = turn_route::shard_of_line(bytes, self.txs.len() as u32) as usize;
-            if let Some(b) = self.batches.get_mut(owner) {
-                b.line(id, number, bytes, arrival_ms);
-            }
-            self.batched_bytes += bytes.len();
-        } else {
-            for b in &mut self.batches {
-                b.line(id, number, bytes, arrival_ms);
-            }
-            self.batched_bytes += bytes.len() * self.batches.len();
-        }
-        self.maybe_send();
-        out.append(&mut self.pending);
-    }
-
-    pub(super) fn end(&mut self, id: StreamId, arrival_ms: Option<i64>, out: &mut Vec<Output>) {
-        let Some(st) = self.streams.remove(&id.index()) else {
-            return;
-        };
-        self.by_name[st.source as usize].remove(&st.name);
-        self.push(
-            &Op::End {
-                id: id.index(),
-                arrival_ms,
-            },
-            out,
-        );
     }
 
     /// Queue `op` for every worker.
@@ -356,12 +287,12 @@ impl Workers {
                     rx.try_recv()
                 };
                 match reply {
-                    Ok(Reply::Done(outputs, native)) => {
+                    Ok(Reply::Done(outputs, decided)) => {
                         self.waiting[i] -= 1;
                         self.pending.extend(outputs);
-                        for id in native {
+                        for (id, routing) in decided {
                             if let Some(st) = self.streams.get_mut(&id) {
-                                st.native = true;
+                                st.routing.get_or_insert(routing);
                             }
                         }
                     }
@@ -420,7 +351,7 @@ impl Workers {
             snapshots.push(state.correlator);
             counters.add(&state.counters);
             clock_ms = clock_ms.max(state.clock_ms);
-            joined = joined.or(state.joined);
+            joined = merge_joined(joined, state.joined);
         }
         Ok(IngestState {
             correlator: CorrelatorSnapshot::merge(snapshots),
@@ -428,6 +359,19 @@ impl Workers {
             clock_ms,
             joined,
         })
+    }
+}
+
+/// The session joiners' held events: only the joined route's worker holds any (every stream
+/// that feeds the joiner is read there), so at most one is `Some`; two are added up.
+fn merge_joined(a: Option<JoinerSnapshot>, b: Option<JoinerSnapshot>) -> Option<JoinerSnapshot> {
+    match (a, b) {
+        (Some(mut a), Some(b)) => {
+            a.events.extend(b.events);
+            a.quiet.extend(b.quiet);
+            Some(a)
+        }
+        (a, b) => a.or(b),
     }
 }
 
@@ -462,7 +406,7 @@ fn worker(
 ) {
     // The engine thread's stream handles → this ingest path's.
     let mut local: FastMap<u32, StreamId> = FastMap::default();
-    // Streams whose format worker 0 has not reported yet.
+    // Streams whose routing worker 0 has not reported yet.
     let mut undecided: Vec<u32> = Vec::new();
     let mut counts = LineCounts::default();
     let mut out: Vec<Output> = Vec::new();
@@ -500,20 +444,19 @@ fn worker(
                         ingest.correlator().open_turns(),
                     );
                 }
-                // Every worker decides a stream's format alike (they all get its lines until
-                // then); worker 0 tells the engine thread which are native.
-                let mut native = Vec::new();
-                undecided.retain(|id| match local.get(id).map(|s| ingest.format_of(*s)) {
+                // Every worker decides a stream's format and routing alike (they all get its
+                // lines until then); worker 0 tells the engine thread.
+                let mut decided = Vec::new();
+                undecided.retain(|id| match local.get(id).map(|s| ingest.routing_of(*s)) {
                     None => false,
                     Some(None) => true,
-                    Some(Some(Format::Native)) => {
-                        native.push(*id);
+                    Some(Some(routing)) => {
+                        decided.push((*id, routing));
                         false
                     }
-                    Some(Some(_)) => false,
                 });
                 if replies
-                    .send(Reply::Done(std::mem::take(&mut out), native))
+                    .send(Reply::Done(std::mem::take(&mut out), decided))
                     .is_err()
                 {
                     return;
@@ -525,11 +468,7 @@ fn worker(
                     correlator: p.correlator().snapshot(),
                     counters: p.counters().clone(),
                     clock_ms: p.clock_ms(),
-                    joined: if index == 0 {
-                        ingest.joined_snapshot()
-                    } else {
-                        None
-                    },
+                    joined: ingest.joined_snapshot(),
                 };
                 if replies.send(Reply::State(Box::new(state))).is_err() {
                     return;

@@ -24,6 +24,7 @@ use crate::report::{
     TurnStatus, UsageReport, UsageSource,
 };
 use crate::rules;
+use crate::turn_route::Route;
 
 /// Canonical arguments longer than this are not kept (their key still is).
 const MAX_KEPT_ARGS_BYTES: usize = 1024;
@@ -73,11 +74,26 @@ pub struct TurnState {
     #[serde(default)]
     wire_only: bool,
     cap_flagged: bool,
+    /// The route of the feed that opened the turn (0: native lines, routed by the id; see
+    /// [`crate::turn_route::shard_of_turn`]), so a sharded engine restores it where its next
+    /// events will go.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    route: Route,
     findings: Vec<Finding>,
 }
 
+fn is_zero(v: &Route) -> bool {
+    *v == 0
+}
+
 impl TurnState {
-    pub fn new(id: String, opened_seq: u64, now_ms: i64, source: Option<Box<Origin>>) -> Self {
+    pub fn new(
+        id: String,
+        opened_seq: u64,
+        now_ms: i64,
+        source: Option<Box<Origin>>,
+        route: Route,
+    ) -> Self {
         TurnState {
             id: id.into(),
             opened_seq,
@@ -99,6 +115,7 @@ impl TurnState {
             no_reset_attempt: None,
             wire_only: false,
             cap_flagged: false,
+            route,
             findings: Vec::new(),
         }
     }
@@ -109,6 +126,11 @@ impl TurnState {
 
     pub fn opened_seq(&self) -> u64 {
         self.opened_seq
+    }
+
+    /// The route of the feed that opened the turn (0: native lines).
+    pub fn route(&self) -> Route {
+        self.route
     }
 
     pub fn last_arrival_ms(&self) -> i64 {

@@ -1,0 +1,103 @@
+//! What the ingest path tells its callers ([`Note`]: a line's fate, a stream's format or
+//! refusal) and the names it tells them by: where a stream comes from ([`Source`], a metric
+//! label) and its handle ([`StreamId`]).
+
+use crate::decode::detect::Lookalike;
+use crate::decode::{DecodeError, Format};
+use crate::pipeline::LineOutcome;
+
+/// Where a stream comes from: a bounded set, used as a metric label by the sinks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// Tailed or named files.
+    File,
+    /// Standard input.
+    Stdin,
+    /// The built-in demo fleet.
+    Demo,
+    /// Lines shipped over NATS JetStream by `retryscope ship`.
+    Nats,
+    /// OpenTelemetry records received over OTLP (`run --otlp-listen`).
+    Otlp,
+    /// Attempts seen on the wire by `retryscope proxy`.
+    Proxy,
+}
+
+impl Source {
+    /// Every source, for pre-registering series.
+    pub const ALL: [Source; 6] = [
+        Source::File,
+        Source::Stdin,
+        Source::Demo,
+        Source::Nats,
+        Source::Otlp,
+        Source::Proxy,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::File => "file",
+            Source::Stdin => "stdin",
+            Source::Demo => "demo",
+            Source::Nats => "nats",
+            Source::Otlp => "otlp",
+            Source::Proxy => "proxy",
+        }
+    }
+}
+
+/// A stream's handle, valid until [`Ingest::end`](super::Ingest::end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StreamId(pub(super) u32);
+
+impl StreamId {
+    /// The handle as a number, for a wrapper that hands out handles of its own (the live
+    /// engine's shards) and maps them to each inner ingest path's.
+    pub fn index(self) -> u32 {
+        self.0
+    }
+
+    /// A handle from [`StreamId::index`]; only meaningful to whoever handed it out.
+    pub fn from_index(index: u32) -> Self {
+        StreamId(index)
+    }
+}
+
+/// What the ingest path tells its caller, as it happens.
+#[derive(Debug)]
+pub enum Note<'a> {
+    /// A line's fate: an event, a skipped record, or a bad line with its reason.
+    Line {
+        /// The stream.
+        source: Source,
+        /// The stream's name (a path, `<stdin>`).
+        name: &'a str,
+        /// The line's number in the stream (1-based; counted from where reading started).
+        number: u64,
+        /// What became of it.
+        outcome: Result<LineOutcome, DecodeError>,
+    },
+    /// A stream's format was decided (sniffed or forced), before its first line is decoded.
+    /// A forced format is told with the stream's first line.
+    Format {
+        /// The stream.
+        source: Source,
+        /// The stream's name.
+        name: &'a str,
+        /// The format.
+        format: Format,
+        /// Forced by the caller (`--format`, the OTLP receiver), not sniffed.
+        forced: bool,
+    },
+    /// A stream was refused: it borrows a provider format's names without its shape. Its
+    /// lines are counted as bad lines (`unknown_format`), never decoded.
+    Refused {
+        /// The stream.
+        source: Source,
+        /// The stream's name.
+        name: &'a str,
+        /// What it looks like, and why it is not that.
+        lookalike: &'a Lookalike,
+    },
+}
