@@ -103,6 +103,9 @@ pub enum RunError {
          good checkpoint and reads again what came after it"
     )]
     WorkerDied(#[from] WorkerDied),
+    /// The ingest worker threads could not be started.
+    #[error(transparent)]
+    WorkerSpawn(#[from] sharded::WorkerSpawn),
 }
 
 /// What happened during a run.
@@ -347,7 +350,7 @@ impl Engine {
             join_otlp,
             restored,
             self.metrics.clone(),
-        );
+        )?;
         let findings = match self.cfg.live_view {
             Some(settings) if self.cfg.findings_out == "-" => Ok(FindingsSink::Human(Box::new(
                 crate::sink::live_view::LiveView::stdout(settings),

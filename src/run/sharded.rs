@@ -188,6 +188,20 @@ fn new_ingest(
     ingest
 }
 
+/// The worker threads could not be started (the system refused a thread).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "cannot start {count} ingest worker threads: {source}; nothing was read, and the checkpoint \
+     is untouched (restart, or run with --workers 1)"
+)]
+pub struct WorkerSpawn {
+    /// Workers asked for.
+    pub count: usize,
+    /// Why a thread could not be started.
+    #[source]
+    pub source: std::io::Error,
+}
+
 impl ShardedIngest {
     /// An ingest path over `workers` threads (1: on the calling thread), resuming from
     /// `restored` when given. Notes of sharded workers go to `metrics`. `join_otlp`: hold OTLP
@@ -200,7 +214,7 @@ impl ShardedIngest {
         join_otlp: bool,
         restored: Option<Restored>,
         metrics: Arc<Metrics>,
-    ) -> ShardedIngest {
+    ) -> Result<ShardedIngest, WorkerSpawn> {
         let fault = fault::PanicAfter::from_env();
         Self::start_faulty(
             workers, cfg, prices, format, join_otlp, restored, metrics, fault,
@@ -218,16 +232,16 @@ impl ShardedIngest {
         restored: Option<Restored>,
         metrics: Arc<Metrics>,
         fault: Option<fault::PanicAfter>,
-    ) -> ShardedIngest {
+    ) -> Result<ShardedIngest, WorkerSpawn> {
         let count = workers.clamp(1, MAX_WORKERS);
         if count == 1 {
-            return ShardedIngest {
+            return Ok(ShardedIngest {
                 mode: Mode::Local(Box::new(new_ingest(
                     &cfg, &prices, format, join_otlp, restored,
                 ))),
                 counts: LineCounts::default(),
                 metrics,
-            };
+            });
         }
         // The memory bounds hold for all workers together.
         let mut cfg = cfg;
@@ -278,16 +292,15 @@ impl ShardedIngest {
             })
             .collect();
         match Workers::spawn(ingests, &metrics, fault, format, join_otlp) {
-            Ok(workers) => ShardedIngest {
+            Ok(workers) => Ok(ShardedIngest {
                 mode: Mode::Workers(Box::new(workers)),
                 counts: LineCounts::default(),
                 metrics,
-            },
-            Err(e) => {
-                // Cannot happen in practice; fall back to one thread rather than lose lines.
-                tracing::error!(error = %e, "cannot start an ingest worker; using one thread");
-                ShardedIngest::start(1, cfg, prices, format, join_otlp, None, metrics)
-            }
+            }),
+            // The restored turns went into the workers that could not all start: no fallback
+            // could resume them, so the engine does not start (the checkpoint on disk is
+            // untouched; a restart, or `--workers 1`, resumes it).
+            Err(source) => Err(WorkerSpawn { count, source }),
         }
     }
 

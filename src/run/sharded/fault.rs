@@ -17,6 +17,8 @@ pub(super) struct PanicAfter {
     pub worker: usize,
     /// Lines it applies before the panic.
     pub lines: u64,
+    /// The worker's thread is not started at all (`W:spawn`): the system refused it.
+    pub spawn_fails: bool,
 }
 
 /// The variable's name.
@@ -45,9 +47,15 @@ impl PanicAfter {
     /// `W:N`.
     pub(super) fn parse(value: &str) -> Option<PanicAfter> {
         let (worker, lines) = value.trim().split_once(':')?;
+        let spawn_fails = lines.trim() == "spawn";
         Some(PanicAfter {
             worker: worker.trim().parse().ok()?,
-            lines: lines.trim().parse().ok()?,
+            lines: if spawn_fails {
+                0
+            } else {
+                lines.trim().parse().ok()?
+            },
+            spawn_fails,
         })
     }
 }
@@ -62,8 +70,13 @@ mod tests {
             PanicAfter::parse("1:40"),
             Some(PanicAfter {
                 worker: 1,
-                lines: 40
+                lines: 40,
+                spawn_fails: false,
             })
+        );
+        assert_eq!(
+            PanicAfter::parse("0:spawn").map(|f| (f.worker, f.spawn_fails)),
+            Some((0, true))
         );
         assert_eq!(PanicAfter::parse("40"), None);
         assert_eq!(PanicAfter::parse("a:1"), None);

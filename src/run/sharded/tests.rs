@@ -123,6 +123,7 @@ fn start(workers: usize, restored: Option<Restored>, metrics: &Arc<Metrics>) -> 
         restored,
         metrics.clone(),
     )
+    .expect("workers start")
 }
 
 /// Feed lines `from..to` of every stream (round-robin, 50 lines at a time, as a tailer
@@ -311,7 +312,8 @@ fn a_dead_worker_is_reported_with_its_panic_and_refuses_every_checkpoint_after()
         None,
         metrics.clone(),
         None,
-    );
+    )
+    .expect("workers start");
     let mut seen = Seen::default();
     feed(&mut ingest, &streams, 0..200, &metrics, &mut seen);
     assert_eq!(ingest.alive(), Ok(()));
@@ -330,8 +332,10 @@ fn a_dead_worker_is_reported_with_its_panic_and_refuses_every_checkpoint_after()
         Some(fault::PanicAfter {
             worker: 1,
             lines: 100,
+            spawn_fails: false,
         }),
-    );
+    )
+    .expect("workers start");
     let mut seen = Seen::default();
     // Every call after the panic goes on (the engine stops at its next `alive` check).
     feed(&mut ingest, &streams, 0..200, &metrics, &mut seen);
@@ -343,4 +347,45 @@ fn a_dead_worker_is_reported_with_its_panic_and_refuses_every_checkpoint_after()
     // Later calls neither hang nor change the report.
     feed(&mut ingest, &streams, 200..400, &metrics, &mut seen);
     assert_eq!(ingest.checkpoint(&mut Vec::new()).err(), Some(dead));
+}
+
+#[test]
+fn workers_that_cannot_start_stop_the_engine_instead_of_dropping_the_restored_turns() {
+    // Before, a refused thread made the engine fall back to one thread without the restored
+    // state: the checkpoint's open turns were lost on the next checkpoint.
+    let streams = streams();
+    let metrics = Arc::new(Metrics::new(MetricsConfig::default()).unwrap());
+    let mut first = start(2, None, &metrics);
+    let mut seen = Seen::default();
+    feed(&mut first, &streams, 0..200, &metrics, &mut seen);
+    let state = first.checkpoint(&mut Vec::new()).expect("checkpoint");
+    assert!(
+        state.correlator.open_turns() > 0,
+        "turns are open at the checkpoint"
+    );
+    let restored = Restored {
+        correlator: state.correlator,
+        counters: state.counters,
+        clock_ms: state.clock_ms,
+        joined: state.joined.unwrap_or_default(),
+    };
+    let failed = ShardedIngest::start_faulty(
+        2,
+        cfg(),
+        Arc::new(PriceTable::builtin()),
+        Format::Auto,
+        true,
+        Some(restored),
+        metrics.clone(),
+        Some(fault::PanicAfter {
+            worker: 1,
+            lines: 0,
+            spawn_fails: true,
+        }),
+    );
+    let Err(e) = failed else {
+        panic!("the engine must not start without its workers")
+    };
+    assert_eq!(e.count, 2);
+    assert!(e.to_string().contains("checkpoint is untouched"), "{e}");
 }

@@ -160,7 +160,13 @@ impl Workers {
             let (tx, rx) = sync_channel::<Msg>(QUEUE);
             let (reply_tx, reply_rx) = channel::<Reply>();
             let shared = (metrics.clone(), stats.clone());
-            let panic_after = fault.filter(|f| f.worker == index).map(|f| f.lines);
+            let fault = fault.filter(|f| f.worker == index);
+            if fault.is_some_and(|f| f.spawn_fails) {
+                return Err(std::io::Error::other(
+                    "fault injected: the thread was not started",
+                ));
+            }
+            let panic_after = fault.map(|f| f.lines);
             // On an error the threads started so far stop as their queues close.
             let handle = std::thread::Builder::new()
                 .name(format!("retryscope-shard-{index}"))

@@ -156,7 +156,8 @@ fn a_stream_read_whole_reaches_one_worker_only_and_is_decoded_there() {
                 join_otlp,
                 None,
                 metrics.clone(),
-            );
+            )
+            .expect("workers start");
             let note = &mut |n: Note<'_>| Ingested(n).emit(&metrics);
             let mut out = Vec::new();
             let id = open(&mut ingest, &input);
