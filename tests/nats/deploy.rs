@@ -21,6 +21,16 @@ fn findings_file(path: &Path) -> Vec<String> {
     out
 }
 
+/// A fresh server with `turns` first halves of refund turns shipped into `partitions`: the
+/// server, its URL and the shipper (both stopped when dropped).
+fn shipped(d: &Path, prefix: &str, turns: usize, partitions: &str) -> (Proc, String, Proc) {
+    let (server, url) = server_in(d);
+    let log = d.join("agent.jsonl");
+    append(&log, &refund_log(prefix, turns, 10).0);
+    let ship = shipper(d, &url, &log, partitions);
+    (server, url, ship)
+}
+
 fn owned(port: u16) -> f64 {
     scrape(port).map_or(0.0, |m| sum(&m, "retryscope_nats_partitions_owned"))
 }
@@ -87,10 +97,7 @@ fn a_second_live_collector_of_one_name_is_refused_and_a_killed_ones_restart_is_n
     }
     let d = tempfile::tempdir().expect("tmp");
     let d = d.path();
-    let (_server, url) = server_in(d);
-    let log = d.join("agent.jsonl");
-    append(&log, &refund_log("dup", 4, 10).0);
-    let _ship = shipper(d, &url, &log, "4");
+    let (_server, url, _ship) = shipped(d, "dup", 4, "4");
     let (first, port) = collector(d, &url, "c1", "2", "100");
     wait_for("c1 to own partitions", Duration::from_secs(30), || {
         owned(port) > 0.0
@@ -220,7 +227,8 @@ fn deployment_flags_are_refused_where_they_cannot_apply_or_their_files_are_missi
 }
 
 /// Issue 26: five collectors on sixteen partitions all work (4, 3, 3, 3, 3); with a share of
-/// ⌈16/5⌉ = 4 for everyone, four collectors took all sixteen and the fifth owned none.
+/// ⌈16/5⌉ = 4 for everyone the split was uneven (2, 3, 3, 4, 4 here) and could leave one
+/// collector with none.
 #[test]
 fn five_collectors_on_sixteen_partitions_each_own_some() {
     if !have_nats_server() {
@@ -228,10 +236,7 @@ fn five_collectors_on_sixteen_partitions_each_own_some() {
     }
     let d = tempfile::tempdir().expect("tmp");
     let d = d.path();
-    let (_server, url) = server_in(d);
-    let log = d.join("agent.jsonl");
-    append(&log, &refund_log("share", 4, 10).0);
-    let _ship = shipper(d, &url, &log, "16");
+    let (_server, url, _ship) = shipped(d, "share", 4, "16");
     let collectors: Vec<_> = (0..5)
         .map(|i| collector(d, &url, &format!("c{i}"), "2", "100"))
         .collect();
