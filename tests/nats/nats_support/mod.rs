@@ -179,7 +179,12 @@ pub fn sum(m: &BTreeMap<String, f64>, prefix: &str) -> f64 {
 
 /// Every finding in the findings stream, as canonical JSON text.
 pub fn findings_in_stream(url: &str) -> Vec<String> {
-    with_js(url, async |js| {
+    findings_in_stream_using(url, async_nats::ConnectOptions::new())
+}
+
+/// [`findings_in_stream`] connecting with `options`.
+pub fn findings_in_stream_using(url: &str, options: async_nats::ConnectOptions) -> Vec<String> {
+    with_js_using(url, options, async |js| {
         let Ok(mut stream) = js.get_stream("RETRYSCOPE_FINDINGS").await else {
             return Vec::new();
         };
@@ -316,12 +321,21 @@ pub fn shipper_with(d: &Path, url: &str, log: &Path, partitions: &str, extra: &[
 
 /// Run `f` on a current-thread runtime with a JetStream context on `url`.
 pub fn with_js<T>(url: &str, f: impl AsyncFnOnce(async_nats::jetstream::Context) -> T) -> T {
+    with_js_using(url, async_nats::ConnectOptions::new(), f)
+}
+
+/// [`with_js`] connecting with `options` (TLS, a user).
+pub fn with_js_using<T>(
+    url: &str,
+    options: async_nats::ConnectOptions,
+    f: impl AsyncFnOnce(async_nats::jetstream::Context) -> T,
+) -> T {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let client = async_nats::connect(url).await.expect("connect");
+        let client = options.connect(url).await.expect("connect");
         f(async_nats::jetstream::new(client)).await
     })
 }
