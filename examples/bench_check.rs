@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use retryscope::correlate::{Correlator, CorrelatorConfig, Output};
-use retryscope::cost::PriceTable;
 use retryscope::demo::{Fleet, FleetConfig};
+use retryscope_core::correlate::{Correlator, CorrelatorConfig, Output};
+use retryscope_core::cost::PriceTable;
 
 /// The typed shape a plain consumer would parse: borrowed strings, no correlation.
 #[derive(serde::Deserialize)]
@@ -96,7 +96,7 @@ fn open_turn_memory(turns: usize) -> f64 {
         std::sync::Arc::new(PriceTable::builtin()),
     );
     let mut out: Vec<Output> = Vec::new();
-    let mut skips = retryscope::decode::SkipCounts::default();
+    let mut skips = retryscope_core::decode::SkipCounts::default();
     let before = rss_kib();
     for i in 0..turns {
         for line in [
@@ -116,8 +116,8 @@ fn open_turn_memory(turns: usize) -> f64 {
                 i % 8
             ),
         ] {
-            if let Ok(retryscope::decode::native::NativeLine::Event(ev)) =
-                retryscope::decode::native::decode_line(line.as_bytes(), &mut skips)
+            if let Ok(retryscope_core::decode::native::NativeLine::Event(ev)) =
+                retryscope_core::decode::native::decode_line(line.as_bytes(), &mut skips)
             {
                 c.observe(&ev, 0, &mut out);
             }

@@ -20,15 +20,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use retryscope::correlate::CorrelatorConfig;
-use retryscope::cost::PriceTable;
-use retryscope::decode::Format;
 use retryscope::demo::{Fleet, FleetConfig};
 use retryscope::nats::collect::{CollectConfig, collect};
 use retryscope::nats::ship::{ShipConfig, ship};
 use retryscope::sink::findings::FindingsSink;
 use retryscope::sink::metrics::Metrics;
 use retryscope::source::file::ReadFrom;
+use retryscope_core::correlate::CorrelatorConfig;
+use retryscope_core::cost::PriceTable;
+use retryscope_core::decode::Format;
 
 fn arg(name: &str, default: u64) -> u64 {
     let args: Vec<String> = std::env::args().collect();

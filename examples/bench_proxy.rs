@@ -27,11 +27,11 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use retryscope::correlate::{Correlator, CorrelatorConfig};
-use retryscope::cost::PriceTable;
-use retryscope::decode::Format;
-use retryscope::ingest::{Ingest, Source};
 use retryscope::proxy::{LineSink, Offer, Proxy, ProxySettings, Tracker, UpstreamSettings};
+use retryscope_core::correlate::{Correlator, CorrelatorConfig};
+use retryscope_core::cost::PriceTable;
+use retryscope_core::decode::Format;
+use retryscope_core::ingest::{Ingest, Source};
 
 static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 

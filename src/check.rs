@@ -19,15 +19,15 @@ use serde::{Deserialize, Serialize};
 
 use std::sync::Arc;
 
-use crate::correlate::{Correlator, CorrelatorConfig, Output};
-use crate::cost::PriceTable;
-use crate::coverage::{Coverage, InputKind, Sight};
-use crate::decode::{self, BadLineReason, Format};
-use crate::finding::{FindingKind, Severity};
-use crate::ingest::{Ingest, Note, Source};
-use crate::input::{Line, LineReader};
-use crate::pipeline::InputCounters;
-use crate::report::TurnReport;
+use retryscope_core::correlate::{Correlator, CorrelatorConfig, Output};
+use retryscope_core::cost::PriceTable;
+use retryscope_core::coverage::{Coverage, InputKind, Sight};
+use retryscope_core::decode::{self, BadLineReason, Format};
+use retryscope_core::finding::{FindingKind, Severity};
+use retryscope_core::ingest::{Ingest, Note, Source};
+use retryscope_core::input::{Line, LineReader};
+use retryscope_core::pipeline::InputCounters;
+use retryscope_core::report::TurnReport;
 
 /// One input to check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,7 +175,11 @@ impl Summary {
         self.coverage.sights().has(sight)
     }
 
-    fn finish_with(&mut self, counters: &InputCounters, stats: crate::correlate::CorrelatorStats) {
+    fn finish_with(
+        &mut self,
+        counters: &InputCounters,
+        stats: retryscope_core::correlate::CorrelatorStats,
+    ) {
         self.inputs_by_kind = self
             .coverage
             .kinds()

@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::decode::Format;
 use crate::sink::metrics::MetricsConfig;
 use crate::sink::traces::Protocol;
 use crate::source::file::ReadFrom;
+use retryscope_core::decode::Format;
 
 /// OTLP trace export (off unless `endpoint` is set here, by flag or by environment).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,13 +9,13 @@
 use std::io;
 use std::path::Path;
 
-use crate::decode::detect::Lookalike;
-use crate::decode::{BadLineReason, DecodeError, Format};
-use crate::ingest::{Note, Source};
-use crate::pipeline::LineOutcome;
-use crate::sanitize::display;
 use crate::sink::metrics::Metrics;
 use crate::source::file::TailerEvents;
+use retryscope_core::decode::detect::Lookalike;
+use retryscope_core::decode::{BadLineReason, DecodeError, Format};
+use retryscope_core::ingest::{Note, Source};
+use retryscope_core::pipeline::LineOutcome;
+use retryscope_core::sanitize::display;
 
 /// Something the collector noticed about its own work.
 pub trait InternalEvent {
@@ -142,7 +142,7 @@ pub struct FormatChosen<'a> {
 
 impl InternalEvent for FormatChosen<'_> {
     fn emit(self, metrics: &Metrics) {
-        if let Some(kind) = crate::coverage::InputKind::of(self.format, self.input) {
+        if let Some(kind) = retryscope_core::coverage::InputKind::of(self.format, self.input) {
             metrics.saw_input_kind(kind);
         }
         if self.format != Format::Native && !self.forced {

@@ -1,17 +1,13 @@
 //! retryscope: observability and cost tracking for LLM agent clients that stream model turns
 //! and retry them mid-stream.
 //!
-//! Data flows one way: sources (bytes and positions) → [`decode`] (formats to normalized
-//! [`event::Event`]s) → [`correlate`] (a pure state machine: events to turns, attempts,
-//! findings and usage) → sinks (metrics, traces, findings, reports).
+//! Data flows one way: sources (bytes and positions) → [`retryscope_core::decode`] (formats
+//! to normalized [`retryscope_core::event::Event`]s) → [`retryscope_core::correlate`] (a pure
+//! state machine: events to turns, attempts, findings and usage) → sinks (metrics, traces,
+//! findings, reports). The core's modules are used under their own crate's name: this crate
+//! re-exports none of them.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
-
-// The core crate's modules, under the paths the rest of this crate has always used.
-pub use retryscope_core::{
-    bounds, correlate, cost, coverage, decode, effect, event, fasthash, finding, ingest, input,
-    pipeline, report, rfc3339, rules, sanitize, turn_route,
-};
 
 pub mod check;
 pub mod config;

@@ -19,9 +19,6 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::config::RunConfig;
-use crate::correlate::{CorrelatorConfig, Output};
-use crate::cost::PriceTable;
-use crate::ingest::{Note, Source, StreamId};
 use crate::internal_events::{
     CheckpointFailed, CheckpointWritten, FindingWriteFailed, Ingested, InternalEvent, LineRead,
     TailerReport,
@@ -29,6 +26,9 @@ use crate::internal_events::{
 use crate::sink::findings::FindingsSink;
 use crate::sink::metrics::Metrics;
 use crate::source::file::{FileTailer, FileTailerConfig};
+use retryscope_core::correlate::{CorrelatorConfig, Output};
+use retryscope_core::cost::PriceTable;
+use retryscope_core::ingest::{Note, Source, StreamId};
 
 pub use checkpoint::{CHECKPOINT_FILE, Checkpoint};
 pub use feeds::{Feed, FeedItem, start as start_feeds};
@@ -61,7 +61,7 @@ impl Sources {
 pub enum RunError {
     /// The price table.
     #[error(transparent)]
-    Prices(#[from] crate::cost::PriceError),
+    Prices(#[from] retryscope_core::cost::PriceError),
     /// The findings output.
     #[error("cannot open findings output `{target}`: {source}")]
     Findings {
@@ -441,7 +441,7 @@ impl Engine {
                     })?;
                 let moved: Vec<String> = moved
                     .iter()
-                    .map(|p| crate::sanitize::display(&p.to_string_lossy()).into_owned())
+                    .map(|p| retryscope_core::sanitize::display(&p.to_string_lossy()).into_owned())
                     .collect();
                 tracing::error!(
                     path = %path.display(), why, moved_to = %moved.join(", "),
@@ -538,7 +538,7 @@ impl Engine {
         if tailer.files_watched() == 0 && !*said_no_files {
             *said_no_files = true;
             tracing::warn!(
-                patterns = %crate::sanitize::display(&self.cfg.include.join(", ")),
+                patterns = %retryscope_core::sanitize::display(&self.cfg.include.join(", ")),
                 "no file matches the include patterns yet; waiting for one to appear"
             );
         }

@@ -1,6 +1,6 @@
 //! Sinks: where correlated outputs go once the correlator has produced them.
 //!
-//! Each sink consumes [`crate::correlate::Output`]s (live retries and findings, and closed-turn
+//! Each sink consumes [`retryscope_core::correlate::Output`]s (live retries and findings, and closed-turn
 //! reports) plus the collector's own health counters, and turns them into something an
 //! operator can read: [`metrics`] keeps Prometheus series with bounded labels and a
 //! checkpointable state; [`findings`] writes findings as JSON lines; [`traces`] exports every

@@ -1,7 +1,7 @@
 //! Sources: where retryscope's bytes come from, and how far it has read them.
 //!
 //! A source hands out complete lines with the position just after each one; it does not decode
-//! them (that is [`crate::decode`]'s job) and it does not store positions itself: the caller
+//! them (that is [`retryscope_core::decode`]'s job) and it does not store positions itself: the caller
 //! saves them, together with its own state, through [`checkpoint_io`].
 //!
 //! - [`file`](mod@file): a polling tailer of log files (globs, rotation, truncation, restarts).

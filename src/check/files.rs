@@ -77,8 +77,8 @@ pub fn looks_like_log(head: &[u8]) -> bool {
 fn starts_like_log(head: &[u8]) -> bool {
     looks_like_log(head)
         || matches!(
-            crate::decode::detect::sniff(head, false),
-            Some(Ok(crate::decode::Format::GeminiCliTelemetry))
+            retryscope_core::decode::detect::sniff(head, false),
+            Some(Ok(retryscope_core::decode::Format::GeminiCliTelemetry))
         )
 }
 

@@ -23,8 +23,8 @@ use serde_json::json;
 
 use super::Summary;
 use super::human::{clip, count, explain, thousands, usd};
-use crate::finding::{FindingKind, Severity};
-use crate::report::{Outcome, TurnReport};
+use retryscope_core::finding::{FindingKind, Severity};
+use retryscope_core::report::{Outcome, TurnReport};
 
 pub use timeline::svg as timeline_svg;
 
@@ -32,7 +32,7 @@ const TEMPLATE: &str = include_str!("html/page.html");
 
 /// `&`, `<`, `>`, `"` and `'` as entities; control characters as visible escapes.
 pub fn esc(s: &str) -> String {
-    let s = crate::sanitize::display(s);
+    let s = retryscope_core::sanitize::display(s);
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
         match c {

@@ -7,8 +7,8 @@
 //! The sentences are raw text from the log (tool names, ids, attempt text): callers escape
 //! them for their medium (`sanitize::display` for a terminal, HTML escaping for a page).
 
-use crate::finding::{Finding, FindingKind};
-use crate::report::TurnReport;
+use retryscope_core::finding::{Finding, FindingKind};
+use retryscope_core::report::TurnReport;
 
 /// `1234567` as `1,234,567`.
 pub fn thousands(n: u64) -> String {
@@ -158,12 +158,17 @@ fn explain_with(f: &Finding, report: Option<&TurnReport>) -> String {
                      the user read both",
                     attempt(f)
                 ),
-                r if r.starts_with(crate::rules::spliced_text::RESTART_EVIDENCE) => format!(
-                    "the retry was asked to continue {}'s cut text but started its answer over, \
+                r if r.starts_with(retryscope_core::rules::spliced_text::RESTART_EVIDENCE) => {
+                    format!(
+                        "the retry was asked to continue {}'s cut text but started its answer over, \
                      and the client kept both (their openings share '{}')",
-                    attempt(f),
-                    clip(&r[crate::rules::spliced_text::RESTART_EVIDENCE.len()..], 60)
-                ),
+                        attempt(f),
+                        clip(
+                            &r[retryscope_core::rules::spliced_text::RESTART_EVIDENCE.len()..],
+                            60
+                        )
+                    )
+                }
                 other => format!("the user saw {}'s abandoned text ({other})", attempt(f)),
             };
             if let Some(text) = report.zip(f.attempt).and_then(|(r, n)| attempt_text(r, n)) {

@@ -20,14 +20,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{SyncSender, sync_channel};
 
 use super::{BadLine, CheckObserver, InputSpec, Summary};
-use crate::correlate::{Correlator, CorrelatorConfig, CorrelatorStats, Output};
-use crate::cost::PriceTable;
-use crate::decode::Format;
-use crate::ingest::{Ingest, Note, Source};
-use crate::input::{Line, LineReader};
-use crate::pipeline::InputCounters;
-use crate::report::TurnReport;
-use crate::turn_route;
+use retryscope_core::correlate::{Correlator, CorrelatorConfig, CorrelatorStats, Output};
+use retryscope_core::cost::PriceTable;
+use retryscope_core::decode::Format;
+use retryscope_core::ingest::{Ingest, Note, Source};
+use retryscope_core::input::{Line, LineReader};
+use retryscope_core::pipeline::InputCounters;
+use retryscope_core::report::TurnReport;
+use retryscope_core::turn_route;
 
 /// Workers; fixed (not the core count) so that results never depend on the machine.
 const SHARDS: usize = 2;
@@ -171,7 +171,7 @@ pub(super) fn run(
     summary.inputs = opened;
     // Sharding reads native inputs only.
     for _ in 0..opened {
-        summary.saw_input(crate::coverage::InputKind::Native);
+        summary.saw_input(retryscope_core::coverage::InputKind::Native);
     }
     if finals < SHARDS {
         summary

@@ -4,19 +4,20 @@ use std::fmt::Write as _;
 
 use super::Summary;
 use super::human::{self, blind_spot_sentences, count, explain, thousands, usd};
-use crate::finding::{FindingKind, Severity};
-use crate::report::{AttemptReport, TurnReport};
-use crate::sanitize::display;
+use retryscope_core::finding::{FindingKind, Severity};
+use retryscope_core::report::{AttemptReport, TurnReport};
+use retryscope_core::sanitize::display;
 
 /// JSON line of one turn.
 pub fn turn_json(report: &TurnReport) -> String {
-    crate::sanitize::to_json_string(report).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    retryscope_core::sanitize::to_json_string(report)
+        .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
 }
 
 /// The `{"summary": {...}}` line.
 pub fn summary_json(summary: &Summary) -> String {
     let wrapped = serde_json::json!({ "summary": summary });
-    crate::sanitize::to_json_string(&wrapped).unwrap_or_default()
+    retryscope_core::sanitize::to_json_string(&wrapped).unwrap_or_default()
 }
 
 /// Whether to colour: `always` and `never` are what they say; `auto` colours a terminal

@@ -12,13 +12,13 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use retryscope::check::{self, BadLine, CheckObserver, CheckOptions, InputSpec, human, render};
-use retryscope::correlate::CorrelatorConfig;
-use retryscope::cost::PriceTable;
-use retryscope::coverage::Sight;
-use retryscope::finding::Severity;
-use retryscope::report::TurnReport;
-use retryscope::sanitize::display;
 use retryscope::sink::traces::{Protocol, TraceExportConfig, TraceSink};
+use retryscope_core::correlate::CorrelatorConfig;
+use retryscope_core::cost::PriceTable;
+use retryscope_core::coverage::Sight;
+use retryscope_core::finding::Severity;
+use retryscope_core::report::TurnReport;
+use retryscope_core::sanitize::display;
 
 /// Flags of `check`.
 #[derive(Debug, Args)]
@@ -85,7 +85,7 @@ pub struct CheckArgs {
     /// gemini-cli-responses, acp, gemini-cli-telemetry, gemini-cli-stream-json, claude-code,
     /// codex-exec. gemini-cli's telemetry and stream-json of one session are joined.
     #[arg(long, default_value = "auto", value_name = "FORMAT")]
-    format: retryscope::decode::Format,
+    format: retryscope_core::decode::Format,
     /// Correlate on one thread (large native inputs are otherwise sharded over two).
     #[arg(long)]
     single_thread: bool,
@@ -322,7 +322,7 @@ impl CheckObserver for Printer {
         }
     }
 
-    fn refused(&mut self, input: &str, lookalike: &retryscope::decode::detect::Lookalike) {
+    fn refused(&mut self, input: &str, lookalike: &retryscope_core::decode::detect::Lookalike) {
         self.warn(&format!(
             "retryscope: error: {}: {}.",
             display(input),
@@ -383,7 +383,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     // A file named here is read whatever its name, but one that does not start like a log
     // (a README, source code) is refused with the reason: reading it would build turns from
     // whatever JSON it quotes. --format says "read it anyway".
-    if args.format == retryscope::decode::Format::Auto {
+    if args.format == retryscope_core::decode::Format::Auto {
         for spec in &specs {
             if let InputSpec::Path(p) = spec
                 && p.is_file()
@@ -404,7 +404,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         let shown: Vec<String> = skipped
             .iter()
             .take(5)
-            .map(|p| retryscope::sanitize::display(&p.display().to_string()).into_owned())
+            .map(|p| retryscope_core::sanitize::display(&p.display().to_string()).into_owned())
             .collect();
         eprintln!(
             "retryscope: skipped {} in the given folders that do not look like logs (the first \

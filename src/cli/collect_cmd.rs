@@ -9,11 +9,11 @@ use std::time::Duration;
 use anyhow::Context;
 
 use retryscope::config::RunConfig;
-use retryscope::correlate::CorrelatorConfig;
-use retryscope::cost::PriceTable;
 use retryscope::nats::collect::{CollectConfig, collect};
 use retryscope::sink::findings::FindingsSink;
 use retryscope::sink::metrics::Metrics;
+use retryscope_core::correlate::CorrelatorConfig;
+use retryscope_core::cost::PriceTable;
 
 use super::nats_args::{CollectorArgs, NatsArgs};
 

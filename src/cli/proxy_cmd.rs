@@ -177,7 +177,7 @@ fn merge(args: &ProxyArgs) -> anyhow::Result<RunConfig> {
     }
     cfg.otlp.capture_content |= args.capture_content;
     // The proxy writes the native format; files in the config are not tailed by it.
-    cfg.format = retryscope::decode::Format::Native;
+    cfg.format = retryscope_core::decode::Format::Native;
     cfg.include.clear();
     cfg.validate()?;
     super::run_cmd::preflight(&cfg)?;
@@ -280,7 +280,7 @@ async fn serve(cfg: RunConfig, traces: Option<TraceExportConfig>) -> anyhow::Res
     for u in &cfg.proxy.upstream {
         tracing::info!(
             prefix = %u.prefix,
-            upstream = %retryscope::sanitize::display(&u.url),
+            upstream = %retryscope_core::sanitize::display(&u.url),
             inject = %u
                 .inject
                 .as_ref()

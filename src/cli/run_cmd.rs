@@ -73,7 +73,7 @@ pub struct RunArgs {
     /// Format of tailed files and stdin: auto (detected per input), native, openai-chat,
     /// openai-responses, anthropic, gemini, gemini-cli-responses, acp, gemini-cli-telemetry.
     #[arg(long, value_name = "FORMAT")]
-    format: Option<retryscope::decode::Format>,
+    format: Option<retryscope_core::decode::Format>,
     /// Run the built-in demo fleet of synthetic agents.
     #[arg(long)]
     demo: bool,
@@ -135,7 +135,7 @@ pub struct RunArgs {
     /// With human output: print findings at or above this severity (info, warning, high,
     /// critical); the rest are counted in the summary line.
     #[arg(long, value_name = "SEVERITY", default_value = "high")]
-    min_severity: retryscope::finding::Severity,
+    min_severity: retryscope_core::finding::Severity,
     /// With human output: a summary line this often (seconds; 0: only at the stop).
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     summary_every: u64,
@@ -339,7 +339,7 @@ fn nats_unsupported(cfg: &RunConfig, args: &RunArgs) -> Option<&'static str> {
 /// What `run` would reject at start, checked before it starts (and by `validate`): the price
 /// table loads, and the findings file's folder exists.
 pub(super) fn preflight(cfg: &RunConfig) -> anyhow::Result<()> {
-    retryscope::cost::PriceTable::builtin_with(cfg.prices.as_deref())?;
+    retryscope_core::cost::PriceTable::builtin_with(cfg.prices.as_deref())?;
     let target = cfg.findings_out.as_str();
     if !target.is_empty() && target != "-" {
         let path = std::path::Path::new(target);
@@ -350,14 +350,14 @@ pub(super) fn preflight(cfg: &RunConfig) -> anyhow::Result<()> {
         if !folder.is_dir() {
             anyhow::bail!(
                 "findings_out `{}`: the folder {} does not exist",
-                retryscope::sanitize::display(target),
+                retryscope_core::sanitize::display(target),
                 folder.display()
             );
         }
         if path.is_dir() {
             anyhow::bail!(
                 "findings_out `{}` is a directory; give a file name",
-                retryscope::sanitize::display(target)
+                retryscope_core::sanitize::display(target)
             );
         }
     }
@@ -368,7 +368,7 @@ pub(super) fn preflight(cfg: &RunConfig) -> anyhow::Result<()> {
 /// (run tails files: give a glob), a missing file, a glob under a missing folder.
 fn warn_about_includes(include: &[String]) {
     for pattern in include {
-        let shown = retryscope::sanitize::display(pattern);
+        let shown = retryscope_core::sanitize::display(pattern);
         let path = std::path::Path::new(pattern);
         let is_glob = pattern.contains(['*', '?', '[']);
         if !is_glob && path.is_dir() {
@@ -388,7 +388,7 @@ fn warn_about_includes(include: &[String]) {
             if !std::path::Path::new(folder).is_dir() {
                 tracing::warn!(
                     "no folder `{}` for `{shown}`: nothing can match until it exists",
-                    retryscope::sanitize::display(folder)
+                    retryscope_core::sanitize::display(folder)
                 );
             }
         }

@@ -6,7 +6,7 @@
 //! checkpointed and handed over when a peer joins) and renews their leases ([`super::lease`]).
 //! For an owned partition it creates the durable pull consumer `retryscope-p<N>-e<lease
 //! revision>` to start right after the sequence its checkpoint covers, feeds every message
-//! through its own [`crate::ingest::Ingest`] (a correlator per partition), and every
+//! through its own [`retryscope_core::ingest::Ingest`] (a correlator per partition), and every
 //! `checkpoint_every`:
 //! 1. waits until JetStream acknowledged the findings still in flight,
 //! 2. stores the partition's state with the covered stream sequence ([`super::state`]),
@@ -57,12 +57,12 @@ use super::deploy::Deploy;
 use super::owned::{Owned, await_acks, checkpoint, poll, set_correlator_stats, take};
 use super::partition::ensure_findings_stream;
 use super::{EVENTS_STREAM, NatsError, lease, state, wall_ms};
-use crate::correlate::CorrelatorConfig;
-use crate::cost::PriceTable;
-use crate::decode::Format;
 use crate::sink::findings::FindingsSink;
 use crate::sink::metrics::{ClusterStats, Metrics};
 use crate::sink::traces::TraceSink;
+use retryscope_core::correlate::CorrelatorConfig;
+use retryscope_core::cost::PriceTable;
+use retryscope_core::decode::Format;
 
 /// How a collector runs.
 #[derive(Debug, Clone)]
@@ -188,7 +188,8 @@ pub async fn collect(
     let mut last_lease: Option<Instant> = None;
     let mut last_checkpoint = Instant::now();
     let started = Instant::now();
-    let first = (crate::fasthash::fnv1a(cfg.instance.as_bytes()) % u64::from(partitions)) as u32;
+    let first =
+        (retryscope_core::fasthash::fnv1a(cfg.instance.as_bytes()) % u64::from(partitions)) as u32;
     while !shutdown.load(Ordering::SeqCst) {
         if last_lease.is_none_or(|t| t.elapsed() >= cfg.lease / 4) {
             last_lease = Some(Instant::now());

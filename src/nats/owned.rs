@@ -17,10 +17,10 @@ use super::collect::{MAX_ACKS_IN_FLIGHT, Shared};
 use super::partition::subject;
 use super::state::PartitionState;
 use super::{NatsError, STREAM_HEADER, state};
-use crate::correlate::{Correlator, Output};
-use crate::ingest::{Ingest, Source};
 use crate::internal_events::{FindingWriteFailed, Ingested, InternalEvent};
 use crate::sink::metrics::Metrics;
+use retryscope_core::correlate::{Correlator, Output};
+use retryscope_core::ingest::{Ingest, Source};
 
 /// Expiry of a fetch that knows how many messages wait (reading published findings): the
 /// server answers at once with them, and a request lost in a restart ends by itself.
@@ -351,8 +351,8 @@ async fn deliver(
             sh.summary.replayed_unpublished += 1;
             continue;
         }
-        let body =
-            crate::sanitize::to_json_vec(f).map_err(|e| NatsError::new("encoding a finding", e))?;
+        let body = retryscope_core::sanitize::to_json_vec(f)
+            .map_err(|e| NatsError::new("encoding a finding", e))?;
         let max_payload = super::max_payload(&sh.client);
         if body.len() + ENVELOPE > max_payload {
             sh.summary.dead_letters += 1;

@@ -8,7 +8,7 @@ use async_nats::jetstream::{self, stream};
 
 use super::deploy::Deploy;
 use super::{EVENTS_STREAM, FINDINGS_STREAM, NatsError};
-use crate::turn_route;
+use retryscope_core::turn_route;
 
 /// Subject prefix of shipped lines.
 pub const SUBJECT_PREFIX: &str = "retryscope.events";

@@ -145,7 +145,7 @@ pub async fn ship(cfg: ShipConfig, shutdown: Arc<AtomicBool>) -> Result<ShipSumm
                 if !fits {
                     summary.dead_letters += 1;
                     tracing::warn!(
-                        path = %crate::sanitize::display(&path.to_string_lossy()),
+                        path = %retryscope_core::sanitize::display(&path.to_string_lossy()),
                         end_offset = end,
                         bytes = payload.len(),
                         max_payload,
@@ -327,7 +327,7 @@ fn load_offsets(path: &std::path::Path, reset: bool) -> Result<Vec<FileCheckpoin
         },
         Err(e) => e.to_string(),
     };
-    let shown = crate::sanitize::display(&path.to_string_lossy()).into_owned();
+    let shown = retryscope_core::sanitize::display(&path.to_string_lossy()).into_owned();
     if !reset {
         return Err(NatsError::new(
             "reading the ship checkpoint",

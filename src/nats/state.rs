@@ -21,10 +21,10 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::NatsError;
-use crate::correlate::CorrelatorSnapshot;
-use crate::decode::gemini_join::JoinerSnapshot;
-use crate::pipeline::InputCounters;
 use crate::sink::metrics::MetricsSnapshot;
+use retryscope_core::correlate::CorrelatorSnapshot;
+use retryscope_core::decode::gemini_join::JoinerSnapshot;
+use retryscope_core::pipeline::InputCounters;
 
 /// The bucket of partition checkpoints.
 pub const STATE_BUCKET: &str = "retryscope_state";
@@ -168,7 +168,7 @@ async fn read_chunks(store: &kv::Store, p: u32, r: &ChunkRef) -> Result<Partitio
             })?;
         bytes.extend_from_slice(&part);
     }
-    if bytes.len() as u64 != r.bytes || crate::fasthash::fnv1a(&bytes) != r.fnv {
+    if bytes.len() as u64 != r.bytes || retryscope_core::fasthash::fnv1a(&bytes) != r.fnv {
         return Err(NatsError::new(
             "reading a chunked checkpoint",
             "its chunks do not match the head (length or hash)",
@@ -241,7 +241,7 @@ pub async fn save(
         parts: u32::try_from(bytes.len().div_ceil(CHUNK_BYTES))
             .map_err(|e| NatsError::new("encoding a checkpoint", e))?,
         bytes: bytes.len() as u64,
-        fnv: crate::fasthash::fnv1a(&bytes),
+        fnv: retryscope_core::fasthash::fnv1a(&bytes),
     };
     for (i, part) in bytes.chunks(CHUNK_BYTES).enumerate() {
         let written = store

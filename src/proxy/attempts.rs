@@ -37,12 +37,12 @@ mod next_request;
 mod place;
 mod retry_match;
 
-use crate::decode::EnvelopeDecoder;
-use crate::decode::native::ProviderChunk;
-use crate::event::EventKind;
 use calls::{call_marker, stream_call_ids};
 use line::{Fields, Line};
 use retry_match::{Kept, RetryOf, Strategy};
+use retryscope_core::decode::EnvelopeDecoder;
+use retryscope_core::decode::native::ProviderChunk;
+use retryscope_core::event::EventKind;
 
 /// How an attempt's response ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,7 +156,7 @@ pub struct Tracker {
     steps: HashMap<String, u32>,
     max_turns: usize,
     stats: TrackerStats,
-    scratch: Vec<crate::event::Event<'static>>,
+    scratch: Vec<retryscope_core::event::Event<'static>>,
     /// The client kind of the request being begun (`super::client`): the new turn's agent.
     pub client: &'static str,
 }

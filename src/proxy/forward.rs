@@ -448,7 +448,7 @@ async fn handle(
         Err(e) => {
             (proxy.notes)(ProxyNote::UpstreamError);
             let why = error_chain(&e);
-            tracing::warn!(error = %why, path = %crate::sanitize::display(&path), "proxy: upstream request failed");
+            tracing::warn!(error = %why, path = %retryscope_core::sanitize::display(&path), "proxy: upstream request failed");
             if let Some(a) = begun.take() {
                 proxy.track(&begun.backlog, |t| t.end(&a, &End::Upstream(why), now_ms()));
             }

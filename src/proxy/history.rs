@@ -10,7 +10,7 @@
 
 use serde_json::Value;
 
-use crate::fasthash::fnv1a;
+use retryscope_core::fasthash::fnv1a;
 
 /// The provider API a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -95,7 +95,7 @@ pub struct ToolResult {
     pub name: Option<String>,
     /// The format marks it an error (Anthropic `is_error`; a Gemini `response.error`).
     pub error: bool,
-    /// The start of its text (`crate::event::result_excerpt`): how the tool ended, in its
+    /// The start of its text (`retryscope_core::event::result_excerpt`): how the tool ended, in its
     /// own words ("User aborted the command"). Not part of the fingerprint.
     pub text: Option<String>,
 }
@@ -286,7 +286,7 @@ pub fn parse(api: Api, path: &str, body: &[u8]) -> Option<Request> {
 
 /// A tool result's text as kept (bounded), `None` when empty.
 fn excerpt(text: &str) -> Option<String> {
-    Some(crate::event::result_excerpt(text)).filter(|t| !t.is_empty())
+    Some(retryscope_core::event::result_excerpt(text)).filter(|t| !t.is_empty())
 }
 
 fn arr<'v>(v: &'v Value, key: &str) -> &'v [Value] {

@@ -143,8 +143,9 @@ impl Injector {
         }
         let k = self.streams.fetch_add(1, Ordering::Relaxed);
         if let Some(p) = self.rule.fraction {
-            let h =
-                crate::fasthash::fnv1a(&[self.rule.seed.to_le_bytes(), k.to_le_bytes()].concat());
+            let h = retryscope_core::fasthash::fnv1a(
+                &[self.rule.seed.to_le_bytes(), k.to_le_bytes()].concat(),
+            );
             let x = (h >> 11) as f64 / (1u64 << 53) as f64;
             if x >= p {
                 return None;

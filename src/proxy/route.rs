@@ -21,7 +21,7 @@ pub(super) struct Route {
 /// A URL as it may be shown: anything before an `@` (credentials) left out.
 fn shown(url: &str) -> String {
     let tail = url.rsplit_once('@').map_or(url, |(_, t)| t);
-    crate::sanitize::display(tail).into_owned()
+    retryscope_core::sanitize::display(tail).into_owned()
 }
 
 impl Route {
@@ -50,7 +50,7 @@ impl Route {
         if uri.query().is_some() {
             return Err(ProxyError::Config(format!(
                 "upstream url `{}`: no query string (put keys in headers)",
-                crate::sanitize::display(uri.path())
+                retryscope_core::sanitize::display(uri.path())
             )));
         }
         let prefix = if u.prefix.is_empty() {

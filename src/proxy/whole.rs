@@ -130,9 +130,9 @@ fn responses(v: Value) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::EnvelopeDecoder;
-    use crate::decode::native::ProviderChunk;
-    use crate::event::EventKind;
+    use retryscope_core::decode::EnvelopeDecoder;
+    use retryscope_core::decode::native::ProviderChunk;
+    use retryscope_core::event::EventKind;
 
     fn decoded(api: Api, body: &str) -> Vec<String> {
         let mut d = EnvelopeDecoder::new();

@@ -6,12 +6,12 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::correlate::CorrelatorSnapshot;
-use crate::decode::gemini_join::JoinerSnapshot;
-use crate::pipeline::InputCounters;
 use crate::sink::metrics::MetricsSnapshot;
 use crate::source::checkpoint_io::{self, ReadCheckpointError};
 use crate::source::file::FileCheckpoint;
+use retryscope_core::correlate::CorrelatorSnapshot;
+use retryscope_core::decode::gemini_join::JoinerSnapshot;
+use retryscope_core::pipeline::InputCounters;
 
 /// Name of the checkpoint file inside the data directory.
 pub const CHECKPOINT_FILE: &str = "checkpoint.json";

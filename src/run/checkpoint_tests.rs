@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::correlate::{Correlator, CorrelatorConfig};
-use crate::cost::PriceTable;
-use crate::decode::gemini_join::{SessionJoiner, Source};
-use crate::event::{Event, EventKind};
 use crate::sink::metrics::{Metrics, MetricsConfig};
+use retryscope_core::correlate::{Correlator, CorrelatorConfig};
+use retryscope_core::cost::PriceTable;
+use retryscope_core::decode::gemini_join::{SessionJoiner, Source};
+use retryscope_core::event::{Event, EventKind};
 
 fn checkpoint(joined: Option<JoinerSnapshot>) -> Checkpoint {
     let correlator = Correlator::new(CorrelatorConfig::default(), Arc::new(PriceTable::builtin()));
@@ -55,7 +55,7 @@ fn a_version_2_checkpoint_without_held_events_still_reads() {
 
 #[test]
 fn a_version_3_checkpoint_without_routes_still_reads_its_turns_as_native() {
-    use crate::correlate::Output;
+    use retryscope_core::correlate::Output;
     let mut c = Correlator::new(CorrelatorConfig::default(), Arc::new(PriceTable::builtin()));
     let mut out: Vec<Output> = Vec::new();
     c.set_route(7);

@@ -8,8 +8,8 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::time::{Duration, Instant};
 
 use crate::config::DemoSettings;
-use crate::ingest::Source;
-use crate::input::{Line, LineReader};
+use retryscope_core::ingest::Source;
+use retryscope_core::input::{Line, LineReader};
 
 /// Which feed a line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

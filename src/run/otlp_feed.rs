@@ -7,13 +7,13 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::correlate::Output;
-use crate::decode::Format;
-use crate::ingest::{Note, Source};
 use crate::internal_events::{Ingested, InternalEvent, LineRead};
 use crate::run::ShardedIngest;
 use crate::sink::metrics::Metrics;
 use crate::source::otlp::{Batch, Queue, SPOOL_DIR, Spool, SpoolPos};
+use retryscope_core::correlate::Output;
+use retryscope_core::decode::Format;
+use retryscope_core::ingest::{Note, Source};
 
 /// Records handed to the ingest path per poll, at most (whole batches).
 const MAX_RECORDS_PER_POLL: usize = 20_000;
@@ -84,7 +84,7 @@ impl OtlpFeed {
         self.queue.take(MAX_RECORDS_PER_POLL, &mut self.batches);
         let mut n = 0u64;
         for batch in self.batches.drain(..) {
-            let mut last: Option<(String, crate::ingest::StreamId)> = None;
+            let mut last: Option<(String, retryscope_core::ingest::StreamId)> = None;
             for rec in &batch.records {
                 LineRead {
                     source: Source::Otlp,

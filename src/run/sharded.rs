@@ -72,14 +72,16 @@ mod workers;
 
 use std::sync::Arc;
 
-use crate::correlate::{Correlator, CorrelatorConfig, CorrelatorSnapshot, CorrelatorStats, Output};
-use crate::cost::PriceTable;
-use crate::decode::Format;
-use crate::decode::gemini_join::JoinerSnapshot;
-use crate::ingest::{Ingest, Note, Source, StreamId};
-use crate::pipeline::{InputCounters, LineOutcome};
 use crate::sink::metrics::Metrics;
-use crate::turn_route::{self, Shard};
+use retryscope_core::correlate::{
+    Correlator, CorrelatorConfig, CorrelatorSnapshot, CorrelatorStats, Output,
+};
+use retryscope_core::cost::PriceTable;
+use retryscope_core::decode::Format;
+use retryscope_core::decode::gemini_join::JoinerSnapshot;
+use retryscope_core::ingest::{Ingest, Note, Source, StreamId};
+use retryscope_core::pipeline::{InputCounters, LineOutcome};
+use retryscope_core::turn_route::{self, Shard};
 use workers::{Op, Workers};
 
 /// Workers at most, whatever the core count.

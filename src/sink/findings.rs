@@ -13,9 +13,9 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use crate::correlate::Output;
-use crate::finding::Finding;
 use crate::sink::live_view::LiveView;
+use retryscope_core::correlate::Output;
+use retryscope_core::finding::Finding;
 
 /// Where findings go.
 #[derive(Debug)]
@@ -97,7 +97,7 @@ impl FindingsSink {
         if let FindingsSink::Human(view) = self {
             return view.finding(finding);
         }
-        let mut line = crate::sanitize::to_json_vec(finding).map_err(io::Error::other)?;
+        let mut line = retryscope_core::sanitize::to_json_vec(finding).map_err(io::Error::other)?;
         line.push(b'\n');
         match self {
             FindingsSink::Off | FindingsSink::Human(_) => Ok(()),

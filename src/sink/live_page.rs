@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::check::Summary;
 use crate::check::html::{HtmlLimits, HtmlReport};
-use crate::report::TurnReport;
+use retryscope_core::report::TurnReport;
 
 /// Turns kept for the page.
 pub const RECENT: usize = 20;

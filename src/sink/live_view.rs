@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use crate::check::human::{count, explain_live, thousands};
 use crate::check::render::Style;
-use crate::correlate::Output;
-use crate::finding::{Finding, FindingKind, Severity};
-use crate::sanitize::display;
+use retryscope_core::correlate::Output;
+use retryscope_core::finding::{Finding, FindingKind, Severity};
+use retryscope_core::sanitize::display;
 
 /// Settings of the live view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -30,10 +30,10 @@ use std::sync::{Arc, Mutex};
 
 use prometheus::{Encoder, Registry, TextEncoder};
 
-use crate::correlate::{CorrelatorStats, Output, TurnLabels};
-use crate::decode::BadLineReason;
-use crate::finding::{Finding, FindingKind};
-use crate::report::{Outcome, TurnReport, TurnStatus, UsageSource};
+use retryscope_core::correlate::{CorrelatorStats, Output, TurnLabels};
+use retryscope_core::decode::BadLineReason;
+use retryscope_core::finding::{Finding, FindingKind};
+use retryscope_core::report::{Outcome, TurnReport, TurnStatus, UsageSource};
 
 pub use components::ClusterStats;
 pub use family::{
@@ -73,7 +73,7 @@ pub const TOKEN_TYPES: [&str; 5] = [
 ];
 
 /// Where input comes from (the `source` label): the ingest path's bounded set.
-pub use crate::ingest::Source;
+pub use retryscope_core::ingest::Source;
 
 /// The `kind` label values of `retryscope_file_errors_total`.
 pub const FILE_ERROR_KINDS: [&str; 6] = [
@@ -141,14 +141,14 @@ struct Inner {
     /// (agent, model, provider) triples whose series [`Inner::touch_pair`] created already:
     /// it runs for every closed turn, and touching its 11 series again cost ~7% of the
     /// engine's instructions. Bounded by the label guards.
-    touched: crate::fasthash::FastMap<
+    touched: retryscope_core::fasthash::FastMap<
         String,
-        crate::fasthash::FastMap<String, crate::fasthash::FastSet<String>>,
+        retryscope_core::fasthash::FastMap<String, retryscope_core::fasthash::FastSet<String>>,
     >,
     /// Agents whose zero finding series (every kind, `tool=""`) exist.
-    agents_touched: crate::fasthash::FastSet<String>,
+    agents_touched: retryscope_core::fasthash::FastSet<String>,
     /// The input kinds read since start, for `retryscope_input_blind_spots`.
-    coverage: crate::coverage::Coverage,
+    coverage: retryscope_core::coverage::Coverage,
 }
 
 impl Inner {
@@ -196,7 +196,7 @@ impl Inner {
         for kind in FILE_ERROR_KINDS {
             t.touch(F::FileErrors as usize, &[kind]);
         }
-        for kind in crate::coverage::InputKind::ALL {
+        for kind in retryscope_core::coverage::InputKind::ALL {
             for sight in kind.sights().missing() {
                 t.touch(
                     F::InputBlindSpots as usize,
@@ -509,12 +509,12 @@ impl Metrics {
     /// A stream of `kind` was read: `retryscope_input_blind_spots` counts, per kind and sight
     /// it cannot show, the streams of that kind read since start, unless another kind read
     /// shows that sight (then 0).
-    pub fn saw_input_kind(&self, kind: crate::coverage::InputKind) {
+    pub fn saw_input_kind(&self, kind: retryscope_core::coverage::InputKind) {
         let mut inner = lock(&self.inner);
         let inner = &mut *inner;
         inner.coverage.add(kind);
         let all = inner.coverage.sights();
-        for k in crate::coverage::InputKind::ALL {
+        for k in retryscope_core::coverage::InputKind::ALL {
             let n = inner.coverage.streams(k);
             for sight in k.sights().missing() {
                 let v = if all.has(sight) { 0 } else { n };

@@ -1,6 +1,6 @@
 //! OTLP trace export of closed turns.
 //!
-//! Each [`TurnReport`](crate::report::TurnReport) becomes one trace (see [`spans`] for the
+//! Each [`TurnReport`](retryscope_core::report::TurnReport) becomes one trace (see [`spans`] for the
 //! span model) that [`TraceSink`] sends to an OTLP endpoint over gRPC or HTTP/protobuf.
 //!
 //! Ingestion never waits for the backend: [`TraceSink::submit`] builds the spans and hands

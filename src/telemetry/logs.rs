@@ -3,7 +3,7 @@
 //! Both apply to all `tracing` events, ours and the libraries' (the OTLP exporter's internal
 //! logs, hyper, tonic), so no call site has to remember either:
 //!
-//! * [`fields`] formats field values through [`crate::sanitize::display`], so a file name or
+//! * [`fields`] formats field values through [`retryscope_core::sanitize::display`], so a file name or
 //!   an error text from a log line cannot move the cursor or set the terminal title;
 //! * [`LogLimiter`] lets at most one `WARN` or `ERROR` event per call site through per
 //!   interval; the next one that passes is followed by a note saying how many were suppressed.
@@ -36,7 +36,7 @@ pub fn fields() -> impl for<'w> FormatFields<'w> + Send + Sync + 'static {
     tracing_subscriber::fmt::format::debug_fn(
         |w: &mut Writer<'_>, field: &Field, value: &dyn fmt::Debug| {
             let text = format!("{value:?}");
-            let shown = crate::sanitize::display(&text);
+            let shown = retryscope_core::sanitize::display(&text);
             if field.name() == "message" {
                 write!(w, "{shown}")
             } else {
@@ -185,7 +185,7 @@ mod tests {
         let raw = text
             .trim_end_matches('\n')
             .chars()
-            .find(|&c| crate::sanitize::is_invisible(c));
+            .find(|&c| retryscope_core::sanitize::is_invisible(c));
         assert_eq!(raw, None, "{text:?}");
     }
 

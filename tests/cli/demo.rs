@@ -7,13 +7,13 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use retryscope::correlate::{Correlator, CorrelatorConfig, Output};
-use retryscope::cost::PriceTable;
-use retryscope::decode::SkipCounts;
-use retryscope::decode::native::{NativeLine, decode_line};
 use retryscope::demo::{Fleet, FleetConfig, Policy};
-use retryscope::finding::{FindingKind, Severity};
-use retryscope::report::{CloseReason, Outcome, TurnReport};
+use retryscope_core::correlate::{Correlator, CorrelatorConfig, Output};
+use retryscope_core::cost::PriceTable;
+use retryscope_core::decode::SkipCounts;
+use retryscope_core::decode::native::{NativeLine, decode_line};
+use retryscope_core::finding::{FindingKind, Severity};
+use retryscope_core::report::{CloseReason, Outcome, TurnReport};
 use serde_json::Value;
 
 fn generate(cfg: FleetConfig, turns: usize) -> (String, Fleet) {

@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
-use retryscope::correlate::{Correlator, CorrelatorConfig, Output};
-use retryscope::cost::PriceTable;
-use retryscope::decode::{Format, SkipCounts};
-use retryscope::event::{Event, EventKind};
-use retryscope::finding::FindingKind;
-use retryscope::ingest::{Ingest, Note, Source};
-use retryscope::report::TurnReport;
+use retryscope_core::correlate::{Correlator, CorrelatorConfig, Output};
+use retryscope_core::cost::PriceTable;
+use retryscope_core::decode::{Format, SkipCounts};
+use retryscope_core::event::{Event, EventKind};
+use retryscope_core::finding::FindingKind;
+use retryscope_core::ingest::{Ingest, Note, Source};
+use retryscope_core::report::TurnReport;
 
 /// Everything decoding one file produced.
 pub struct Decoded {

@@ -4,12 +4,12 @@
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use retryscope::correlate::{Correlator, CorrelatorConfig, Output};
-use retryscope::cost::PriceTable;
-use retryscope::decode::SkipCounts;
-use retryscope::decode::native::{NativeLine, decode_line};
-use retryscope::finding::Severity;
-use retryscope::report::TurnReport;
+use retryscope_core::correlate::{Correlator, CorrelatorConfig, Output};
+use retryscope_core::cost::PriceTable;
+use retryscope_core::decode::SkipCounts;
+use retryscope_core::decode::native::{NativeLine, decode_line};
+use retryscope_core::finding::Severity;
+use retryscope_core::report::TurnReport;
 use serde_json::json;
 
 /// What happens in one attempt of a generated turn.

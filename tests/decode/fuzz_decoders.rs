@@ -17,10 +17,10 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 use retryscope::check::{self, BadLine, CheckObserver, CheckOptions, InputSpec, render};
-use retryscope::correlate::CorrelatorConfig;
-use retryscope::cost::PriceTable;
-use retryscope::decode::Format;
-use retryscope::report::TurnReport;
+use retryscope_core::correlate::CorrelatorConfig;
+use retryscope_core::cost::PriceTable;
+use retryscope_core::decode::Format;
+use retryscope_core::report::TurnReport;
 
 fn cases() -> u32 {
     std::env::var("FUZZ_CASES")
@@ -305,7 +305,7 @@ struct Verify {
 fn no_raw_controls(text: &str) -> Result<(), String> {
     match text
         .chars()
-        .find(|&c| c != '\n' && retryscope::sanitize::is_invisible(c))
+        .find(|&c| c != '\n' && retryscope_core::sanitize::is_invisible(c))
     {
         Some(c) => Err(format!("raw control {c:?} in {text:?}")),
         None => Ok(()),

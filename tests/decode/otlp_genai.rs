@@ -9,9 +9,9 @@
 use crate::common;
 
 use common::{correlate, decode, findings, summary};
-use retryscope::decode::Format;
-use retryscope::finding::FindingKind;
-use retryscope::report::Outcome;
+use retryscope_core::decode::Format;
+use retryscope_core::finding::FindingKind;
+use retryscope_core::report::Outcome;
 
 const T: u64 = 1_796_227_707_000_000_000;
 
@@ -132,11 +132,11 @@ fn text_part(text: &str) -> String {
     format!(r#"{{\"type\":\"text\",\"content\":\"{text}\"}}"#)
 }
 
-fn retries(events: &[retryscope::event::Event<'_>]) -> Vec<(Option<String>, Option<String>)> {
+fn retries(events: &[retryscope_core::event::Event<'_>]) -> Vec<(Option<String>, Option<String>)> {
     events
         .iter()
         .filter_map(|e| match &e.kind {
-            retryscope::event::EventKind::Retry { reason, prefill } => Some((
+            retryscope_core::event::EventKind::Retry { reason, prefill } => Some((
                 reason.as_deref().map(str::to_owned),
                 prefill.as_deref().map(str::to_owned),
             )),

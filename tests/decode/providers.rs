@@ -7,10 +7,10 @@ use crate::common;
 use std::path::Path;
 
 use common::{Decoded, correlate, decode, findings, summary, tool_calls};
-use retryscope::decode::Format;
-use retryscope::event::EventKind;
-use retryscope::finding::FindingKind::{self, IncompleteTurn, SplicedStream, SplicedText};
-use retryscope::report::{Outcome, TurnReport, TurnStatus, UsageSource};
+use retryscope_core::decode::Format;
+use retryscope_core::event::EventKind;
+use retryscope_core::finding::FindingKind::{self, IncompleteTurn, SplicedStream, SplicedText};
+use retryscope_core::report::{Outcome, TurnReport, TurnStatus, UsageSource};
 use serde_json::Value;
 
 fn load(rel: &str, want: Format) -> (Decoded, Vec<TurnReport>) {

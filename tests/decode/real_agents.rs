@@ -11,13 +11,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use common::{correlate, decode, findings, summary};
-use retryscope::correlate::{Correlator, CorrelatorConfig, Output};
-use retryscope::cost::PriceTable;
-use retryscope::decode::Format;
-use retryscope::decode::gemini_join::{SessionJoiner, Source};
-use retryscope::finding::FindingKind;
-use retryscope::ingest::{Ingest, Note, Source as IngestSource};
-use retryscope::report::{Outcome, TurnReport};
+use retryscope_core::correlate::{Correlator, CorrelatorConfig, Output};
+use retryscope_core::cost::PriceTable;
+use retryscope_core::decode::Format;
+use retryscope_core::decode::gemini_join::{SessionJoiner, Source};
+use retryscope_core::finding::FindingKind;
+use retryscope_core::ingest::{Ingest, Note, Source as IngestSource};
+use retryscope_core::report::{Outcome, TurnReport};
 use serde_json::Value;
 
 fn root() -> PathBuf {

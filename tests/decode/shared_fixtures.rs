@@ -11,9 +11,9 @@ use crate::common;
 use std::path::{Path, PathBuf};
 
 use common::{correlate, decode, findings, summary};
-use retryscope::decode::Format;
-use retryscope::finding::FindingKind;
-use retryscope::report::TurnStatus;
+use retryscope_core::decode::Format;
+use retryscope_core::finding::FindingKind;
+use retryscope_core::report::TurnStatus;
 
 /// Token figures: (input, output, cached, cache write, reasoning).
 type Tokens = (u64, u64, u64, u64, u64);
@@ -432,7 +432,7 @@ trait NoExec {
     fn executed_none(&self) -> bool;
 }
 
-impl NoExec for retryscope::report::TurnReport {
+impl NoExec for retryscope_core::report::TurnReport {
     fn executed_none(&self) -> bool {
         self.attempts.iter().all(|a| a.executed.is_empty())
     }

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use retryscope::correlate::{Correlator, CorrelatorConfig, Output};
-use retryscope::cost::PriceTable;
-use retryscope::pipeline::Pipeline;
 use retryscope::server::serve;
 use retryscope::sink::metrics::{FAMILIES, Kind, Metrics, MetricsConfig, Source};
+use retryscope_core::correlate::{Correlator, CorrelatorConfig, Output};
+use retryscope_core::cost::PriceTable;
+use retryscope_core::pipeline::Pipeline;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use retryscope::sanitize::is_invisible;
+use retryscope_core::sanitize::is_invisible;
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

@@ -16,14 +16,14 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use otlp_receiver::{
     Seen, attrs, dead_port, serve_grpc, serve_hanging, serve_http, serve_http_slow,
 };
-use retryscope::correlate::{Correlator, CorrelatorConfig, Output};
-use retryscope::cost::PriceTable;
-use retryscope::decode::SkipCounts;
-use retryscope::decode::native::{NativeLine, decode_line};
-use retryscope::report::TurnReport;
 use retryscope::sink::traces::{
     Protocol, SpanOptions, TraceExportConfig, TraceSink, TraceStats, turn_spans,
 };
+use retryscope_core::correlate::{Correlator, CorrelatorConfig, Output};
+use retryscope_core::cost::PriceTable;
+use retryscope_core::decode::SkipCounts;
+use retryscope_core::decode::native::{NativeLine, decode_line};
+use retryscope_core::report::TurnReport;
 
 const NAIVE: &str = include_str!("../../examples/bookstore/naive.jsonl");
 const RESET: &str = include_str!("../../examples/bookstore/reset.jsonl");

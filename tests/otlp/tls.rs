@@ -18,13 +18,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use otlp_receiver::{Seen, serve_grpc};
-use retryscope::correlate::{Correlator, CorrelatorConfig, Output as CorrelatorOutput};
-use retryscope::cost::PriceTable;
-use retryscope::decode::SkipCounts;
-use retryscope::decode::native::{NativeLine, decode_line};
 use retryscope::otlp_client::TlsFiles;
-use retryscope::report::TurnReport;
 use retryscope::sink::traces::{Protocol, TraceExportConfig, TraceSink, span_count};
+use retryscope_core::correlate::{Correlator, CorrelatorConfig, Output as CorrelatorOutput};
+use retryscope_core::cost::PriceTable;
+use retryscope_core::decode::SkipCounts;
+use retryscope_core::decode::native::{NativeLine, decode_line};
+use retryscope_core::report::TurnReport;
 use tls_receiver::{Pki, serve_grpc_tls, serve_http_tls, write_other_ca};
 
 const NAIVE: &str = include_str!("../../examples/bookstore/naive.jsonl");

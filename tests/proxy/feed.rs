@@ -14,14 +14,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use proxy_support::{Ending, Got, Lines, Mock, Stream, post, post_counting, request_for};
-use retryscope::correlate::{Correlator, CorrelatorConfig, Output};
-use retryscope::cost::PriceTable;
-use retryscope::decode::Format;
-use retryscope::ingest::{Ingest, Source};
 use retryscope::proxy::{
     EngineSink, LineSink, Proxy, ProxyNote, ProxySettings, Tracker, UpstreamSettings,
 };
 use retryscope::run::FeedItem;
+use retryscope_core::correlate::{Correlator, CorrelatorConfig, Output};
+use retryscope_core::cost::PriceTable;
+use retryscope_core::decode::Format;
+use retryscope_core::ingest::{Ingest, Source};
 use serde_json::{Value, json};
 
 const CHAT: &str = "/v1/chat/completions";

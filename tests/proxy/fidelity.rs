@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proxy_support::{Ending, Mock, in_repo, post, request_for, shared, start_proxy, streams_in};
-use retryscope::correlate::{Correlator, CorrelatorConfig, Output};
-use retryscope::cost::PriceTable;
-use retryscope::decode::Format;
-use retryscope::ingest::{Ingest, Note, Source};
+use retryscope_core::correlate::{Correlator, CorrelatorConfig, Output};
+use retryscope_core::cost::PriceTable;
+use retryscope_core::decode::Format;
+use retryscope_core::ingest::{Ingest, Note, Source};
 
 /// Events and bad lines of the tracker's lines, through the ingest path.
 fn ingest(lines: &proxy_support::Lines) -> (u64, u64, Vec<Output>) {
@@ -26,7 +26,7 @@ fn ingest(lines: &proxy_support::Lines) -> (u64, u64, Vec<Output>) {
         ing.line(id, None, l, None, &mut out, &mut |n| {
             if let Note::Line { outcome, .. } = n {
                 match outcome {
-                    Ok(retryscope::pipeline::LineOutcome::Event) => events += 1,
+                    Ok(retryscope_core::pipeline::LineOutcome::Event) => events += 1,
                     Ok(_) => {}
                     Err(_) => bad += 1,
                 }

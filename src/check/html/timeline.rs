@@ -9,8 +9,8 @@ use std::fmt::Write as _;
 
 use super::esc;
 use crate::check::human::{clip, explain};
-use crate::finding::Severity;
-use crate::report::{AttemptReport, MarkKind, Outcome, TurnReport};
+use retryscope_core::finding::Severity;
+use retryscope_core::report::{AttemptReport, MarkKind, Outcome, TurnReport};
 
 const WIDTH: f64 = 1000.0;
 const GUTTER: f64 = 150.0;
@@ -30,7 +30,7 @@ pub fn severity_class(s: Severity) -> &'static str {
 
 /// A turn's findings, most severe first (stable: equal severities in the order they became
 /// known). The page numbers them in this order, in the list and on the timeline.
-pub fn by_severity(r: &TurnReport) -> Vec<&crate::finding::Finding> {
+pub fn by_severity(r: &TurnReport) -> Vec<&retryscope_core::finding::Finding> {
     let mut v: Vec<_> = r.findings.iter().collect();
     v.sort_by_key(|f| std::cmp::Reverse(f.severity));
     v

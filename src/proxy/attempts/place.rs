@@ -10,8 +10,10 @@
 //! retry its next request answers the abandoned attempt's call and the retry's, while its
 //! history shows only the retry's call.
 
-use crate::correlate::attribute::{AttemptCalls, Attribution, attribute_exec, attribute_unkept};
-use crate::effect::{canonical_args, effect_key};
+use retryscope_core::correlate::attribute::{
+    AttemptCalls, Attribution, attribute_exec, attribute_unkept,
+};
+use retryscope_core::effect::{canonical_args, effect_key};
 
 /// Calls remembered per turn (beyond this, a turn's later calls are placed as before: on the
 /// newest attempt by the correlator).

@@ -11,11 +11,11 @@
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::correlate::{Correlator, CorrelatorConfig, Output};
-use crate::cost::PriceTable;
-use crate::decode::Format;
-use crate::ingest::{Ingest, Source};
 use crate::proxy::history;
+use retryscope_core::correlate::{Correlator, CorrelatorConfig, Output};
+use retryscope_core::cost::PriceTable;
+use retryscope_core::decode::Format;
+use retryscope_core::ingest::{Ingest, Source};
 
 /// A sink the test can read after the tracker took it.
 #[derive(Clone, Default)]
@@ -41,7 +41,7 @@ pub(super) fn findings(lines: &Shared) -> Vec<(String, String, Option<String>)> 
     let mut bad = 0;
     for line in lines.0.lock().expect("lock").iter() {
         ingest.line(id, None, line, None, &mut out, &mut |n| {
-            if let crate::ingest::Note::Line {
+            if let retryscope_core::ingest::Note::Line {
                 outcome: Err(_), ..
             } = n
             {
@@ -352,13 +352,13 @@ fn an_open_stream_silent_past_the_idle_timeout_keeps_its_turn() {
         .expect("the first call's report");
     assert_ne!(
         first_turn.closed_by,
-        crate::report::CloseReason::IdleTimeout,
+        retryscope_core::report::CloseReason::IdleTimeout,
         "{first_turn:?}"
     );
     assert_eq!(first_turn.attempts.len(), 1);
     assert_eq!(
         first_turn.attempts[0].outcome,
-        crate::report::Outcome::Completed
+        retryscope_core::report::Outcome::Completed
     );
     assert_eq!(first_turn.attempts[0].executed.len(), 1, "{first_turn:?}");
     assert!(first_turn.findings.is_empty(), "{:?}", first_turn.findings);

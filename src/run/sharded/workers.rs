@@ -12,15 +12,15 @@ mod routing;
 
 use super::fault::{ENV as FAULT_ENV, PanicAfter};
 use super::{IngestState, LineCounts, WorkerDied};
-use crate::correlate::{CorrelatorSnapshot, CorrelatorStats, Output};
-use crate::decode::Format;
-use crate::decode::gemini_join::JoinerSnapshot;
-use crate::fasthash::FastMap;
-use crate::ingest::{Ingest, Note, Source, StreamId};
 use crate::internal_events::{Ingested, InternalEvent};
-use crate::pipeline::InputCounters;
 use crate::sink::metrics::Metrics;
-use crate::turn_route::Routing;
+use retryscope_core::correlate::{CorrelatorSnapshot, CorrelatorStats, Output};
+use retryscope_core::decode::Format;
+use retryscope_core::decode::gemini_join::JoinerSnapshot;
+use retryscope_core::fasthash::FastMap;
+use retryscope_core::ingest::{Ingest, Note, Source, StreamId};
+use retryscope_core::pipeline::InputCounters;
+use retryscope_core::turn_route::Routing;
 use routing::StreamState;
 
 /// Bytes of lines per batch handed to the workers.
@@ -398,7 +398,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .copied()
         .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("a panic without a message");
-    crate::sanitize::display(text).into_owned()
+    retryscope_core::sanitize::display(text).into_owned()
 }
 
 fn worker(

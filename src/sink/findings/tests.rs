@@ -1,5 +1,5 @@
 use super::*;
-use crate::finding::FindingKind;
+use retryscope_core::finding::FindingKind;
 
 #[test]
 fn a_written_finding_is_in_the_file_before_any_flush() {

@@ -99,10 +99,10 @@ impl LabelGuard {
     }
 }
 
-/// Trim, escape control characters (see [`crate::sanitize::label`]) and truncate a raw value
+/// Trim, escape control characters (see [`retryscope_core::sanitize::label`]) and truncate a raw value
 /// to at most [`MAX_LABEL_CHARS`] characters.
 pub fn sanitize(raw: &str) -> String {
-    crate::sanitize::label(raw.trim())
+    retryscope_core::sanitize::label(raw.trim())
         .chars()
         .take(MAX_LABEL_CHARS)
         .collect()

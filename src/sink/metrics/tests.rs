@@ -3,11 +3,11 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::correlate::{Correlator, CorrelatorConfig, TurnLabels};
-use crate::cost::PriceTable;
-use crate::decode::SkipCounts;
-use crate::decode::native::{NativeLine, decode_line};
-use crate::finding::Finding;
+use retryscope_core::correlate::{Correlator, CorrelatorConfig, TurnLabels};
+use retryscope_core::cost::PriceTable;
+use retryscope_core::decode::SkipCounts;
+use retryscope_core::decode::native::{NativeLine, decode_line};
+use retryscope_core::finding::Finding;
 
 const NAIVE: &str = include_str!("../../../examples/bookstore/naive.jsonl");
 const RESET: &str = include_str!("../../../examples/bookstore/reset.jsonl");

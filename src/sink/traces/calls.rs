@@ -15,7 +15,7 @@
 
 use std::ops::Range;
 
-use crate::report::{AttemptReport, UsageSource};
+use retryscope_core::report::{AttemptReport, UsageSource};
 
 /// The model calls of a turn's attempts, as index ranges into `attempts`, in order: one call
 /// holding every attempt (see the module doc), none when there are no attempts.

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use super::spans::{SpanOptions, span_count, turn_spans};
 use crate::otlp_client::{TraceError, TraceExportConfig, build_exporter};
-use crate::report::TurnReport;
+use retryscope_core::report::TurnReport;
 
 /// Export counters, shared with the metrics sink. Every submitted span ends up exported or
 /// dropped: after [`TraceSink::shutdown`], `spans_submitted == spans_exported + spans_dropped`.

@@ -69,9 +69,11 @@ use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 
 use super::calls::{CallUsage, call_cost, call_usage, call_wasted_cost, model_calls};
 use super::ids::{Role, parse_traceparent, span_id, trace_id_for_turn};
-use crate::finding::{Finding, FindingKind, Severity};
-use crate::report::{AttemptReport, ExecReport, Outcome, TurnReport, TurnStatus, UsageSource};
-use crate::rules::Scope;
+use retryscope_core::finding::{Finding, FindingKind, Severity};
+use retryscope_core::report::{
+    AttemptReport, ExecReport, Outcome, TurnReport, TurnStatus, UsageSource,
+};
+use retryscope_core::rules::Scope;
 
 pub mod attr;
 
@@ -319,7 +321,7 @@ fn place_findings<'a>(report: &'a TurnReport, calls: &[Range<usize>]) -> Placed<
 }
 
 fn scope(kind: FindingKind) -> Scope {
-    crate::rules::rule(kind).scope
+    retryscope_core::rules::rule(kind).scope
 }
 
 /// The execution a tool finding is about: in its attempt first (the one at the finding's
@@ -396,7 +398,7 @@ fn root_attributes(r: &TurnReport, calls: usize) -> Vec<KeyValue> {
 }
 
 fn close_reason(r: &TurnReport) -> &'static str {
-    use crate::report::CloseReason;
+    use retryscope_core::report::CloseReason;
     match r.closed_by {
         CloseReason::TurnEnd => "turn_end",
         CloseReason::IdleTimeout => "idle_timeout",

@@ -29,7 +29,7 @@ impl FileId {
     }
 }
 
-pub(crate) use crate::fasthash::fnv1a;
+pub(crate) use retryscope_core::fasthash::fnv1a;
 
 /// Read up to `len` bytes from the start of `file` (fewer at EOF).
 pub(crate) fn read_prefix(file: &File, len: usize) -> io::Result<Vec<u8>> {

@@ -9,11 +9,11 @@ use std::sync::Arc;
 
 use super::super::tests::{Shared, answer, anthropic, anthropic_attempt, stream, tracker};
 use super::super::*;
-use crate::correlate::{Correlator, CorrelatorConfig, Output};
-use crate::cost::PriceTable;
-use crate::decode::Format;
-use crate::finding::Finding;
-use crate::ingest::{Ingest, Source};
+use retryscope_core::correlate::{Correlator, CorrelatorConfig, Output};
+use retryscope_core::cost::PriceTable;
+use retryscope_core::decode::Format;
+use retryscope_core::finding::Finding;
+use retryscope_core::ingest::{Ingest, Source};
 
 /// Every finding, through the ingest path, with or without content capture.
 fn findings(lines: &Shared, capture_content: bool) -> Vec<Finding> {

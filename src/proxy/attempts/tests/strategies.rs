@@ -9,7 +9,7 @@
 //! assistant message is Anthropic's prefill and its equivalents.
 
 use super::*;
-use crate::report::TurnReport;
+use retryscope_core::report::TurnReport;
 
 #[derive(Clone, Copy)]
 enum Msg<'a> {
@@ -464,7 +464,7 @@ fn responses_continuing_the_cut_response_on_the_server_is_a_retry() {
         first
             .findings
             .iter()
-            .any(|f| f.kind == crate::finding::FindingKind::SplicedText),
+            .any(|f| f.kind == retryscope_core::finding::FindingKind::SplicedText),
         "{:?}",
         first.findings
     );
@@ -565,6 +565,9 @@ fn a_resumed_background_stream_continues_the_same_attempt() {
     let r = report(&reports, &a0.turn);
     assert_eq!(r.retries, 0);
     assert_eq!(r.attempts.len(), 1);
-    assert_eq!(r.attempts[0].outcome, crate::report::Outcome::Completed);
+    assert_eq!(
+        r.attempts[0].outcome,
+        retryscope_core::report::Outcome::Completed
+    );
     assert!(r.findings.is_empty(), "{:?}", r.findings);
 }

@@ -3,7 +3,7 @@
 //! open turns and held gemini-cli events on the worker that reads them, with any count.
 
 use super::*;
-use crate::ingest::StreamId;
+use retryscope_core::ingest::StreamId;
 
 /// A committed fixture's text.
 fn fixture(rel: &str) -> String {

@@ -4,10 +4,10 @@
 //! stream's format is unknown, its own turns' native lines, or all of a stream it reads whole.
 
 use super::{Op, Workers};
-use crate::correlate::Output;
-use crate::decode::Format;
-use crate::ingest::{self, Source, StreamId};
-use crate::turn_route::{self, Routing};
+use retryscope_core::correlate::Output;
+use retryscope_core::decode::Format;
+use retryscope_core::ingest::{self, Source, StreamId};
+use retryscope_core::turn_route::{self, Routing};
 
 /// A stream as the engine thread knows it.
 pub(in crate::run::sharded) struct StreamState {

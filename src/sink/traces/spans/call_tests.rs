@@ -9,12 +9,12 @@ use opentelemetry::trace::{SpanId, SpanKind, Status};
 use opentelemetry_sdk::trace::SpanData;
 
 use super::*;
-use crate::correlate::{Correlator, CorrelatorConfig, Output};
-use crate::cost::PriceTable;
-use crate::decode::SkipCounts;
-use crate::decode::native::{NativeLine, decode_line};
 use crate::sink::traces::calls::model_calls;
 use crate::sink::traces::ids;
+use retryscope_core::correlate::{Correlator, CorrelatorConfig, Output};
+use retryscope_core::cost::PriceTable;
+use retryscope_core::decode::SkipCounts;
+use retryscope_core::decode::native::{NativeLine, decode_line};
 
 fn report(lines: &str, retry_cap: u32) -> TurnReport {
     let cfg = CorrelatorConfig {

@@ -7,12 +7,12 @@ use opentelemetry::{Array, KeyValue, StringValue, Value};
 use opentelemetry_sdk::trace::SpanData;
 
 use super::*;
-use crate::correlate::{Correlator, CorrelatorConfig, Output};
-use crate::cost::PriceTable;
-use crate::decode::SkipCounts;
-use crate::decode::native::{NativeLine, decode_line};
-use crate::report::TurnReport;
 use crate::sink::traces::ids;
+use retryscope_core::correlate::{Correlator, CorrelatorConfig, Output};
+use retryscope_core::cost::PriceTable;
+use retryscope_core::decode::SkipCounts;
+use retryscope_core::decode::native::{NativeLine, decode_line};
+use retryscope_core::report::TurnReport;
 
 const NAIVE: &str = include_str!("../../../../examples/bookstore/naive.jsonl");
 const RESET: &str = include_str!("../../../../examples/bookstore/reset.jsonl");
