@@ -94,11 +94,7 @@ async fn naive_client_session_through_the_binary() {
     );
     let proxy_addr = addr_in(&wait_for(&rx, "proxying"), "listen=");
 
-    let user = json!({"role":"user","content":"My book arrived damaged, order ORD-7781."});
-    // The agent offers its tool (a cut aims at requests that offer tools, by default).
-    let tools = json!([{"name":"issue_refund","input_schema":{"type":"object"}}]);
-    let first = json!({"model":"claude-sonnet-4-5","stream":true,"tools":tools,"messages":[user]})
-        .to_string();
+    let (first, next) = proxy_support::naive_refund_session();
     let headers = [
         ("x-api-key", "sk-ant-SECRET"),
         ("anthropic-version", "2023-06-01"),
@@ -112,20 +108,6 @@ async fn naive_client_session_through_the_binary() {
     // The naive client ran toolu_c1 already, retries, and runs toolu_c7 too.
     let a1 = post(proxy_addr, "/v1/messages", &first, &headers).await;
     assert_eq!(a1.ending, Ending::Clean);
-    let spliced = "Checking order ORD-7781. Checking your order ORD-7781. ";
-    let next = json!({"model":"claude-sonnet-4-5","stream":true,"tools":tools,"messages":[
-        user,
-        {"role":"assistant","content":[
-            {"type":"text","text":spliced},
-            {"type":"tool_use","id":"toolu_c1","name":"issue_refund","input":{"order_id":"ORD-7781"}},
-            {"type":"tool_use","id":"toolu_c7","name":"issue_refund","input":{"order_id":"ORD-7781"}}
-        ]},
-        {"role":"user","content":[
-            {"type":"tool_result","tool_use_id":"toolu_c1","content":"refund issued"},
-            {"type":"tool_result","tool_use_id":"toolu_c7","content":"refund issued"}
-        ]}
-    ]})
-    .to_string();
     assert_eq!(
         post(proxy_addr, "/v1/messages", &next, &headers)
             .await

@@ -289,24 +289,7 @@ fn attempt(id: &str, opening: &str, cut: bool) -> Stream {
 /// A naive client's session: the first attempt breaks off after its refund call, the client
 /// retries (the same request), then sends both calls' results. Returns each response's end.
 async fn naive_session(addr: std::net::SocketAddr) -> Vec<Ending> {
-    let user = json!({"role":"user","content":"My book arrived damaged, order ORD-7781."});
-    let tools = json!([{"name":"issue_refund","input_schema":{"type":"object"}}]);
-    let first = json!({"model":"claude-sonnet-4-5","stream":true,"tools":tools,"messages":[user]})
-        .to_string();
-    let spliced = "Checking order ORD-7781. Checking your order ORD-7781. ";
-    let next = json!({"model":"claude-sonnet-4-5","stream":true,"tools":tools,"messages":[
-        user,
-        {"role":"assistant","content":[
-            {"type":"text","text":spliced},
-            {"type":"tool_use","id":"toolu_c1","name":"issue_refund","input":{"order_id":"ORD-7781"}},
-            {"type":"tool_use","id":"toolu_c7","name":"issue_refund","input":{"order_id":"ORD-7781"}}
-        ]},
-        {"role":"user","content":[
-            {"type":"tool_result","tool_use_id":"toolu_c1","content":"refund issued"},
-            {"type":"tool_result","tool_use_id":"toolu_c7","content":"refund issued"}
-        ]}
-    ]})
-    .to_string();
+    let (first, next) = proxy_support::naive_refund_session();
     let mut ends = Vec::new();
     for body in [&first, &first, &next] {
         let got = tokio::time::timeout(

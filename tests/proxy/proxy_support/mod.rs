@@ -586,3 +586,30 @@ pub fn addr_in(line: &str, key: &str) -> std::net::SocketAddr {
         .parse()
         .expect("socket address")
 }
+
+/// The bookstore refund session as an Anthropic client sends it: the first request (which
+/// offers the refund tool; a naive client sends it again as its retry) and the next one,
+/// whose history keeps the spliced text and both refund calls with their results.
+pub fn naive_refund_session() -> (String, String) {
+    use serde_json::json;
+    let user = json!({"role":"user","content":"My book arrived damaged, order ORD-7781."});
+    // The agent offers its tool (a cut aims at requests that offer tools, by default).
+    let tools = json!([{"name":"issue_refund","input_schema":{"type":"object"}}]);
+    let first = json!({"model":"claude-sonnet-4-5","stream":true,"tools":tools,"messages":[user]})
+        .to_string();
+    let spliced = "Checking order ORD-7781. Checking your order ORD-7781. ";
+    let next = json!({"model":"claude-sonnet-4-5","stream":true,"tools":tools,"messages":[
+        user,
+        {"role":"assistant","content":[
+            {"type":"text","text":spliced},
+            {"type":"tool_use","id":"toolu_c1","name":"issue_refund","input":{"order_id":"ORD-7781"}},
+            {"type":"tool_use","id":"toolu_c7","name":"issue_refund","input":{"order_id":"ORD-7781"}}
+        ]},
+        {"role":"user","content":[
+            {"type":"tool_result","tool_use_id":"toolu_c1","content":"refund issued"},
+            {"type":"tool_result","tool_use_id":"toolu_c7","content":"refund issued"}
+        ]}
+    ]})
+    .to_string();
+    (first, next)
+}
