@@ -12,19 +12,19 @@ use crate::event::{Event, EventKind};
 
 /// Most tokens one usage event may report, per kind (input, output, cached, ...): a thousand
 /// times the largest context window of 2026.
-pub const MAX_TOKENS: u64 = 1_000_000_000;
+pub(crate) const MAX_TOKENS: u64 = 1_000_000_000;
 
 /// Earliest event time accepted: the Unix epoch (recorded test logs count from 0).
-pub const MIN_TS_MS: i64 = 0;
+pub(crate) const MIN_TS_MS: i64 = 0;
 
 /// Latest event time accepted: 2100-01-01T00:00:00Z, in Unix milliseconds.
-pub const MAX_TS_MS: i64 = 4_102_444_800_000;
+pub(crate) const MAX_TS_MS: i64 = 4_102_444_800_000;
 
 /// Highest attempt number accepted (attempts count from 0).
-pub const MAX_ATTEMPT: u32 = 100_000;
+pub(crate) const MAX_ATTEMPT: u32 = 100_000;
 
 /// Largest orchestrator step number accepted, either sign.
-pub const MAX_STEP: i64 = 1_000_000_000_000;
+pub(crate) const MAX_STEP: i64 = 1_000_000_000_000;
 
 fn bad(what: &str, bound: impl std::fmt::Display) -> DecodeError {
     // The message names the field and the bound, never the value from the line.
@@ -35,7 +35,7 @@ fn bad(what: &str, bound: impl std::fmt::Display) -> DecodeError {
 }
 
 /// `Ok` when every number in `ev` is within its sane range.
-pub fn check(ev: &Event<'_>) -> Result<(), DecodeError> {
+pub(crate) fn check(ev: &Event<'_>) -> Result<(), DecodeError> {
     if let Some(ts) = ev.ts_ms
         && !(MIN_TS_MS..=MAX_TS_MS).contains(&ts)
     {

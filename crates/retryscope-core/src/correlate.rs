@@ -2,7 +2,7 @@
 //! and billed usage.
 //!
 //! No I/O, no clock, no globals: the caller passes each event with the time it arrived
-//! (`now_ms`), calls [`Correlator::tick`] to let idle turns time out, and
+//! (`now_ms`), calls `Correlator::tick` to let idle turns time out, and
 //! [`Correlator::close_all`] at end of input. Everything the correlator learns comes out as
 //! [`Output`]s, in order: live signals (a retry, a finding) as soon as they are known, and a
 //! [`TurnReport`] when a turn closes. Its whole state can be snapshotted and restored, which is
@@ -30,10 +30,10 @@ use intern::Interner;
 use turn::TurnState;
 
 /// How many idle timeouts a wire-only turn with a response in flight may stay silent.
-pub const IN_FLIGHT_IDLE_FACTOR: i64 = 10;
+pub(crate) const IN_FLIGHT_IDLE_FACTOR: i64 = 10;
 /// The least silence (ms) after which a wire-only turn with a response in flight is closed
 /// anyway: a model may think for minutes before its first token.
-pub const IN_FLIGHT_MIN_IDLE_MS: i64 = 600_000;
+pub(crate) const IN_FLIGHT_MIN_IDLE_MS: i64 = 600_000;
 
 /// Correlator settings.
 #[derive(Debug, Clone)]
@@ -271,7 +271,7 @@ impl Correlator {
 
     /// The next events come from `input` (at `line`, when it has lines): a turn one of them
     /// opens records it as its source. Cheap per line: the name is shared, not copied.
-    pub fn set_origin(&mut self, input: &Arc<str>, line: Option<u64>) {
+    pub(crate) fn set_origin(&mut self, input: &Arc<str>, line: Option<u64>) {
         match &mut self.origin {
             Some((name, l)) if Arc::ptr_eq(name, input) => *l = line,
             origin => *origin = Some((input.clone(), line)),
@@ -286,11 +286,6 @@ impl Correlator {
         self.route = route;
     }
 
-    /// The settings.
-    pub fn config(&self) -> &CorrelatorConfig {
-        &self.cfg
-    }
-
     /// Input counters.
     pub fn stats(&self) -> CorrelatorStats {
         self.stats
@@ -303,7 +298,7 @@ impl Correlator {
 
     /// Number the next new turn `seq` (e.g. its global line number), so that correlators
     /// sharing one input by turn order their end-of-input closes consistently.
-    pub fn set_sequence_hint(&mut self, seq: u64) {
+    pub(crate) fn set_sequence_hint(&mut self, seq: u64) {
         self.seq_hint = Some(seq);
     }
 
@@ -311,7 +306,7 @@ impl Correlator {
     /// closed in an earlier input and shows up again is then a new turn, counted in
     /// [`CorrelatorStats::reused_turn_ids`], not a late event of the closed one. Turns still
     /// open carry on across inputs (a turn split over rotated files is one turn).
-    pub fn next_input(&mut self) {
+    pub(crate) fn next_input(&mut self) {
         self.input = self.input.saturating_add(1);
     }
 
@@ -376,7 +371,7 @@ impl Correlator {
     /// response still in flight (`turn_start` `wire_only`, its latest attempt not ended) is
     /// not idle: it waits [`IN_FLIGHT_IDLE_FACTOR`] times as long (at least
     /// [`IN_FLIGHT_MIN_IDLE_MS`]), a safety net for a stream whose end was lost.
-    pub fn tick(&mut self, now_ms: i64, out: &mut Vec<Output>) {
+    pub(crate) fn tick(&mut self, now_ms: i64, out: &mut Vec<Output>) {
         let Some(idle) = self.cfg.idle_timeout_ms else {
             return;
         };
@@ -406,7 +401,7 @@ impl Correlator {
     /// [`Correlator::close_all`], handing `out` to `drain` after every `batch` turns closed,
     /// so the reports of every open turn never exist at once (100,000 open turns closed in
     /// one go held 100,000 reports: as much memory again as the turns).
-    pub fn close_all_batched(
+    pub(crate) fn close_all_batched(
         &mut self,
         batch: usize,
         out: &mut Vec<Output>,

@@ -17,7 +17,7 @@ const DEFAULT_TABLE: &str = include_str!("../../../prices/default.json");
 
 /// USD per token for one model.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Price {
+pub(crate) struct Price {
     /// Uncached input token.
     pub input: f64,
     /// Output token (reasoning included).
@@ -30,7 +30,7 @@ pub struct Price {
 
 impl Price {
     /// USD cost of `usage` at this price. `input_tokens` includes cached and cache-write tokens.
-    pub fn cost(&self, usage: &Usage) -> f64 {
+    pub(crate) fn cost(&self, usage: &Usage) -> f64 {
         let special = usage
             .cached_input_tokens
             .saturating_add(usage.cache_write_tokens);
@@ -93,7 +93,7 @@ impl PriceTable {
     }
 
     /// Load a LiteLLM-format table from a file.
-    pub fn load(path: &Path) -> Result<Self, PriceError> {
+    pub(crate) fn load(path: &Path) -> Result<Self, PriceError> {
         let name = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| PriceError::Read {
             path: name.clone(),
@@ -104,7 +104,7 @@ impl PriceTable {
 
     /// Parse a LiteLLM-format table. Entries without both input and output prices (images,
     /// embeddings, `sample_spec`) and keys starting with `_` are skipped.
-    pub fn parse(text: &str, name: &str) -> Result<Self, PriceError> {
+    pub(crate) fn parse(text: &str, name: &str) -> Result<Self, PriceError> {
         let raw: HashMap<String, serde_json::Value> =
             serde_json::from_str(text).map_err(|source| PriceError::Parse {
                 path: name.to_owned(),
@@ -161,18 +161,14 @@ impl PriceTable {
     }
 
     /// Number of priced models.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.prices.len()
-    }
-
-    /// True when no model is priced.
-    pub fn is_empty(&self) -> bool {
-        self.prices.is_empty()
     }
 
     /// Find the price of `model`: exact, then without provider prefix, then without a date or
     /// version suffix.
-    pub fn lookup(&self, model: &str) -> Option<Price> {
+    pub(crate) fn lookup(&self, model: &str) -> Option<Price> {
         let lower = model.trim().to_ascii_lowercase();
         if let Some(p) = self.prices.get(&lower) {
             return Some(*p);
@@ -230,7 +226,7 @@ fn strip_suffix_once(name: &str) -> Option<&str> {
 }
 
 /// Estimated output tokens for text and argument characters (about four characters a token).
-pub fn estimate_tokens(chars: u64) -> u64 {
+pub(crate) fn estimate_tokens(chars: u64) -> u64 {
     chars.div_ceil(4)
 }
 

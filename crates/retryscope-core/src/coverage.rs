@@ -65,12 +65,12 @@ pub struct Sights(u8);
 
 impl Sights {
     /// Nothing.
-    pub const NONE: Sights = Sights(0);
+    pub(crate) const NONE: Sights = Sights(0);
     /// Everything.
-    pub const ALL: Sights = Sights(0b1111);
+    pub(crate) const ALL: Sights = Sights(0b1111);
 
     /// The set of `sights`.
-    pub fn of(sights: &[Sight]) -> Sights {
+    pub(crate) fn of(sights: &[Sight]) -> Sights {
         Sights(sights.iter().fold(0, |acc, s| acc | s.bit()))
     }
 
@@ -80,7 +80,7 @@ impl Sights {
     }
 
     /// Both sets.
-    pub fn union(self, other: Sights) -> Sights {
+    pub(crate) fn union(self, other: Sights) -> Sights {
         Sights(self.0 | other.0)
     }
 
@@ -211,7 +211,7 @@ impl InputKind {
     }
 
     /// What to add to see `sight`, which this kind cannot show.
-    pub fn advice(self, sight: Sight) -> &'static str {
+    pub(crate) fn advice(self, sight: Sight) -> &'static str {
         match (self, sight) {
             (InputKind::GeminiCliStreamJson, Sight::Attempts | Sight::Cuts) => {
                 "add gemini-cli's telemetry file (or its OTLP export), or use the proxy"

@@ -1,7 +1,7 @@
 //! Decoding: bytes of one line (or record) into normalized [`Event`](crate::event::Event)s.
 //!
 //! `native` reads retryscope's own JSON-lines format without copying strings. Provider formats
-//! (raw SSE bodies, chunk files, envelopes) plug in through [`StreamDecoder`]. Every decoder
+//! (raw SSE bodies, chunk files, envelopes) plug in through `StreamDecoder`. Every decoder
 //! reports bad input as a [`DecodeError`] with a bounded [`BadLineReason`], so callers can count
 //! it by reason and go on.
 
@@ -21,12 +21,13 @@ pub mod native;
 pub(crate) mod openai_chat;
 pub(crate) mod openai_responses;
 pub mod otlp;
-pub mod provider;
+pub(crate) mod provider;
 pub(crate) mod sse;
 
 pub use detect::detect;
 pub use envelope::EnvelopeDecoder;
-pub use provider::{Format, StreamDecoder, UnknownFormat, stream_decoder};
+pub use provider::{Format, UnknownFormat};
+pub(crate) use provider::{StreamDecoder, stream_decoder};
 
 use std::fmt;
 
@@ -90,7 +91,7 @@ pub struct DecodeError {
 
 impl DecodeError {
     /// Build an error.
-    pub fn new(reason: BadLineReason, message: impl Into<String>) -> Self {
+    pub(crate) fn new(reason: BadLineReason, message: impl Into<String>) -> Self {
         DecodeError {
             reason,
             message: message.into(),
@@ -102,7 +103,7 @@ impl DecodeError {
 /// other values quoted from the input (`invalid type: string "…"`, ``unknown variant `…` ``,
 /// ``unknown field `…` ``) become their length, so a bad-line warning carries the field's
 /// position and what was expected, not the content.
-pub fn json_error(e: &serde_json::Error) -> DecodeError {
+pub(crate) fn json_error(e: &serde_json::Error) -> DecodeError {
     let reason = match e.classify() {
         serde_json::error::Category::Data => BadLineReason::InvalidValue,
         _ => BadLineReason::InvalidJson,
@@ -164,7 +165,7 @@ pub struct SkipCounts {
 
 impl SkipCounts {
     /// Add another set of counts.
-    pub fn add(&mut self, other: SkipCounts) {
+    pub(crate) fn add(&mut self, other: SkipCounts) {
         self.unknown_types += other.unknown_types;
         self.unknown_fields += other.unknown_fields;
         self.incomplete_tool_calls += other.incomplete_tool_calls;

@@ -10,7 +10,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// Parse raw argument text into a JSON value, unwrapping a string that holds JSON.
-pub fn parse_args(raw: Option<&str>) -> Value {
+pub(crate) fn parse_args(raw: Option<&str>) -> Value {
     let Some(raw) = raw else {
         return Value::Object(Default::default());
     };
@@ -30,7 +30,7 @@ pub fn parse_args(raw: Option<&str>) -> Value {
 }
 
 /// Write `v` as canonical JSON: sorted object keys, no whitespace.
-pub fn write_canonical(v: &Value, out: &mut String) {
+pub(crate) fn write_canonical(v: &Value, out: &mut String) {
     match v {
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();

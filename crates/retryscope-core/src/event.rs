@@ -8,7 +8,7 @@
 use std::borrow::Cow;
 
 /// Milliseconds since the Unix epoch. Event time, never the collector's clock.
-pub type TimestampMs = i64;
+pub(crate) type TimestampMs = i64;
 
 /// One normalized event of one turn. Serializable (always deserialized owned) so events held
 /// between decode and correlation can be checkpointed.
@@ -131,7 +131,7 @@ pub enum EventKind<'a> {
         status: Option<Cow<'a, str>>,
         /// The start of the result the client sent back to the model, when it says how the
         /// execution ended (evidence for a person: "User aborted the command"); at most
-        /// [`MAX_RESULT_BYTES`], see [`result_excerpt`].
+        /// 240 bytes (`MAX_RESULT_BYTES`), see [`result_excerpt`].
         result: Option<Cow<'a, str>>,
     },
     /// The client told its renderers to discard partial output.
@@ -215,7 +215,7 @@ impl Event<'static> {
 
 impl Event<'_> {
     /// Detach the event from the buffer it borrows from.
-    pub fn into_owned(self) -> Event<'static> {
+    pub(crate) fn into_owned(self) -> Event<'static> {
         let kind = match self.kind {
             EventKind::TurnStart {
                 model,
@@ -297,9 +297,9 @@ impl Event<'_> {
 }
 
 /// Bytes of a tool result kept as evidence.
-pub const MAX_RESULT_BYTES: usize = 240;
+pub(crate) const MAX_RESULT_BYTES: usize = 240;
 
-/// The start of a tool result's text, cut on a character boundary at [`MAX_RESULT_BYTES`]
+/// The start of a tool result's text, cut on a character boundary at 240 bytes
 /// (a `…` marks the cut), with surrounding whitespace trimmed.
 pub fn result_excerpt(text: &str) -> String {
     let text = text.trim();

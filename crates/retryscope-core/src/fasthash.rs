@@ -1,5 +1,5 @@
 //! Every hash retryscope computes: a fast, per-process seeded hasher for the correlator's
-//! maps keyed by turn ids; [`StreamHash`], the same word mixing over a stream of fragments
+//! maps keyed by turn ids; `StreamHash`, the same word mixing over a stream of fragments
 //! (attempt text, checkpointed with open turns); and [`fnv1a`], the stable byte hash for file
 //! fingerprints (persisted) and `check`'s shard routing (the same in every process).
 //!
@@ -92,7 +92,7 @@ impl BuildHasher for FastState {
 /// A streaming hash of a byte stream, eight bytes at a time: fragments hash exactly like
 /// their concatenation, whatever the split. Serializable, so open turns can be checkpointed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StreamHash {
+pub(crate) struct StreamHash {
     acc: u64,
     /// The last `len % 8` bytes, not yet mixed in.
     tail: u64,
@@ -101,7 +101,7 @@ pub struct StreamHash {
 
 impl StreamHash {
     /// Add bytes.
-    pub fn push(&mut self, mut bytes: &[u8]) {
+    pub(crate) fn push(&mut self, mut bytes: &[u8]) {
         // Bytes in the tail: what does not fill a word (8 bytes of state fewer than keeping
         // the count: open turns hold one of these per text).
         let mut tail_len = (self.len % 8) as u32;
@@ -129,7 +129,7 @@ impl StreamHash {
     }
 
     /// The hash of everything pushed so far.
-    pub fn value(&self) -> u64 {
+    pub(crate) fn value(&self) -> u64 {
         let mut h = mix(mix(self.acc, self.tail), self.len);
         h ^= h >> 32;
         h = h.wrapping_mul(MUL);
@@ -148,21 +148,21 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 
 /// [`fnv1a`] a byte at a time, for a caller that looks at each byte anyway.
 #[derive(Debug, Clone, Copy)]
-pub struct Fnv1a(u64);
+pub(crate) struct Fnv1a(u64);
 
 impl Fnv1a {
     /// The FNV-1a offset basis: the hash of no bytes.
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         Self(0xcbf2_9ce4_8422_2325)
     }
 
     /// Mixes in the next byte.
-    pub fn write_byte(&mut self, b: u8) {
+    pub(crate) fn write_byte(&mut self, b: u8) {
         self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
     }
 
     /// The hash of the bytes written so far.
-    pub const fn finish(self) -> u64 {
+    pub(crate) const fn finish(self) -> u64 {
         self.0
     }
 }

@@ -166,7 +166,7 @@ impl Finding {
     }
 
     /// Attach a quote from the input (callers pass one only with content capture).
-    pub fn with_quote(mut self, quote: &str) -> Self {
+    pub(crate) fn with_quote(mut self, quote: &str) -> Self {
         self.quote = Some(quote.to_owned());
         self
     }
@@ -180,7 +180,7 @@ impl Finding {
     }
 
     /// Attach the time it became known.
-    pub fn at(mut self, ts_ms: i64) -> Self {
+    pub(crate) fn at(mut self, ts_ms: i64) -> Self {
         self.ts_ms = Some(ts_ms);
         self
     }

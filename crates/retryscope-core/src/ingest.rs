@@ -190,7 +190,7 @@ impl Ingest {
         &mut self.pipeline
     }
 
-    /// The next lines come from another input of `check` (see [`Correlator::next_input`]).
+    /// The next lines come from another input of `check` (see `Correlator::next_input`).
     pub fn next_input(&mut self) {
         self.pipeline.next_input();
     }
@@ -348,7 +348,7 @@ impl Ingest {
 
     /// Decide a sniffing stream's format now with what it holds (a live stream that went
     /// quiet): held lines are decoded. No-op once decided.
-    pub fn settle(
+    pub(crate) fn settle(
         &mut self,
         id: StreamId,
         arrival_ms: Option<i64>,
@@ -416,7 +416,7 @@ impl Ingest {
     }
 
     /// [`Ingest::close_all`], handing `out` to `drain` after every `batch` turns closed (see
-    /// [`crate::correlate::Correlator::close_all_batched`]).
+    /// `Correlator::close_all_batched`).
     pub fn close_all_batched(
         &mut self,
         batch: usize,
@@ -518,7 +518,7 @@ impl Ingest {
 
 /// Whether a stream read as `format` feeds the session joiner, when sessions are joined
 /// ([`Ingest::join_sessions`]): gemini-cli's telemetry and stream-json (and Claude Code's
-/// shape, see [`gemini_join::Source::of`]), and OTLP streams unless `join_otlp` is off
+/// shape, see `gemini_join::Source::of`), and OTLP streams unless `join_otlp` is off
 /// ([`Ingest::otlp_unjoined`]).
 pub fn feeds_joiner(format: Format, join_otlp: bool) -> bool {
     match format {

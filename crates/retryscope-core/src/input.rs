@@ -2,7 +2,12 @@
 //!
 //! `LineReader` splits any `Read` into lines (without `\n` or a trailing `\r`), keeps at most
 //! `max_line_bytes` of one line in memory, and skips longer lines to their newline, reporting
-//! them as [`Line::TooLong`] so the caller can count them. Used by `check` and by stdin.
+//! them as [`Line::TooLong`] so the caller can count them. Used by `check`.
+//!
+//! `LineSplitter` does the same for bytes pushed as they arrive (a live pipe read in
+//! whatever pieces the kernel hands over), and gives up its held partial line on request
+//! ([`LineSplitter::take_partial`]): a writer that stops without a newline, with the pipe
+//! still open, is not left unread.
 
 use std::io::{self, Read};
 
@@ -154,6 +159,102 @@ impl<R: Read> LineReader<R> {
     }
 }
 
+/// Splits bytes pushed in arbitrary pieces into bounded lines, with [`LineReader`]'s rules
+/// (no `\n` or trailing `\r`; a line over `max_line_bytes` is skipped and reported by its
+/// length). Holds at most `max_line_bytes + 1` bytes of one partial line.
+#[derive(Debug)]
+pub struct LineSplitter {
+    partial: Vec<u8>,
+    max_line_bytes: usize,
+    /// Bytes of an over-long line skipped so far, while skipping.
+    skipping: Option<u64>,
+    line_no: u64,
+}
+
+impl LineSplitter {
+    /// A splitter that keeps at most `max_line_bytes` of one line.
+    pub fn new(max_line_bytes: usize) -> Self {
+        LineSplitter {
+            partial: Vec::new(),
+            max_line_bytes: max_line_bytes.max(1),
+            skipping: None,
+            line_no: 0,
+        }
+    }
+
+    /// Split `bytes`, the input's next piece: each line it completes goes to `on_line`; what
+    /// follows its last newline is held.
+    pub fn push(&mut self, mut bytes: &[u8], on_line: &mut impl FnMut(Line<'_>)) {
+        while let Some(pos) = memchr(b'\n', bytes) {
+            let (head, rest) = (&bytes[..pos], &bytes[pos + 1..]);
+            bytes = rest;
+            self.line_no += 1;
+            let number = self.line_no;
+            if let Some(skipped) = self.skipping.take() {
+                on_line(Line::TooLong {
+                    number,
+                    len: skipped + head.len() as u64,
+                });
+                continue;
+            }
+            let whole = self.partial.len() + head.len();
+            if whole > self.max_line_bytes {
+                self.partial.clear();
+                on_line(Line::TooLong {
+                    number,
+                    len: whole as u64,
+                });
+                continue;
+            }
+            let line: &[u8] = if self.partial.is_empty() {
+                head
+            } else {
+                self.partial.extend_from_slice(head);
+                &self.partial
+            };
+            on_line(Line::Complete {
+                number,
+                bytes: line.strip_suffix(b"\r").unwrap_or(line),
+            });
+            self.partial.clear();
+        }
+        match &mut self.skipping {
+            Some(skipped) => *skipped += bytes.len() as u64,
+            None if self.partial.len() + bytes.len() > self.max_line_bytes => {
+                self.skipping = Some((self.partial.len() + bytes.len()) as u64);
+                self.partial.clear();
+            }
+            None => self.partial.extend_from_slice(bytes),
+        }
+    }
+
+    /// Whether a partial line (or an over-long one being skipped) is held.
+    pub fn holds_partial(&self) -> bool {
+        !self.partial.is_empty() || self.skipping.is_some()
+    }
+
+    /// Give up the held partial line as a line of its own (the input ended, or stayed quiet
+    /// with one held): whatever completes it later is the next line.
+    pub fn take_partial(&mut self, on_line: &mut impl FnMut(Line<'_>)) {
+        if !self.holds_partial() {
+            return;
+        }
+        self.line_no += 1;
+        let number = self.line_no;
+        match self.skipping.take() {
+            Some(len) => on_line(Line::TooLong { number, len }),
+            None => {
+                let line = &self.partial[..];
+                on_line(Line::Complete {
+                    number,
+                    bytes: line.strip_suffix(b"\r").unwrap_or(line),
+                });
+            }
+        }
+        self.partial.clear();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,6 +304,57 @@ mod tests {
         assert_eq!(
             collect(b"12345\n123456\n", 5),
             vec!["1:12345", "2:TOO_LONG(6)"]
+        );
+    }
+
+    fn split(pieces: &[&[u8]], max: usize) -> Vec<String> {
+        let mut s = LineSplitter::new(max);
+        let mut out = Vec::new();
+        let mut on = |line: Line<'_>| {
+            out.push(match line {
+                Line::Complete { number, bytes } => {
+                    format!("{number}:{}", String::from_utf8_lossy(bytes))
+                }
+                Line::TooLong { number, len } => format!("{number}:TOO_LONG({len})"),
+            })
+        };
+        for p in pieces {
+            s.push(p, &mut on);
+        }
+        s.take_partial(&mut on);
+        out
+    }
+
+    #[test]
+    fn the_splitter_reads_what_the_reader_reads_whatever_the_pieces() {
+        let mut input = b"ok\r\n\nlong ".to_vec();
+        input.extend(std::iter::repeat_n(b'x', 40));
+        input.extend(b"\nnext\nexactly10c\nelevenchars\ntail\r");
+        let whole = collect(&input, 10);
+        for size in [1, 2, 3, 7, 10, 11, 64] {
+            let pieces: Vec<&[u8]> = input.chunks(size).collect();
+            assert_eq!(split(&pieces, 10), whole, "pieces of {size}");
+        }
+    }
+
+    #[test]
+    fn a_partial_line_taken_is_delivered_once_and_what_follows_is_the_next_line() {
+        let mut s = LineSplitter::new(100);
+        let mut out = Vec::new();
+        let mut on = |line: Line<'_>| out.push(format!("{line:?}"));
+        s.push(b"a\nda", &mut on);
+        assert!(s.holds_partial());
+        s.take_partial(&mut on);
+        assert!(!s.holds_partial());
+        s.take_partial(&mut on);
+        s.push(b"ta\n", &mut on);
+        assert_eq!(
+            out,
+            vec![
+                "Complete { number: 1, bytes: [97] }",
+                "Complete { number: 2, bytes: [100, 97] }",
+                "Complete { number: 3, bytes: [116, 97] }",
+            ]
         );
     }
 }

@@ -8,7 +8,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod bounds;
+pub(crate) mod bounds;
 pub mod continuation;
 pub mod correlate;
 pub mod cost;
@@ -21,8 +21,9 @@ pub mod finding;
 pub mod ingest;
 pub mod input;
 pub mod pipeline;
+pub mod reorder;
 pub mod report;
-pub mod rfc3339;
+pub(crate) mod rfc3339;
 pub mod rules;
 pub mod sanitize;
 pub mod turn_route;

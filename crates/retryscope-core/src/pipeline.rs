@@ -13,6 +13,7 @@ use crate::correlate::{Correlator, Output};
 use crate::decode::native::{self, NativeLine};
 use crate::decode::{BadLineReason, DecodeError, EnvelopeDecoder, SkipCounts, StreamDecoder};
 use crate::event::{Event, EventKind};
+use crate::reorder::{HeldEvent, HoldSnapshot, TurnHold};
 
 /// Counters about the input.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,6 +70,16 @@ pub struct Pipeline {
     scratch: Vec<Event<'static>>,
     /// Every event correlated, kept when asked ([`Pipeline::record_events`]).
     recorded: Option<Vec<Event<'static>>>,
+    /// Turns held until quiet and handed over in time order ([`Pipeline::hold_turns`]).
+    hold: Option<TurnHold>,
+    /// Where the events being observed come from (what [`Pipeline::set_origin`] set), kept
+    /// with each held event.
+    origin: (
+        Option<std::sync::Arc<str>>,
+        Option<u64>,
+        crate::turn_route::Route,
+    ),
+    released: Vec<HeldEvent>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -91,7 +102,55 @@ impl Pipeline {
             envelope: EnvelopeDecoder::new(),
             scratch: Vec::new(),
             recorded: None,
+            hold: None,
+            origin: (None, None, 0),
+            released: Vec::new(),
         }
+    }
+
+    /// Hold each turn's events until it has been quiet for `settle_ms` (arrival clock), then
+    /// correlate them in time order ([`crate::reorder`]): for inputs that do not keep a turn's
+    /// order (a cluster's partitions, fed by several hosts). `held` resumes a checkpoint's.
+    pub fn hold_turns(&mut self, settle_ms: i64, held: Option<HoldSnapshot>) {
+        self.hold = Some(match held {
+            Some(h) => TurnHold::restore(settle_ms, h),
+            None => TurnHold::new(settle_ms),
+        });
+    }
+
+    /// What the turn hold holds, for a checkpoint.
+    pub fn held_snapshot(&self) -> Option<HoldSnapshot> {
+        self.hold.as_ref()?.snapshot()
+    }
+
+    /// Correlate the held turns quiet at `now_ms` (all of them with `all`).
+    fn release_held(&mut self, now_ms: i64, all: bool, out: &mut Vec<Output>) {
+        let Some(hold) = &mut self.hold else {
+            return;
+        };
+        let mut released = std::mem::take(&mut self.released);
+        hold.release(now_ms, all, &mut released);
+        self.correlate_released(&mut released, out);
+        self.released = released;
+    }
+
+    fn correlate_released(&mut self, released: &mut Vec<HeldEvent>, out: &mut Vec<Output>) {
+        if released.is_empty() {
+            return;
+        }
+        let (input, line, route) = self.origin.clone();
+        for e in released.drain(..) {
+            if let Some(from) = &e.input {
+                self.correlator.set_origin(from, None);
+            }
+            self.correlator.set_route(e.route);
+            self.correlator.observe(&e.event, e.arrival_ms, out);
+        }
+        // Back to where the events being read now come from.
+        if let Some(input) = &input {
+            self.correlator.set_origin(input, line);
+        }
+        self.correlator.set_route(route);
     }
 
     /// Keep a copy of every event correlated from now on (for tests and tools that inspect
@@ -115,7 +174,7 @@ impl Pipeline {
 
     /// Where the next events come from (see [`Correlator::set_origin`]), and the route of the
     /// feed they come through ([`Correlator::set_route`]; 0 for native lines).
-    pub fn set_origin(
+    pub(crate) fn set_origin(
         &mut self,
         input: &std::sync::Arc<str>,
         line: Option<u64>,
@@ -123,6 +182,9 @@ impl Pipeline {
     ) {
         self.correlator.set_origin(input, line);
         self.correlator.set_route(route);
+        if self.hold.is_some() {
+            self.origin = (Some(input.clone()), line, route);
+        }
     }
 
     /// Input counters so far.
@@ -141,13 +203,13 @@ impl Pipeline {
         self.clock_ms
     }
 
-    /// Number the next new turn (see [`Correlator::set_sequence_hint`]).
+    /// Number the next new turn (see `Correlator::set_sequence_hint`).
     pub fn set_sequence_hint(&mut self, seq: u64) {
         self.correlator.set_sequence_hint(seq);
     }
 
     /// The next lines come from another input (see [`Correlator::next_input`]).
-    pub fn next_input(&mut self) {
+    pub(crate) fn next_input(&mut self) {
         self.correlator.next_input();
     }
 
@@ -201,7 +263,7 @@ impl Pipeline {
     }
 
     /// Decode one line of a provider stream with its stream's decoder, and correlate.
-    pub fn stream_line(
+    pub(crate) fn stream_line(
         &mut self,
         decoder: &mut dyn StreamDecoder,
         bytes: &[u8],
@@ -223,7 +285,7 @@ impl Pipeline {
     }
 
     /// A provider stream ended: flush its decoder and add its skip counts.
-    pub fn stream_end(
+    pub(crate) fn stream_end(
         &mut self,
         decoder: &mut dyn StreamDecoder,
         arrival_ms: Option<i64>,
@@ -240,7 +302,11 @@ impl Pipeline {
 
     /// Correlate events decoded elsewhere (e.g. joined from several inputs).
     /// Events with numbers out of range are skipped and counted as bad values.
-    pub fn observe_events(&mut self, events: &mut Vec<Event<'static>>, out: &mut Vec<Output>) {
+    pub(crate) fn observe_events(
+        &mut self,
+        events: &mut Vec<Event<'static>>,
+        out: &mut Vec<Output>,
+    ) {
         if let Err(e) = self.observe_all(events, None, out) {
             self.counters.bad(e.reason);
         }
@@ -283,23 +349,37 @@ impl Pipeline {
         if let Some(recorded) = &mut self.recorded {
             recorded.push(ev.clone().into_owned());
         }
+        if let Some(hold) = &mut self.hold {
+            let mut released = std::mem::take(&mut self.released);
+            hold.push(
+                ev.clone().into_owned(),
+                now,
+                self.origin.0.clone(),
+                self.origin.2,
+                &mut released,
+            );
+            self.correlate_released(&mut released, out);
+            self.released = released;
+            return;
+        }
         self.correlator.observe(ev, now, out);
     }
 
     /// Count a line of a stream refused as a lookalike (never decoded).
-    pub fn refused_line(&mut self) {
+    pub(crate) fn refused_line(&mut self) {
         self.counters.lines += 1;
         self.counters.bad(BadLineReason::UnknownFormat);
     }
 
     /// Count a line skipped for its length.
-    pub fn too_long(&mut self) {
+    pub(crate) fn too_long(&mut self) {
         self.counters.lines += 1;
         self.counters.bad(BadLineReason::TooLong);
     }
 
-    /// Let idle turns time out.
-    pub fn tick(&mut self, now_ms: i64, out: &mut Vec<Output>) {
+    /// Correlate the held turns that went quiet, and let idle turns time out.
+    pub(crate) fn tick(&mut self, now_ms: i64, out: &mut Vec<Output>) {
+        self.release_held(now_ms, false, out);
         self.correlator.tick(now_ms, out);
     }
 
@@ -310,7 +390,7 @@ impl Pipeline {
 
     /// [`Pipeline::close_all`] with the turns closed in batches (see
     /// [`Correlator::close_all_batched`]).
-    pub fn close_all_batched(
+    pub(crate) fn close_all_batched(
         &mut self,
         batch: usize,
         out: &mut Vec<Output>,
@@ -324,11 +404,7 @@ impl Pipeline {
         self.scratch = events;
         let skips = std::mem::take(&mut self.envelope).skips();
         self.counters.skips.add(skips);
+        self.release_held(i64::MAX, true, out);
         self.correlator.close_all_batched(batch, out, drain);
-    }
-
-    /// Give the correlator back (for snapshots).
-    pub fn into_correlator(self) -> Correlator {
-        self.correlator
     }
 }

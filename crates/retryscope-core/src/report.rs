@@ -180,7 +180,7 @@ pub enum MarkKind {
 }
 
 /// One event (or run of text events) on an attempt's timeline. Kept only when asked for
-/// (`check --html`), at most [`MAX_TIMELINE_MARKS`] per attempt.
+/// (`check --html`), at most 64 (`MAX_TIMELINE_MARKS`) per attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TimelineMark {
     /// What.
@@ -199,7 +199,7 @@ pub struct TimelineMark {
 }
 
 /// Timeline marks kept per attempt; later ones are counted in `timeline_dropped`.
-pub const MAX_TIMELINE_MARKS: usize = 64;
+pub(crate) const MAX_TIMELINE_MARKS: usize = 64;
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
@@ -249,7 +249,7 @@ pub struct AttemptReport {
     /// Events on this attempt's timeline, in arrival order (only with `check --html`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timeline: Vec<TimelineMark>,
-    /// Timeline marks not kept (beyond [`MAX_TIMELINE_MARKS`]).
+    /// Timeline marks not kept (beyond 64 per attempt).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub timeline_dropped: u32,
 }

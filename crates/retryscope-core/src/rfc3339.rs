@@ -4,7 +4,7 @@
 //! separators RFC 3339 allows. Anything else is an error, never a guess.
 
 /// Parse an RFC 3339 timestamp into milliseconds since the Unix epoch.
-pub fn parse_ms(s: &str) -> Option<i64> {
+pub(crate) fn parse_ms(s: &str) -> Option<i64> {
     let b = s.as_bytes();
     if b.len() < 20 {
         return None;
@@ -101,8 +101,10 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-/// Format Unix milliseconds as RFC 3339 UTC with millisecond precision.
-pub fn format_ms(ms: i64) -> String {
+/// Format Unix milliseconds as RFC 3339 UTC with millisecond precision (the tests' inverse
+/// of [`parse_ms`]).
+#[cfg(test)]
+fn format_ms(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
     let millis = ms.rem_euclid(1000);
     let days = secs.div_euclid(86_400);
@@ -116,6 +118,7 @@ pub fn format_ms(ms: i64) -> String {
     )
 }
 
+#[cfg(test)]
 fn civil_from_days(z: i64) -> (i64, i64, i64) {
     let z = z + 719_468;
     let era = if z >= 0 { z } else { z - 146_096 } / 146_097;

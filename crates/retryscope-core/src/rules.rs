@@ -5,14 +5,14 @@
 //! finding is reported as soon as it is certain. A new kind is a new module here, a
 //! [`FindingKind`] variant, and one call from the correlator hook that sees its facts.
 
-pub mod abandoned_tool_executed;
-pub mod duplicate_effect;
-pub mod early_execution;
-pub mod incomplete_turn;
-pub mod retry_cap_exceeded;
-pub mod spliced_stream;
+pub(crate) mod abandoned_tool_executed;
+pub(crate) mod duplicate_effect;
+pub(crate) mod early_execution;
+pub(crate) mod incomplete_turn;
+pub(crate) mod retry_cap_exceeded;
+pub(crate) mod spliced_stream;
 pub mod spliced_text;
-pub mod unfinished_tool_executed;
+pub(crate) mod unfinished_tool_executed;
 
 use crate::finding::{FindingKind, Severity};
 
@@ -59,7 +59,7 @@ pub fn rule(kind: FindingKind) -> &'static Rule {
 
 /// The tool call a tool finding is about.
 #[derive(Debug, Clone, Copy)]
-pub struct Call<'a> {
+pub(crate) struct Call<'a> {
     /// Tool name.
     pub tool: &'a str,
     /// Provider call id.

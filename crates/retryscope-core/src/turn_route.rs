@@ -4,7 +4,7 @@
 //! Owns: the light scan for a native line's top-level `turn` (and `ts`) without decoding it,
 //! and the stable hash of the turn id that every router uses. Escaped and plain spellings of
 //! one id hash alike (the hash is over the unescaped id), and so does a turn id as the
-//! correlator holds it ([`shard_of_id`]), which is how a restored checkpoint's turns find
+//! correlator holds it (`shard_of_id`), which is how a restored checkpoint's turns find
 //! their shard.
 //!
 //! Also the routes of whole streams ([`Routing`]): a stream that is not native (a provider's
@@ -24,7 +24,7 @@ pub fn turn_hash(line: &[u8]) -> Option<u64> {
 }
 
 /// The stable hash of a raw `turn` token (a JSON string with its quotes, or a number).
-pub fn hash_turn_token(raw: &[u8]) -> Option<u64> {
+pub(crate) fn hash_turn_token(raw: &[u8]) -> Option<u64> {
     match raw {
         [b'"', inner @ .., b'"'] => {
             // One pass: hash, and unescape through serde at the first backslash.
@@ -54,7 +54,7 @@ pub fn shard_of_line(line: &[u8], count: u32) -> u32 {
 
 /// Which of `count` shards owns the turn `id` (unescaped, as the correlator holds it): the
 /// same shard [`shard_of_line`] sends its lines to.
-pub fn shard_of_id(id: &str, count: u32) -> u32 {
+pub(crate) fn shard_of_id(id: &str, count: u32) -> u32 {
     (fasthash::fnv1a(id.as_bytes()) % u64::from(count.max(1))) as u32
 }
 
@@ -120,12 +120,12 @@ pub struct Shard {
 
 impl Shard {
     /// Whether this shard counts what no turn or stream owns (shard 0 does).
-    pub fn primary(self) -> bool {
+    pub(crate) fn primary(self) -> bool {
         self.index == 0
     }
 
     /// Whether this shard reads the streams of `route`.
-    pub fn owns_route(self, route: Route) -> bool {
+    pub(crate) fn owns_route(self, route: Route) -> bool {
         shard_of_route(route, self.count) == self.index
     }
 }
@@ -133,8 +133,8 @@ impl Shard {
 /// The stable hash of a line's top-level `turn` and its `ts` read as the decoder reads it:
 /// what `check`'s shard workers need of every line. Lines in the canonical key order are read
 /// in one pass (the id hashed while it is scanned, the digits of `ts` summed while they are
-/// found); any other line gives exactly what [`top_level_turn_and_ts`], [`hash_turn_token`]
-/// and [`crate::decode::native::ts_token`] give.
+/// found); any other line gives exactly what [`top_level_turn_and_ts`], `hash_turn_token`
+/// and the native decoder's `ts_token` give.
 pub fn turn_hash_and_ts(line: &[u8]) -> (Option<u64>, Option<TimestampMs>) {
     if let Some(found) = canonical_hashed(line) {
         return found;

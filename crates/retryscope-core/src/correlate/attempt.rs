@@ -10,7 +10,7 @@ use crate::report::{MAX_TIMELINE_MARKS, MarkKind, Outcome, TimelineMark};
 
 /// Text statistics of a stream of fragments.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TextStats {
+pub(crate) struct TextStats {
     /// Characters.
     pub chars: u64,
     /// Streaming hash of the UTF-8 bytes.
@@ -25,14 +25,14 @@ pub struct TextStats {
 
 impl TextStats {
     /// Stats of one whole text.
-    pub fn of(text: &str, prefix_cap: usize) -> Self {
+    pub(crate) fn of(text: &str, prefix_cap: usize) -> Self {
         let mut s = TextStats::default();
         s.push(text, prefix_cap);
         s
     }
 
     /// Append a fragment; returns its length in characters.
-    pub fn push(&mut self, text: &str, prefix_cap: usize) -> u64 {
+    pub(crate) fn push(&mut self, text: &str, prefix_cap: usize) -> u64 {
         let chars = text.chars().count() as u64;
         self.chars += chars;
         self.hash.push(text.as_bytes());
@@ -53,14 +53,14 @@ impl TextStats {
     }
 
     /// Same text (by length and hash).
-    pub fn same_as(&self, other: &TextStats) -> bool {
+    pub(crate) fn same_as(&self, other: &TextStats) -> bool {
         self.chars == other.chars && self.hash.value() == other.hash.value()
     }
 }
 
 /// A complete tool call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CallState {
+pub(crate) struct CallState {
     pub id: Box<str>,
     pub name: Sym,
     /// Effect key without a step.
@@ -71,7 +71,7 @@ pub struct CallState {
 
 /// One execution of a call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExecState {
+pub(crate) struct ExecState {
     pub id: String,
     pub name: Sym,
     /// `None` until the call it executes is known.
@@ -92,7 +92,7 @@ pub struct ExecState {
 
 impl ExecState {
     /// The call this execution ran, as the rules name it.
-    pub fn call(&self) -> crate::rules::Call<'_> {
+    pub(crate) fn call(&self) -> crate::rules::Call<'_> {
         crate::rules::Call {
             tool: &self.name,
             id: &self.id,
@@ -103,7 +103,7 @@ impl ExecState {
 
 /// One attempt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AttemptState {
+pub(crate) struct AttemptState {
     pub number: u32,
     pub outcome: Outcome,
     pub finish_reason: Option<Sym>,
@@ -133,13 +133,13 @@ pub struct AttemptState {
 /// A continuation attempt's texts: the partial output its request carried (the prefill) and
 /// what the client should keep, that partial output followed by this attempt's own text.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Continuation {
+pub(crate) struct Continuation {
     pub prefill: TextStats,
     pub kept: TextStats,
 }
 
 impl Continuation {
-    pub fn of(prefill: &str, prefix_cap: usize) -> Self {
+    pub(crate) fn of(prefill: &str, prefix_cap: usize) -> Self {
         let stats = TextStats::of(prefill, prefix_cap);
         Continuation {
             prefill: stats.clone(),
@@ -150,14 +150,14 @@ impl Continuation {
 
 /// An attempt's bounded timeline (see [`TimelineMark`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Marks {
+pub(crate) struct Marks {
     pub list: Vec<TimelineMark>,
     pub dropped: u32,
 }
 
 impl Marks {
     /// Record an event; consecutive text events become one run.
-    pub fn push(&mut self, kind: MarkKind, ts: i64, chars: u64, call_id: Option<&str>) {
+    pub(crate) fn push(&mut self, kind: MarkKind, ts: i64, chars: u64, call_id: Option<&str>) {
         if kind == MarkKind::Text
             && let Some(last) = self.list.last_mut()
             && last.kind == MarkKind::Text
@@ -181,7 +181,7 @@ impl Marks {
 }
 
 impl AttemptState {
-    pub fn new(number: u32, ts: i64) -> Self {
+    pub(crate) fn new(number: u32, ts: i64) -> Self {
         AttemptState {
             number,
             outcome: Outcome::Open,
@@ -204,7 +204,14 @@ impl AttemptState {
     }
 
     /// Put an event on the timeline when marks are kept (`keep`).
-    pub fn mark(&mut self, keep: bool, kind: MarkKind, ts: i64, chars: u64, call_id: Option<&str>) {
+    pub(crate) fn mark(
+        &mut self,
+        keep: bool,
+        kind: MarkKind,
+        ts: i64,
+        chars: u64,
+        call_id: Option<&str>,
+    ) {
         if keep {
             self.marks
                 .get_or_insert_with(Default::default)
@@ -213,16 +220,16 @@ impl AttemptState {
     }
 
     /// Still streaming: neither finished, failed nor abandoned.
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         self.outcome == Outcome::Open
     }
 
-    pub fn touch(&mut self, ts: i64) {
+    pub(crate) fn touch(&mut self, ts: i64) {
         self.started_ms = self.started_ms.min(ts);
         self.ended_ms = self.ended_ms.max(ts);
     }
 
-    pub fn call(&self, id: &str) -> Option<&CallState> {
+    pub(crate) fn call(&self, id: &str) -> Option<&CallState> {
         self.calls.iter().find(|c| &*c.id == id)
     }
 }

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use crate::fasthash::FastSet;
 
 /// A shared string.
-pub type Sym = Arc<str>;
+pub(crate) type Sym = Arc<str>;
 
 /// The interner.
 #[derive(Debug, Default)]
-pub struct Interner {
+pub(crate) struct Interner {
     set: FastSet<Sym>,
 }
 
@@ -20,7 +20,7 @@ const MAX_INTERNED: usize = 10_000;
 
 impl Interner {
     /// The shared copy of `s`.
-    pub fn get(&mut self, s: &str) -> Sym {
+    pub(crate) fn get(&mut self, s: &str) -> Sym {
         if let Some(sym) = self.set.get(s) {
             return sym.clone();
         }

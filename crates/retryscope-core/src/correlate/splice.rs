@@ -18,14 +18,14 @@ use super::attempt::{AttemptState, TextStats};
 /// What the correlator keeps of an `output` event: its stats, and how often each attempt's
 /// text prefix (as known when the output arrived) occurs in it. Never the text itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutputState {
+pub(crate) struct OutputState {
     pub text: TextStats,
     /// (attempt number, occurrences of that attempt's prefix in the output).
     pub occurrences: Vec<(u32, u32)>,
 }
 
 impl OutputState {
-    pub fn new(text: &str, attempts: &[AttemptState], prefix_cap: usize) -> Self {
+    pub(crate) fn new(text: &str, attempts: &[AttemptState], prefix_cap: usize) -> Self {
         let stats = TextStats::of(text, prefix_cap);
         // The common clean case: the output is exactly the newest attempt's text, so no splice
         // can be found and the substring searches are skipped.
@@ -57,14 +57,14 @@ fn count(haystack: &str, needle: &str) -> u32 {
 
 /// An attempt whose text the output shows spliced in.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Splice {
+pub(crate) struct Splice {
     pub attempt: u32,
     /// A continuation restarted: the text its opening shares with the partial text.
     pub overlap: Option<String>,
 }
 
 /// The attempt whose text the output shows spliced in, if any.
-pub fn spliced_attempt(
+pub(crate) fn spliced_attempt(
     output: &OutputState,
     attempts: &[AttemptState],
     final_attempt: &AttemptState,

@@ -37,7 +37,7 @@ struct Session {
 
 /// Decoder for one ACP transcript.
 #[derive(Default)]
-pub struct Decoder {
+pub(crate) struct Decoder {
     sessions: HashMap<String, Session>,
     /// Pending `session/prompt` request ids → session id.
     prompts: HashMap<String, String>,

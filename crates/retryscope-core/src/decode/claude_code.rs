@@ -62,7 +62,7 @@ struct Call {
 
 /// Decoder for one stream-json file.
 #[derive(Default)]
-pub struct Decoder {
+pub(crate) struct Decoder {
     session: String,
     model: Option<String>,
     /// The agent named by `system/init` (`qwen_code_version` → `qwen-code`).

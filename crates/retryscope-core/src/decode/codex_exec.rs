@@ -26,7 +26,7 @@ use crate::event::{EffectClass, Event, EventKind, Usage};
 
 /// Decoder for one `codex exec --json` output.
 #[derive(Default)]
-pub struct Decoder {
+pub(crate) struct Decoder {
     thread: String,
     calls: u32,
     turn: Option<String>,

@@ -16,7 +16,7 @@ mod shape;
 pub use shape::Lookalike;
 
 /// What sniffing decided: a format to decode with, or a lookalike to refuse.
-pub type Sniffed = Result<Format, Lookalike>;
+pub(crate) type Sniffed = Result<Format, Lookalike>;
 
 /// How many payloads to look at before giving up.
 const MAX_PAYLOADS: usize = 16;

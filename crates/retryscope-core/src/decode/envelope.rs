@@ -86,7 +86,7 @@ impl EnvelopeDecoder {
     }
 
     /// End of input: unfinished attempts stay unfinished.
-    pub fn finish(&mut self, out: &mut Vec<Event<'static>>) {
+    pub(crate) fn finish(&mut self, out: &mut Vec<Event<'static>>) {
         for state in self.states.values_mut() {
             state.decoder.end(&mut state.ctx, out);
         }
@@ -95,7 +95,7 @@ impl EnvelopeDecoder {
     /// A turn ended: flush and drop its chunk decoders (a long-lived stream of envelopes, such
     /// as `retryscope proxy`'s, then holds state only for open turns). Their skip counts are
     /// kept.
-    pub fn end_turn(&mut self, turn: &str, out: &mut Vec<Event<'static>>) {
+    pub(crate) fn end_turn(&mut self, turn: &str, out: &mut Vec<Event<'static>>) {
         let keys: Vec<_> = self
             .states
             .range((turn.to_owned(), None, String::new())..)
@@ -112,7 +112,7 @@ impl EnvelopeDecoder {
     }
 
     /// Skips so far (unknown providers, and every chunk decoder's).
-    pub fn skips(&self) -> SkipCounts {
+    pub(crate) fn skips(&self) -> SkipCounts {
         let mut s = self.skips;
         for state in self.states.values() {
             s.add(state.decoder.skips());

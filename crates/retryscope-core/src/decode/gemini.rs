@@ -26,7 +26,7 @@ struct Partial {
 
 /// Decoder state for one model call stream (or one envelope turn/attempt).
 #[derive(Default)]
-pub struct Decoder {
+pub(crate) struct Decoder {
     started: bool,
     finished: bool,
     errored: bool,
@@ -43,7 +43,7 @@ fn u(v: &Value, k: &str) -> Option<u64> {
 
 /// `usageMetadata` in retryscope's convention; `None` when it carries no counts (Vertex sends
 /// `{trafficType}` alone on early chunks).
-pub fn usage_of(meta: &Value) -> Option<Usage> {
+pub(crate) fn usage_of(meta: &Value) -> Option<Usage> {
     let prompt = u(meta, "promptTokenCount");
     let cand = u(meta, "candidatesTokenCount");
     if prompt.is_none() && cand.is_none() && u(meta, "totalTokenCount").is_none() {
@@ -227,7 +227,7 @@ impl Decoder {
     }
 
     /// One already-parsed chunk.
-    pub fn chunk_value(
+    pub(crate) fn chunk_value(
         &mut self,
         ctx: &mut Ctx,
         v: &Value,
@@ -334,7 +334,7 @@ impl Decoder {
     }
 
     /// The model call ended (end of stream, or end of a recorded call).
-    pub fn end_call(&mut self, ctx: &Ctx, out: &mut Vec<Event<'static>>) {
+    pub(crate) fn end_call(&mut self, ctx: &Ctx, out: &mut Vec<Event<'static>>) {
         if self.partial.take().is_some() {
             self.skips.incomplete_tool_calls += 1;
         }

@@ -24,14 +24,14 @@ struct Line<'a> {
 }
 
 /// Decoder for one `.responses` file.
-pub struct Decoder {
+pub(crate) struct Decoder {
     ctx: Ctx,
     skips: SkipCounts,
 }
 
 impl Decoder {
     /// A decoder whose turns are named after the stream.
-    pub fn new(ctx: Ctx) -> Self {
+    pub(crate) fn new(ctx: Ctx) -> Self {
         Decoder {
             ctx,
             skips: SkipCounts::default(),

@@ -9,12 +9,12 @@
 //! Owns: [`SessionJoiner`], which holds the events of every gemini-cli input, and merges them
 //! in time order (ties keep input order): at the end of a check run, or for a live collector,
 //! session by session once a session has been quiet for a while
-//! ([`SessionJoiner::release_quiet`]). For a session that has a
+//! (`SessionJoiner::release_quiet`). For a session that has a
 //! stream-json, the telemetry's text, executions and the calls it made up for unlogged
 //! attempts are dropped: the stream-json has them all, with ids, and its deltas and calls land
 //! in the attempt that was streaming when they arrived (the abandoned attempt's too, which the
 //! telemetry never logs); the stream-json's inferred finishes are dropped too, the telemetry
-//! knows how each attempt ended. [`JoinFeed`] is the decoder wrapper that diverts an input's events
+//! knows how each attempt ended. `JoinFeed` is the decoder wrapper that diverts an input's events
 //! into the joiner. [`JoinerSnapshot`] is what a live collector checkpoints of it: the held
 //! events were read past, so a restart must find them there.
 
@@ -38,7 +38,7 @@ pub enum Source {
 
 impl Source {
     /// The source for a format that joins, if it does.
-    pub fn of(format: Format) -> Option<Source> {
+    pub(crate) fn of(format: Format) -> Option<Source> {
         match format {
             Format::GeminiCliTelemetry => Some(Source::Telemetry),
             // Claude Code's shape, which other agents (Qwen Code) print too.
@@ -94,7 +94,7 @@ impl SessionJoiner {
     /// got no event for more than `after` calls (or holds too many), in time order. Events of
     /// a released session that arrive later are joined among themselves, and the correlator
     /// places them in the turn that is still open.
-    pub fn release_quiet(&mut self, after: u32) -> Vec<Event<'static>> {
+    pub(crate) fn release_quiet(&mut self, after: u32) -> Vec<Event<'static>> {
         let mut held_per_session: HashMap<&str, usize> = HashMap::new();
         for (_, e) in &self.events {
             *held_per_session.entry(session_of(&e.turn)).or_insert(0) += 1;
@@ -131,7 +131,7 @@ impl SessionJoiner {
     }
 
     /// A joiner holding what `snapshot` held.
-    pub fn restore(snapshot: JoinerSnapshot) -> Self {
+    pub(crate) fn restore(snapshot: JoinerSnapshot) -> Self {
         SessionJoiner {
             events: snapshot.events,
             quiet: snapshot.quiet.into_iter().collect(),
@@ -139,7 +139,7 @@ impl SessionJoiner {
     }
 
     /// Whether anything is held.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.events.is_empty()
     }
 
@@ -278,7 +278,7 @@ fn call_names(
 }
 
 /// A decoder whose events go to a [`SessionJoiner`] instead of its caller.
-pub struct JoinFeed {
+pub(crate) struct JoinFeed {
     inner: Box<dyn StreamDecoder>,
     source: Source,
     joiner: Arc<Mutex<SessionJoiner>>,
@@ -287,7 +287,7 @@ pub struct JoinFeed {
 
 impl JoinFeed {
     /// Divert `inner`'s events (of `source`) into `joiner`.
-    pub fn new(
+    pub(crate) fn new(
         inner: Box<dyn StreamDecoder>,
         source: Source,
         joiner: Arc<Mutex<SessionJoiner>>,

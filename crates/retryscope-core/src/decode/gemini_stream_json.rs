@@ -30,7 +30,7 @@ struct Step {
 
 /// Decoder for one stream-json output.
 #[derive(Default)]
-pub struct Decoder {
+pub(crate) struct Decoder {
     session: String,
     steps: u32,
     step: Option<Step>,

@@ -31,25 +31,27 @@
 //!   (`telemetry:<tool>#<n>`); with no failed attempt the correlator attributes it. A fork's
 //!   `tool_call` names its `response_id` and `call_id`: it goes to that response's attempt.
 //!
-//! Time is `event.timestamp`, else the record's `hrTime`.
+//! Time is `event.timestamp`, else the record's `hrTime`. This module tells the records apart
+//! and keeps the lanes; [`request`], [`response`] and [`tool_call`] map those three events.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 
 use serde_json::Value;
 
-pub mod family;
+pub(crate) mod family;
+mod request;
 mod response;
+mod tool_call;
 
 use super::json_objects::ObjectFramer;
-use super::provider::{StreamDecoder, owned, parse, utf8};
+use super::provider::{StreamDecoder, parse, utf8};
 use super::{DecodeError, SkipCounts};
-use crate::effect::canonical_args;
-use crate::event::{Event, EventKind, TimestampMs, Usage};
+use crate::event::{Event, EventKind, TimestampMs};
 use family::Kind;
 
 /// Prefix of the call ids this decoder makes up.
-pub const SYNTHETIC_CALL_PREFIX: &str = "telemetry:";
+pub(crate) const SYNTHETIC_CALL_PREFIX: &str = "telemetry:";
 
 /// One model call (turn) of a lane.
 #[derive(Default)]
@@ -85,7 +87,7 @@ struct Lane {
 
 /// Decoder for one telemetry file.
 #[derive(Default)]
-pub struct Decoder {
+pub(crate) struct Decoder {
     framer: ObjectFramer,
     lanes: HashMap<(String, String), Lane>,
     /// Latest main-lane prompt per session (`""` when the record has no session).
@@ -132,291 +134,6 @@ impl Decoder {
             None => self.latest.get(session)?.clone(),
         };
         Some((prompt, role))
-    }
-
-    fn api_request(
-        &mut self,
-        key: (String, String),
-        attrs: &Value,
-        agent: &str,
-        session: &str,
-        ts: Option<TimestampMs>,
-        out: &mut Vec<Event<'static>>,
-    ) {
-        let models = s(attrs, "request_text").and_then(family::model_texts);
-        let lane = self.lanes.entry(key.clone()).or_default();
-        if let Some(c) = &mut lane.cur
-            && c.retry_pending
-        {
-            c.retry_pending = false;
-            // A continuation: the history ends with a model turn the call's first request did
-            // not have, the cut attempt's partial output sent back to be continued.
-            let partial = match (&models, c.history_models) {
-                (Some(m), Some(base)) if m.len() > base => m.last().filter(|t| !t.is_empty()),
-                _ => None,
-            };
-            if let Some(text) = partial
-                && !c.has_text
-            {
-                out.push(Event::owned(
-                    &c.turn,
-                    Some(c.attempt),
-                    ts,
-                    EventKind::Text { text: owned(text) },
-                ));
-            }
-            c.attempt += 1;
-            c.has_text = false;
-            let reason = c.retry_reason.take().unwrap_or_else(|| {
-                if partial.is_some() {
-                    "continuation"
-                } else {
-                    "retry"
-                }
-                .to_owned()
-            });
-            out.push(Event::owned(
-                &c.turn,
-                Some(c.attempt),
-                ts,
-                EventKind::Retry {
-                    reason: Some(Cow::Owned(reason)),
-                    // the kept text is the partial text, then what the continuation adds
-                    prefill: partial.map(|t| owned(t)),
-                },
-            ));
-            return;
-        }
-        // What the client kept of the lane's previous call: the first model turn its history
-        // did not have.
-        if let Some(prev) = &lane.cur
-            && let (Some(m), Some(base)) = (&models, prev.history_models)
-            && let Some(kept) = m.get(base).filter(|t| !t.is_empty())
-        {
-            out.push(Event::owned(
-                &prev.turn,
-                None,
-                ts,
-                EventKind::Output { text: owned(kept) },
-            ));
-        }
-        lane.calls += 1;
-        let (prompt, role) = &key;
-        let base = if role == "main" {
-            prompt.clone()
-        } else {
-            format!("{prompt}~{role}")
-        };
-        let turn = if lane.calls == 1 {
-            base
-        } else {
-            format!("{base}#{}", lane.calls)
-        };
-        out.push(Event::owned(
-            &turn,
-            Some(0),
-            ts,
-            EventKind::TurnStart {
-                model: s(attrs, "model").map(owned),
-                provider: (agent == "gemini-cli").then_some(Cow::Borrowed("gemini")),
-                session: (!session.is_empty()).then(|| owned(session)),
-                agent: Some(Cow::Owned(agent.to_owned())),
-                traceparent: None,
-                wire_only: false,
-                requested_model: None,
-            },
-        ));
-        lane.cur = Some(Call {
-            turn,
-            session: session.to_owned(),
-            history_models: models.map(|m| m.len()),
-            ..Call::default()
-        });
-    }
-
-    fn api_response(
-        &mut self,
-        key: &(String, String),
-        attrs: &Value,
-        ts: Option<TimestampMs>,
-        out: &mut Vec<Event<'static>>,
-    ) {
-        let Some(c) = self.lanes.get_mut(key).and_then(|l| l.cur.as_mut()) else {
-            return;
-        };
-        if let Some(id) = s(attrs, "response_id").filter(|id| !id.is_empty()) {
-            c.responses.push((id.to_owned(), c.attempt));
-        }
-        let logged = s(attrs, "response_text");
-        let response = logged
-            .and_then(|t| serde_json::from_str::<Value>(t).ok())
-            .filter(family::is_chunks);
-        let plain = logged.filter(|_| response.is_none());
-        if let Some(t) = plain.filter(|t| !t.is_empty()) {
-            c.has_text = true;
-            out.push(Event::owned(
-                &c.turn,
-                Some(c.attempt),
-                ts,
-                EventKind::Text { text: owned(t) },
-            ));
-        }
-        let reasons = text(attrs, "finish_reasons");
-        if response.is_some() {
-            c.has_text = true;
-        }
-        let finish = match &response {
-            Some(r) => response::events(r, c, ts, out),
-            // A fork's plain text says nothing of the finish: settled by the next record.
-            None if plain.is_some() && reasons.is_none() => {
-                c.pending_finish = Some(ts);
-                None
-            }
-            // Prompts and responses not logged: trust the attribute.
-            None => reasons.map(|r| {
-                r.trim_matches(|ch| matches!(ch, '[' | ']' | '\'' | '"' | ' '))
-                    .rsplit(',')
-                    .next()
-                    .unwrap_or("stop")
-                    .trim_matches(|ch| matches!(ch, '\'' | '"' | ' '))
-                    .to_owned()
-            }),
-        };
-        let thoughts = num(attrs, "thoughts_token_count");
-        let usage = Usage {
-            input_tokens: num(attrs, "input_token_count") + num(attrs, "tool_token_count"),
-            output_tokens: num(attrs, "output_token_count") + thoughts,
-            cached_input_tokens: num(attrs, "cached_content_token_count"),
-            cache_write_tokens: 0,
-            reasoning_tokens: thoughts,
-        };
-        out.push(Event::owned(
-            &c.turn,
-            Some(c.attempt),
-            ts,
-            EventKind::Usage {
-                usage,
-                model: s(attrs, "model").map(owned),
-            },
-        ));
-        if c.pending_finish.is_some() {
-            return;
-        }
-        match finish {
-            Some(reason) => out.push(Event::owned(
-                &c.turn,
-                Some(c.attempt),
-                ts,
-                EventKind::Finish {
-                    reason: Cow::Owned(reason),
-                },
-            )),
-            // The stream ended before its finish event (gemini-cli logs it as a response).
-            None => out.push(Event::owned(
-                &c.turn,
-                Some(c.attempt),
-                ts,
-                EventKind::Error {
-                    message: Cow::Borrowed("stream ended without a finishReason"),
-                    code: Some(Cow::Borrowed("no_finish_reason")),
-                },
-            )),
-        }
-    }
-
-    fn tool_call(
-        &mut self,
-        key: &(String, String),
-        attrs: &Value,
-        ts: Option<TimestampMs>,
-        out: &mut Vec<Event<'static>>,
-    ) {
-        let Some(c) = self.lanes.get_mut(key).and_then(|l| l.cur.as_mut()) else {
-            return;
-        };
-        let name = s(attrs, "function_name").unwrap_or("tool").to_owned();
-        let args = text(attrs, "function_args");
-        let canonical = canonical_args(args.as_deref());
-        let known = c
-            .calls
-            .iter_mut()
-            .rev()
-            .filter(|k| k.1 == name && k.2 == canonical)
-            .min_by_key(|k| k.3);
-        let mut attempt = None;
-        let mut id = String::new();
-        // A fork names the response the call came in and the call's id.
-        let by_response = s(attrs, "response_id")
-            .filter(|r| !r.is_empty())
-            .and_then(|r| c.responses.iter().rev().find(|x| x.0 == r))
-            .map(|x| x.1);
-        let call_id = s(attrs, "call_id").filter(|i| !i.is_empty());
-        match known {
-            Some(k) => k.3 = true,
-            None if by_response.is_some() => {
-                id = call_id.map_or_else(
-                    || {
-                        c.synthesized += 1;
-                        format!("{SYNTHETIC_CALL_PREFIX}{name}#{}", c.synthesized)
-                    },
-                    str::to_owned,
-                );
-                attempt = by_response;
-                c.calls
-                    .push((by_response.unwrap_or(0), name.clone(), canonical, true));
-                out.push(Event::owned(
-                    &c.turn,
-                    attempt,
-                    c.pending_finish.flatten().or(ts),
-                    EventKind::ToolCall {
-                        id: owned(&id),
-                        name: owned(&name),
-                        args: args.clone().map(Cow::Owned),
-                    },
-                ));
-            }
-            None => {
-                if let Some(&failed) = c.failed.last() {
-                    // From an attempt whose response was never logged.
-                    c.synthesized += 1;
-                    id = format!("{SYNTHETIC_CALL_PREFIX}{name}#{}", c.synthesized);
-                    attempt = Some(failed);
-                    c.calls.push((failed, name.clone(), canonical, true));
-                    out.push(Event::owned(
-                        &c.turn,
-                        attempt,
-                        ts,
-                        EventKind::ToolCall {
-                            id: owned(&id),
-                            name: owned(&name),
-                            args: args.clone().map(Cow::Owned),
-                        },
-                    ));
-                }
-            }
-        }
-        // The call was in the response: the attempt finished before it ran.
-        Self::settle(c, out);
-        if matches!(s(attrs, "decision"), Some("reject" | "cancel")) {
-            return;
-        }
-        let ok = !matches!(attrs.get("success"), Some(Value::Bool(false)))
-            && s(attrs, "success") != Some("false");
-        out.push(Event::owned(
-            &c.turn,
-            attempt,
-            ts,
-            EventKind::ToolExec {
-                id: Cow::Owned(id),
-                name: Cow::Owned(name),
-                args: args.map(Cow::Owned),
-                effect_key: None,
-                step: None,
-                effect: None,
-                status: Some(Cow::Borrowed(if ok { "success" } else { "error" })),
-                result: None,
-            },
-        ));
     }
 
     /// A response logged without a finish, not followed by a retry: it finished.

@@ -12,7 +12,7 @@ const MAX_OBJECT_BYTES: usize = 16 << 20;
 
 /// Collects lines until a top-level object closes.
 #[derive(Default)]
-pub struct ObjectFramer {
+pub(crate) struct ObjectFramer {
     buf: String,
     depth: i64,
     in_str: bool,
@@ -21,7 +21,7 @@ pub struct ObjectFramer {
 
 impl ObjectFramer {
     /// Add one line (without its newline); returns the text of the object it completes.
-    pub fn push_line(&mut self, line: &str) -> Result<Option<String>, DecodeError> {
+    pub(crate) fn push_line(&mut self, line: &str) -> Result<Option<String>, DecodeError> {
         let line = line.strip_suffix('\r').unwrap_or(line);
         if self.buf.is_empty() {
             let t = line.trim_start();
@@ -61,7 +61,7 @@ impl ObjectFramer {
     }
 
     /// Drop a partial object (end of input).
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.buf.clear();
         self.depth = 0;
         self.in_str = false;

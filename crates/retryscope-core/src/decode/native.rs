@@ -12,7 +12,7 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::{BadLineReason, DecodeError, SkipCounts};
-use crate::event::{EffectClass, Event, EventKind, TimestampMs, Usage};
+use crate::event::{EffectClass, Event, TimestampMs};
 
 /// What one native line holds.
 #[derive(Debug)]
@@ -40,6 +40,7 @@ pub struct ProviderChunk<'a> {
     pub data: &'a RawValue,
 }
 
+mod event_type;
 mod fast;
 
 /// Decode one line (without its newline) of the native format.
@@ -71,21 +72,6 @@ fn decode_serde<'a>(line: &'a [u8], skips: &mut SkipCounts) -> Result<NativeLine
             Ok(_) => json_error(e),
         }),
     }
-}
-
-/// Decode one line that is already known to be UTF-8.
-pub fn decode_str<'a>(
-    text: &'a str,
-    skips: &mut SkipCounts,
-) -> Result<NativeLine<'a>, DecodeError> {
-    let mut fields = Fields::default();
-    if fast::fill(text.as_bytes(), &mut fields).is_some() {
-        return fields.into_line(skips);
-    }
-    let mut de = serde_json::Deserializer::from_str(text);
-    let fields: Fields<'a> = Fields::deserialize(&mut de).map_err(json_error)?;
-    de.end().map_err(json_error)?;
-    fields.into_line(skips)
 }
 
 fn json_error(e: serde_json::Error) -> DecodeError {
@@ -150,7 +136,7 @@ struct Ts(TimestampMs);
 
 /// A raw JSON `ts` token (a quoted string or a number) read exactly as a native line's `ts`
 /// is: the one timestamp parser, also used by `check`'s shard router.
-pub fn ts_token(raw: &[u8]) -> Option<TimestampMs> {
+pub(crate) fn ts_token(raw: &[u8]) -> Option<TimestampMs> {
     // Plain integer milliseconds (nearly every line), read without serde: up to 18 digits, no
     // leading zero, exactly what serde reads as the same number; anything else goes to serde.
     if (1..=18).contains(&raw.len()) && (raw.len() == 1 || raw[0] != b'0') {
@@ -308,309 +294,5 @@ impl<'de> Visitor<'de> for FieldsVisitor {
     }
 }
 
-fn missing(field: &str, ty: &str) -> DecodeError {
-    DecodeError::new(
-        BadLineReason::MissingField,
-        format!("`{ty}` event without `{field}`"),
-    )
-}
-
-impl<'a> Fields<'a> {
-    fn into_line(self, skips: &mut SkipCounts) -> Result<NativeLine<'a>, DecodeError> {
-        if let Some(v) = self.version
-            && v != 1
-        {
-            return Err(DecodeError::new(
-                BadLineReason::InvalidValue,
-                format!("unsupported format version v={v}"),
-            ));
-        }
-        let ty = self
-            .ty
-            .ok_or_else(|| DecodeError::new(BadLineReason::MissingField, "event without `type`"))?;
-        let turn = self.turn.ok_or_else(|| missing("turn", &ty))?;
-        if turn.is_empty() {
-            return Err(DecodeError::new(
-                BadLineReason::InvalidValue,
-                "`turn` is empty",
-            ));
-        }
-        let attempt = match self.attempt {
-            Some(a) => Some(u32::try_from(a).map_err(|_| {
-                DecodeError::new(BadLineReason::InvalidValue, "`attempt` out of range")
-            })?),
-            None => None,
-        };
-        let ty_ref: &str = &ty;
-        // Fields outside the event's own set are "unknown" for that type only when they are
-        // not known anywhere; cross-type fields are tolerated silently.
-        let kind = match ty_ref {
-            "turn_start" => EventKind::TurnStart {
-                model: self.model,
-                requested_model: self.requested_model,
-                provider: self.provider,
-                session: self.session,
-                agent: self.agent,
-                traceparent: self.traceparent,
-                wire_only: self.wire_only.unwrap_or(false),
-            },
-            "attempt_start" => EventKind::AttemptStart {
-                model: self.model,
-                request_id: self.request_id,
-            },
-            "retry" => EventKind::Retry {
-                reason: self.reason,
-                prefill: self.prefill,
-            },
-            "stream_splice" => EventKind::StreamSplice {
-                signal: self.signal.unwrap_or(Cow::Borrowed("unspecified")),
-            },
-            "text" => EventKind::Text {
-                text: self.text.ok_or_else(|| missing("text", ty_ref))?,
-            },
-            "tool_call" => EventKind::ToolCall {
-                id: self.id.ok_or_else(|| missing("id", ty_ref))?,
-                name: self.name.ok_or_else(|| missing("name", ty_ref))?,
-                args: self.args.map(Cow::Borrowed),
-            },
-            "tool_exec" => EventKind::ToolExec {
-                id: self.id.ok_or_else(|| missing("id", ty_ref))?,
-                name: self.name.ok_or_else(|| missing("name", ty_ref))?,
-                args: self.args.map(Cow::Borrowed),
-                effect_key: self.effect_key,
-                step: self.step,
-                effect: self.effect,
-                status: self.status,
-                result: self.result.map(|r| match r {
-                    Cow::Borrowed(s) if s.len() <= crate::event::MAX_RESULT_BYTES => {
-                        Cow::Borrowed(s)
-                    }
-                    r => Cow::Owned(crate::event::result_excerpt(&r)),
-                }),
-            },
-            "render_reset" => EventKind::RenderReset,
-            "usage" => EventKind::Usage {
-                usage: Usage {
-                    input_tokens: self
-                        .input_tokens
-                        .ok_or_else(|| missing("input_tokens", ty_ref))?,
-                    output_tokens: self
-                        .output_tokens
-                        .ok_or_else(|| missing("output_tokens", ty_ref))?,
-                    cached_input_tokens: self.cached_input_tokens.unwrap_or(0),
-                    cache_write_tokens: self.cache_write_tokens.unwrap_or(0),
-                    reasoning_tokens: self.reasoning_tokens.unwrap_or(0),
-                },
-                model: self.model,
-            },
-            "finish" => EventKind::Finish {
-                reason: self.reason.unwrap_or(Cow::Borrowed("unknown")),
-            },
-            "error" => EventKind::Error {
-                message: self.message.unwrap_or(Cow::Borrowed("")),
-                code: self.code,
-            },
-            "output" => EventKind::Output {
-                text: self.text.ok_or_else(|| missing("text", ty_ref))?,
-            },
-            "turn_end" => EventKind::TurnEnd {
-                status: self.status,
-            },
-            "provider_chunk" => {
-                let provider = self.provider.ok_or_else(|| missing("provider", ty_ref))?;
-                let data = self.data.ok_or_else(|| missing("data", ty_ref))?;
-                skips.unknown_fields += self.unknown;
-                return Ok(NativeLine::ProviderChunk(ProviderChunk {
-                    turn,
-                    attempt,
-                    ts_ms: self.ts,
-                    provider,
-                    data,
-                }));
-            }
-            _ => {
-                skips.unknown_types += 1;
-                return Ok(NativeLine::UnknownType);
-            }
-        };
-        skips.unknown_fields += self.unknown;
-        Ok(NativeLine::Event(Event {
-            turn,
-            attempt,
-            ts_ms: self.ts,
-            kind,
-        }))
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ev(line: &str) -> Event<'_> {
-        let mut skips = SkipCounts::default();
-        match decode_line(line.as_bytes(), &mut skips) {
-            Ok(NativeLine::Event(e)) => e,
-            other => panic!("not an event: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn decodes_every_type() {
-        let e = ev(r#"{"turn":"t1","type":"text","attempt":0,"ts":1000,"text":"hi"}"#);
-        assert_eq!(e.turn, "t1");
-        assert_eq!(e.attempt, Some(0));
-        assert_eq!(e.ts_ms, Some(1000));
-        assert_eq!(e.kind, EventKind::Text { text: "hi".into() });
-        assert!(matches!(e.turn, Cow::Borrowed(_)), "turn must borrow");
-
-        let e = ev(
-            r#"{"v":1,"turn":"t1","type":"tool_call","attempt":1,"id":"c7","name":"issue_refund","args":{"order":"ORD-7781"}}"#,
-        );
-        assert_eq!(
-            e.kind,
-            EventKind::ToolCall {
-                id: "c7".into(),
-                name: "issue_refund".into(),
-                args: Some(r#"{"order":"ORD-7781"}"#.into())
-            }
-        );
-        let e = ev(
-            r#"{"turn":"t","type":"usage","attempt":0,"input_tokens":10,"output_tokens":5,"cached_input_tokens":2}"#,
-        );
-        assert!(matches!(
-            e.kind,
-            EventKind::Usage {
-                usage: Usage {
-                    input_tokens: 10,
-                    output_tokens: 5,
-                    cached_input_tokens: 2,
-                    ..
-                },
-                ..
-            }
-        ));
-        let e = ev(
-            r#"{"turn":"t","type":"tool_exec","attempt":0,"id":"c1","name":"lookup","effect":"read","step":3}"#,
-        );
-        assert!(matches!(
-            e.kind,
-            EventKind::ToolExec {
-                effect: Some(EffectClass::Read),
-                step: Some(3),
-                ..
-            }
-        ));
-        let e = ev(r#"{"turn":"t","type":"turn_start","ts":"2026-11-12T10:00:00Z","model":"m"}"#);
-        assert_eq!(e.ts_ms, Some(1_794_477_600_000));
-    }
-
-    #[test]
-    fn unknown_types_and_fields_are_counted_not_fatal() {
-        let mut skips = SkipCounts::default();
-        let r = decode_line(br#"{"turn":"t","type":"telepathy","x":1}"#, &mut skips).unwrap();
-        assert!(matches!(r, NativeLine::UnknownType));
-        let r = decode_line(
-            br#"{"turn":"t","type":"text","text":"a","future":{"deep":[1]},"more":2}"#,
-            &mut skips,
-        )
-        .unwrap();
-        assert!(matches!(r, NativeLine::Event(_)));
-        assert_eq!(
-            skips,
-            SkipCounts {
-                unknown_types: 1,
-                unknown_fields: 2,
-                incomplete_tool_calls: 0,
-            }
-        );
-    }
-
-    #[test]
-    fn bad_lines_have_bounded_reasons() {
-        let mut s = SkipCounts::default();
-        let cases: [(&[u8], BadLineReason); 8] = [
-            (b"{not json", BadLineReason::InvalidJson),
-            (b"[1,2]", BadLineReason::InvalidValue),
-            (b"\xff\xfe", BadLineReason::InvalidUtf8),
-            (
-                br#"{"type":"text","text":"a"}"#,
-                BadLineReason::MissingField,
-            ),
-            (
-                br#"{"turn":"t","type":"text"}"#,
-                BadLineReason::MissingField,
-            ),
-            (
-                br#"{"turn":"t","type":"text","text":"a","ts":"yesterday"}"#,
-                BadLineReason::InvalidValue,
-            ),
-            (
-                br#"{"turn":"t","type":"text","text":"a","attempt":-1}"#,
-                BadLineReason::InvalidValue,
-            ),
-            (
-                br#"{"turn":"t","type":"text","text":"a"} trailing"#,
-                BadLineReason::InvalidJson,
-            ),
-        ];
-        for (line, reason) in cases {
-            let err = decode_line(line, &mut s).expect_err("must fail");
-            assert_eq!(err.reason, reason, "{}", String::from_utf8_lossy(line));
-        }
-    }
-
-    #[test]
-    fn escaped_strings_are_owned_and_unescaped() {
-        let e = ev(r#"{"turn":"t","type":"text","text":"a\"b\u00e9"}"#);
-        assert_eq!(
-            e.kind,
-            EventKind::Text {
-                text: "a\"bé".into()
-            }
-        );
-    }
-
-    #[test]
-    fn ts_token_reads_integers_like_serde() {
-        for raw in [
-            &b"0"[..],
-            b"7",
-            b"1794477600000",
-            b"999999999999999999",
-            b"9999999999999999999",
-            b"0123",
-            b"-5",
-            b"1.5",
-            b"1e3",
-            b"\"2026-11-12T10:00:00Z\"",
-            b"",
-            b"12a",
-        ] {
-            assert_eq!(
-                ts_token(raw),
-                serde_json::from_slice::<Ts>(raw).ok().map(|t| t.0),
-                "{}",
-                String::from_utf8_lossy(raw)
-            );
-        }
-    }
-
-    #[test]
-    fn provider_envelope() {
-        let mut s = SkipCounts::default();
-        let r = decode_line(
-            br#"{"turn":"t","attempt":1,"type":"provider_chunk","provider":"anthropic","data":{"type":"ping"}}"#,
-            &mut s,
-        )
-        .unwrap();
-        match r {
-            NativeLine::ProviderChunk(c) => {
-                assert_eq!(c.provider, "anthropic");
-                assert_eq!(c.attempt, Some(1));
-                assert_eq!(c.data.get(), r#"{"type":"ping"}"#);
-            }
-            other => panic!("{other:?}"),
-        }
-    }
-}
+mod tests;

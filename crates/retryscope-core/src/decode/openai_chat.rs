@@ -136,7 +136,7 @@ struct PendingCall {
 
 /// Decoder state for one stream.
 #[derive(Debug, Default)]
-pub struct Decoder {
+pub(crate) struct Decoder {
     started: bool,
     id: Option<String>,
     finished: bool,

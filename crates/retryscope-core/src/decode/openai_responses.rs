@@ -53,7 +53,7 @@ struct Item {
 
 /// Decoder state for one stream (or one envelope turn/attempt).
 #[derive(Default)]
-pub struct Decoder {
+pub(crate) struct Decoder {
     started: bool,
     resp_id: Option<String>,
     /// The current response reached `completed`/`incomplete` (true) or `failed` (false).

@@ -26,7 +26,7 @@
 //! `claude_code.*` events to `claude`; GenAI semantic-convention records of any other service
 //! (inference and `execute_tool` spans, `gen_ai.client.inference.operation.details` events) to
 //! `genai`; records no decoder knows are counted as unknown types. With a session joiner
-//! ([`Decoder::joined`]), gemini-cli's events go to it as telemetry, to be joined with the
+//! (`Decoder::joined`), gemini-cli's events go to it as telemetry, to be joined with the
 //! session's stream-json exactly as the outfile's are ([`super::gemini_join`]).
 
 mod claude;
@@ -50,13 +50,13 @@ type Log = line::LogLine<'static, Value, Value>;
 type Span = line::SpanLine<'static, Value>;
 
 /// `otlp` of a log record line.
-pub const LOG: &str = "log";
+pub(crate) const LOG: &str = "log";
 /// `otlp` of a span line.
-pub const SPAN: &str = "span";
+pub(crate) const SPAN: &str = "span";
 
 /// Decoder for one OTLP stream (the receiver keeps one stream per service and session).
 #[derive(Default)]
-pub struct Decoder {
+pub(crate) struct Decoder {
     gemini: gemini_telemetry::Decoder,
     codex: codex::Codex,
     claude: claude::Claude,
@@ -72,7 +72,7 @@ pub struct Decoder {
 impl Decoder {
     /// A decoder whose gemini-cli events are held in `joiner` as telemetry (to be joined with
     /// that session's stream-json); every other agent's events go to the caller as usual.
-    pub fn joined(joiner: Arc<Mutex<SessionJoiner>>) -> Self {
+    pub(crate) fn joined(joiner: Arc<Mutex<SessionJoiner>>) -> Self {
         Decoder {
             joiner: Some(joiner),
             ..Decoder::default()
@@ -146,6 +146,73 @@ fn time_of(time_unix_nano: Option<u64>, attrs: &Value) -> Option<TimestampMs> {
 /// `claude_code.<event>` in both).
 fn event_name(record: &Log) -> Option<&str> {
     attr_str(&record.attributes, "event.name").or_else(|| record.body.as_str())
+}
+
+/// Whether an OTLP line's record goes to the session joiner (to meet its session's
+/// stream-json) as its stream's decoder decides it, from the record alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinRoute {
+    /// Not one of gemini-cli's family (as far as this record tells).
+    No,
+    /// This record is (gemini-cli's service, a span naming a prompt).
+    Record,
+    /// A family event (gemini-cli's or a fork's `<agent>.api_request`, ...): from here on the
+    /// decoder takes every record of the stream's service as the family's, so this one and
+    /// the stream's later records go to the joiner.
+    Stream,
+}
+
+/// Where an OTLP line's record goes, by [`JoinRoute`]: a router that keeps sessions with
+/// their stream-json remembers a `Stream` answer for the rest of the stream. A line that is
+/// not an OTLP record is `No`.
+pub fn join_route(line: &[u8]) -> JoinRoute {
+    const HINTS: [&[u8]; 5] = [
+        b"gemini-cli",
+        b"prompt_id",
+        b".api_",
+        b".tool_call",
+        b"retry",
+    ];
+    if !HINTS
+        .iter()
+        .any(|h| memchr::memmem::find(line, h).is_some())
+    {
+        return JoinRoute::No;
+    }
+    let Ok(text) = std::str::from_utf8(line) else {
+        return JoinRoute::No;
+    };
+    let family = HashSet::new();
+    let (seen, event) = match parse::<line::Read>(text) {
+        Ok(Line::Log(record)) => {
+            let name = event_name(&record).map(str::to_owned);
+            let event = name
+                .as_deref()
+                .is_some_and(|n| gemini_telemetry::family::event(n).is_some());
+            let seen = Seen {
+                service: &record.service,
+                name: name.as_deref(),
+                body: record.body.as_str(),
+                attributes: &record.attributes,
+            };
+            (agent_of(&seen, &family), event)
+        }
+        Ok(Line::Span(record)) => {
+            let seen = Seen {
+                service: &record.service,
+                name: None,
+                body: None,
+                attributes: &record.attributes,
+            };
+            (agent_of(&seen, &family), false)
+        }
+        Err(_) => return JoinRoute::No,
+    };
+    match (seen, event) {
+        (_, true) => JoinRoute::Stream,
+        (Agent::GeminiCli, false) => JoinRoute::Record,
+        _ => JoinRoute::No,
+    }
 }
 
 /// Which agent a record came from.

@@ -124,7 +124,7 @@ impl FromStr for Format {
 }
 
 /// A stateful decoder for one stream (one file or stdin) of a non-native format.
-pub trait StreamDecoder: Send {
+pub(crate) trait StreamDecoder: Send {
     /// Feed one line (without its newline; may end in `\r`). Emits zero or more events.
     fn push_line(&mut self, line: &[u8], out: &mut Vec<Event<'static>>) -> Result<(), DecodeError>;
     /// End of stream: flush what is pending (e.g. an unterminated SSE event; a stream cut
@@ -137,7 +137,7 @@ pub trait StreamDecoder: Send {
 /// A decoder for one stream of `format`; `stream_name` seeds turn ids for formats that carry
 /// none: `<stream_name>` for the first model call, `<stream_name>#2`, `#3`... for later
 /// back-to-back calls. `None` for [`Format::Native`] and [`Format::Auto`].
-pub fn stream_decoder(format: Format, stream_name: &str) -> Option<Box<dyn StreamDecoder>> {
+pub(crate) fn stream_decoder(format: Format, stream_name: &str) -> Option<Box<dyn StreamDecoder>> {
     let ctx = |provider| Ctx::stream(stream_name, provider);
     Some(match format {
         Format::Auto | Format::Native => return None,
@@ -180,7 +180,7 @@ enum TurnNaming {
 
 /// Where a chunk decoder's events go: turn, attempt, time and provider.
 #[derive(Debug, Clone)]
-pub struct Ctx {
+pub(crate) struct Ctx {
     naming: TurnNaming,
     turn: String,
     attempt: u32,
@@ -194,7 +194,7 @@ pub struct Ctx {
 
 impl Ctx {
     /// A context for a raw stream named `name`.
-    pub fn stream(name: &str, provider: &'static str) -> Self {
+    pub(crate) fn stream(name: &str, provider: &'static str) -> Self {
         Ctx {
             naming: TurnNaming::Stream(name.to_owned()),
             turn: name.to_owned(),
@@ -208,7 +208,7 @@ impl Ctx {
     }
 
     /// A context for envelope chunks of `turn`, starting at `attempt`.
-    pub fn fixed(turn: &str, attempt: u32, provider: &'static str) -> Self {
+    pub(crate) fn fixed(turn: &str, attempt: u32, provider: &'static str) -> Self {
         Ctx {
             naming: TurnNaming::Fixed,
             turn: turn.to_owned(),
@@ -222,34 +222,35 @@ impl Ctx {
     }
 
     /// Name the client whose recording this is: every turn's `agent`.
-    pub fn with_agent(mut self, agent: &'static str) -> Self {
+    pub(crate) fn with_agent(mut self, agent: &'static str) -> Self {
         self.agent = Some(agent);
         self
     }
 
     /// The current attempt number.
-    pub fn attempt(&self) -> u32 {
+    pub(crate) fn attempt(&self) -> u32 {
         self.attempt
     }
 
     /// The current turn id.
-    pub fn turn(&self) -> &str {
+    #[cfg(test)]
+    pub(crate) fn turn(&self) -> &str {
         &self.turn
     }
 
     /// Time to use when a chunk carries none (the envelope's `ts`).
-    pub fn set_default_ts(&mut self, ts: Option<TimestampMs>) {
+    pub(crate) fn set_default_ts(&mut self, ts: Option<TimestampMs>) {
         self.default_ts = ts;
         self.ts_ms = ts;
     }
 
     /// The current chunk's own time, if it has one (else the default).
-    pub fn set_chunk_ts(&mut self, ts: Option<TimestampMs>) {
+    pub(crate) fn set_chunk_ts(&mut self, ts: Option<TimestampMs>) {
         self.ts_ms = ts.or(self.default_ts);
     }
 
     /// A new model call begins: in a raw stream every call after the first is its own turn.
-    pub fn begin_call(&mut self, model: Option<&str>, out: &mut Vec<Event<'static>>) {
+    pub(crate) fn begin_call(&mut self, model: Option<&str>, out: &mut Vec<Event<'static>>) {
         if let TurnNaming::Stream(name) = &self.naming
             && self.calls > 0
         {
@@ -273,7 +274,7 @@ impl Ctx {
 
     /// A retried generation was spliced into the stream: the events that follow belong to a
     /// new attempt, and the earlier one is abandoned.
-    pub fn splice(&mut self, signal: &str, out: &mut Vec<Event<'static>>) {
+    pub(crate) fn splice(&mut self, signal: &str, out: &mut Vec<Event<'static>>) {
         self.attempt += 1;
         self.emit(
             out,
@@ -284,7 +285,7 @@ impl Ctx {
     }
 
     /// Emit one event of the current turn and attempt.
-    pub fn emit(&self, out: &mut Vec<Event<'static>>, kind: EventKind<'static>) {
+    pub(crate) fn emit(&self, out: &mut Vec<Event<'static>>, kind: EventKind<'static>) {
         out.push(Event {
             turn: Cow::Owned(self.turn.clone()),
             attempt: Some(self.attempt),
@@ -295,7 +296,7 @@ impl Ctx {
 }
 
 /// A provider decoder: one parsed payload at a time.
-pub trait ChunkDecoder: Send {
+pub(crate) trait ChunkDecoder: Send {
     /// One payload (`event` is the SSE event name, when the framing had one).
     fn chunk(
         &mut self,
@@ -313,7 +314,7 @@ pub trait ChunkDecoder: Send {
 }
 
 /// SSE (or JSON-per-line) framing in front of a chunk decoder.
-pub struct SseStream<D> {
+pub(crate) struct SseStream<D> {
     ctx: Ctx,
     framer: SseFramer,
     decoder: D,
@@ -321,7 +322,7 @@ pub struct SseStream<D> {
 
 impl<D: ChunkDecoder> SseStream<D> {
     /// Wrap `decoder`.
-    pub fn new(ctx: Ctx, decoder: D) -> Self {
+    pub(crate) fn new(ctx: Ctx, decoder: D) -> Self {
         SseStream {
             ctx,
             framer: SseFramer::new(),
@@ -369,7 +370,7 @@ impl<D: ChunkDecoder> StreamDecoder for SseStream<D> {
 }
 
 /// The line as UTF-8.
-pub fn utf8(line: &[u8]) -> Result<&str, DecodeError> {
+pub(crate) fn utf8(line: &[u8]) -> Result<&str, DecodeError> {
     std::str::from_utf8(line).map_err(|e| {
         DecodeError::new(
             BadLineReason::InvalidUtf8,
@@ -380,7 +381,7 @@ pub fn utf8(line: &[u8]) -> Result<&str, DecodeError> {
 
 /// One line of a JSON-lines output (the coding agents' own formats): `None` for a blank line,
 /// the object otherwise; anything that is not a JSON object is a bad line.
-pub fn json_object_line(line: &[u8]) -> Result<Option<serde_json::Value>, DecodeError> {
+pub(crate) fn json_object_line(line: &[u8]) -> Result<Option<serde_json::Value>, DecodeError> {
     let line = utf8(line)?.trim();
     if line.is_empty() {
         return Ok(None);
@@ -395,22 +396,22 @@ pub fn json_object_line(line: &[u8]) -> Result<Option<serde_json::Value>, Decode
 }
 
 /// Parse a payload, mapping serde errors to bounded reasons (never echoing the input).
-pub fn parse<'a, T: Deserialize<'a>>(data: &'a str) -> Result<T, DecodeError> {
+pub(crate) fn parse<'a, T: Deserialize<'a>>(data: &'a str) -> Result<T, DecodeError> {
     serde_json::from_str(data).map_err(|e| super::json_error(&e))
 }
 
 /// An owned `Cow`.
-pub fn owned(s: &str) -> Cow<'static, str> {
+pub(crate) fn owned(s: &str) -> Cow<'static, str> {
     Cow::Owned(s.to_owned())
 }
 
 /// Seconds since the epoch to milliseconds (`0` and negatives mean "no time").
-pub fn secs_to_ms(secs: Option<i64>) -> Option<TimestampMs> {
+pub(crate) fn secs_to_ms(secs: Option<i64>) -> Option<TimestampMs> {
     secs.filter(|s| *s > 0).and_then(|s| s.checked_mul(1000))
 }
 
 /// Arguments text as the tool will receive it: an empty string means no arguments, `{}`.
-pub fn args_or_empty_object(args: &str) -> Cow<'static, str> {
+pub(crate) fn args_or_empty_object(args: &str) -> Cow<'static, str> {
     if args.trim().is_empty() {
         Cow::Borrowed("{}")
     } else {

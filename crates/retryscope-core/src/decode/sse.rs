@@ -8,7 +8,7 @@
 
 /// One dispatched SSE event (or one JSON-per-line payload).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Frame {
+pub(crate) struct Frame {
     /// The `event:` name, when there was one.
     pub event: Option<String>,
     /// The joined `data:` lines.
@@ -17,14 +17,14 @@ pub struct Frame {
 
 impl Frame {
     /// Whether this is the OpenAI `[DONE]` sentinel.
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.data.trim() == "[DONE]"
     }
 }
 
 /// Line-at-a-time SSE framer.
 #[derive(Debug, Default)]
-pub struct SseFramer {
+pub(crate) struct SseFramer {
     event: Option<String>,
     data: String,
     has_data: bool,
@@ -32,13 +32,13 @@ pub struct SseFramer {
 
 impl SseFramer {
     /// A framer with nothing pending.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Feed one line (without `\n`; a trailing `\r` is stripped). Returns the frames it
     /// completes: at most two (a pending event cut short by a bare JSON line, and that line).
-    pub fn push_line(&mut self, line: &str) -> Vec<Frame> {
+    pub(crate) fn push_line(&mut self, line: &str) -> Vec<Frame> {
         let line = line.strip_suffix('\r').unwrap_or(line);
         let mut out = Vec::new();
         if line.is_empty() {
@@ -78,7 +78,7 @@ impl SseFramer {
     }
 
     /// End of input: dispatch an event left without its closing blank line.
-    pub fn finish(&mut self) -> Option<Frame> {
+    pub(crate) fn finish(&mut self) -> Option<Frame> {
         self.dispatch()
     }
 

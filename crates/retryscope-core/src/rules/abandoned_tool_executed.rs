@@ -13,7 +13,7 @@ use super::{Call, Rule, Scope};
 use crate::finding::{Finding, FindingKind, Severity};
 
 /// The rule.
-pub const RULE: Rule = Rule {
+pub(crate) const RULE: Rule = Rule {
     kind: FindingKind::AbandonedToolExecuted,
     severity: Severity::Critical,
     scope: Scope::Tool,
@@ -23,7 +23,7 @@ pub const RULE: Rule = Rule {
 /// How an execution's result says it ended, when not in success.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Stopped {
+pub(crate) enum Stopped {
     /// Started, then aborted or cancelled (by the user or the client).
     Aborted,
     /// The result is an error.
@@ -35,7 +35,7 @@ pub enum Stopped {
 const ABORT_WORDS: [&str; 5] = ["aborted", "cancelled", "canceled", "interrupted", "killed"];
 
 /// How the client's `status` and result text say an execution ended, when not in success.
-pub fn stopped(status: Option<&str>, result: Option<&str>) -> Option<Stopped> {
+pub(crate) fn stopped(status: Option<&str>, result: Option<&str>) -> Option<Stopped> {
     let head = |t: &str| {
         let mut cut = t.len().min(160);
         while !t.is_char_boundary(cut) {
@@ -60,7 +60,7 @@ pub fn stopped(status: Option<&str>, result: Option<&str>) -> Option<Stopped> {
 
 /// An attempt that had executed `call` (not a read) was abandoned at `ts`; `stopped` and
 /// `quote` are what its result said (the quote only with content capture).
-pub fn on_abandon(
+pub(crate) fn on_abandon(
     turn: &str,
     attempt: u32,
     call: Call<'_>,
@@ -80,7 +80,7 @@ pub fn on_abandon(
 }
 
 /// `call` of an already abandoned attempt was executed at `ts`.
-pub fn on_exec_after(
+pub(crate) fn on_exec_after(
     turn: &str,
     attempt: u32,
     call: Call<'_>,

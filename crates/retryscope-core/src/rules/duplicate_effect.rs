@@ -5,7 +5,7 @@ use super::{Call, Rule, Scope};
 use crate::finding::{Finding, FindingKind, Severity};
 
 /// The rule.
-pub const RULE: Rule = Rule {
+pub(crate) const RULE: Rule = Rule {
     kind: FindingKind::DuplicateEffect,
     severity: Severity::Critical,
     scope: Scope::Tool,
@@ -14,7 +14,7 @@ pub const RULE: Rule = Rule {
 
 /// `call` of `attempt` executed at `ts` with the effect key already executed by
 /// `first_call` of `first_attempt`.
-pub fn on_repeat(
+pub(crate) fn on_repeat(
     turn: &str,
     attempt: u32,
     call: Call<'_>,

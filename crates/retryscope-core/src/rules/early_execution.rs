@@ -5,7 +5,7 @@ use super::{Call, Rule, Scope};
 use crate::finding::{Finding, FindingKind, Severity};
 
 /// The rule.
-pub const RULE: Rule = Rule {
+pub(crate) const RULE: Rule = Rule {
     kind: FindingKind::EarlyExecution,
     severity: Severity::Warning,
     scope: Scope::Tool,
@@ -13,7 +13,7 @@ pub const RULE: Rule = Rule {
 };
 
 /// `call` of a still-open `attempt` was executed at `ts`.
-pub fn on_exec_while_open(turn: &str, attempt: u32, call: Call<'_>, ts: i64) -> Finding {
+pub(crate) fn on_exec_while_open(turn: &str, attempt: u32, call: Call<'_>, ts: i64) -> Finding {
     Finding::new(
         RULE.kind,
         turn,

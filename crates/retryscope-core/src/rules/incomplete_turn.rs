@@ -5,7 +5,7 @@ use crate::finding::{Finding, FindingKind, Severity};
 use crate::report::CloseReason;
 
 /// The rule.
-pub const RULE: Rule = Rule {
+pub(crate) const RULE: Rule = Rule {
     kind: FindingKind::IncompleteTurn,
     severity: Severity::Info,
     scope: Scope::Turn,
@@ -13,7 +13,7 @@ pub const RULE: Rule = Rule {
 };
 
 /// At close: a finding when no attempt completed.
-pub fn on_close(
+pub(crate) fn on_close(
     turn: &str,
     any_completed: bool,
     last_attempt: Option<u32>,

@@ -5,7 +5,7 @@ use super::{Rule, Scope};
 use crate::finding::{Finding, FindingKind, Severity};
 
 /// The rule.
-pub const RULE: Rule = Rule {
+pub(crate) const RULE: Rule = Rule {
     kind: FindingKind::RetryCapExceeded,
     severity: Severity::Warning,
     // On the model call whose retries went over the cap: that span covers them all.
@@ -14,7 +14,7 @@ pub const RULE: Rule = Rule {
 };
 
 /// Attempt `attempt` (numbered from 0) appeared at `ts`; `cap` is the most attempts allowed.
-pub fn on_new_attempt(turn: &str, attempt: u32, cap: u32, ts: i64) -> Option<Finding> {
+pub(crate) fn on_new_attempt(turn: &str, attempt: u32, cap: u32, ts: i64) -> Option<Finding> {
     (attempt >= cap).then(|| {
         Finding::new(
             RULE.kind,

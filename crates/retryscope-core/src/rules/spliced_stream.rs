@@ -6,7 +6,7 @@ use super::{Rule, Scope};
 use crate::finding::{Finding, FindingKind, Severity};
 
 /// The rule.
-pub const RULE: Rule = Rule {
+pub(crate) const RULE: Rule = Rule {
     kind: FindingKind::SplicedStream,
     severity: Severity::High,
     scope: Scope::Attempt,
@@ -14,7 +14,7 @@ pub const RULE: Rule = Rule {
 };
 
 /// The decoder reported `signal` starting attempt `attempt` at `ts`.
-pub fn on_splice(turn: &str, attempt: u32, signal: &str, ts: i64) -> Finding {
+pub(crate) fn on_splice(turn: &str, attempt: u32, signal: &str, ts: i64) -> Finding {
     Finding::new(
         RULE.kind,
         turn,

@@ -6,7 +6,7 @@ use super::{Rule, Scope};
 use crate::finding::{Finding, FindingKind, Severity};
 
 /// The rule.
-pub const RULE: Rule = Rule {
+pub(crate) const RULE: Rule = Rule {
     kind: FindingKind::SplicedText,
     severity: Severity::High,
     scope: Scope::Attempt,
@@ -15,7 +15,7 @@ pub const RULE: Rule = Rule {
 
 /// How the splice was proven.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Proof {
+pub(crate) enum Proof {
     /// The shown output carries the abandoned attempt's text.
     Output,
     /// A retry came without a renderer reset, so the abandoned text stayed on screen.
@@ -32,7 +32,7 @@ pub enum Proof {
 pub const RESTART_EVIDENCE: &str = "restart: ";
 
 /// At close: attempt `attempt`'s text was spliced into what the user saw.
-pub fn on_close(turn: &str, attempt: u32, proof: &Proof, ts: i64) -> Finding {
+pub(crate) fn on_close(turn: &str, attempt: u32, proof: &Proof, ts: i64) -> Finding {
     let evidence = match proof {
         Proof::Output => "output".to_owned(),
         Proof::NoReset => "no_reset".to_owned(),

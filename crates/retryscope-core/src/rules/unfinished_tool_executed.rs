@@ -22,7 +22,7 @@ use crate::finding::{Finding, FindingKind, Severity};
 use crate::report::{CloseReason, Outcome};
 
 /// The rule.
-pub const RULE: Rule = Rule {
+pub(crate) const RULE: Rule = Rule {
     kind: FindingKind::UnfinishedToolExecuted,
     severity: Severity::High,
     scope: Scope::Tool,
@@ -31,7 +31,7 @@ pub const RULE: Rule = Rule {
 
 /// At close: a finding for `call` (not a read), executed at `exec_ts` from `attempt`, when
 /// that attempt never completed.
-pub fn on_close(
+pub(crate) fn on_close(
     turn: &str,
     attempt: u32,
     outcome: Outcome,

@@ -34,7 +34,7 @@ pub struct Lookalike {
 
 impl Lookalike {
     /// The provider's name as people know it.
-    pub fn like_name(&self) -> &'static str {
+    pub(crate) fn like_name(&self) -> &'static str {
         match self.like {
             Format::Anthropic => "Anthropic Messages",
             Format::OpenAiResponses => "OpenAI Responses",

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 /// The events of the gemini-cli family this decoder maps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     ApiRequest,
     ApiResponse,
     ApiError,
@@ -25,7 +25,7 @@ const OTHERS: [&str; 3] = ["gen_ai", "codex", "claude_code"];
 
 /// An event name's agent prefix and kind: `gemini_cli.api_request` and
 /// `qwen-code.api_request` alike. `None` for names this family does not define.
-pub fn event(name: &str) -> Option<(&str, Kind)> {
+pub(crate) fn event(name: &str) -> Option<(&str, Kind)> {
     let (agent, rest) = name.split_once('.')?;
     if agent.is_empty() || OTHERS.contains(&agent) {
         return None;
@@ -44,13 +44,13 @@ pub fn event(name: &str) -> Option<(&str, Kind)> {
 }
 
 /// The agent's name from its event prefix (`gemini_cli` → `gemini-cli`).
-pub fn agent_name(prefix: &str) -> String {
+pub(crate) fn agent_name(prefix: &str) -> String {
     prefix.replace('_', "-")
 }
 
 /// The text of each `model` content of a logged request history, in order (thoughts left
 /// out); `None` when the text is not such a history.
-pub fn model_texts(request_text: &str) -> Option<Vec<String>> {
+pub(crate) fn model_texts(request_text: &str) -> Option<Vec<String>> {
     let v: Value = serde_json::from_str(request_text).ok()?;
     let contents = v.as_array()?;
     Some(
@@ -72,7 +72,7 @@ pub fn model_texts(request_text: &str) -> Option<Vec<String>> {
 
 /// Whether a parsed `response_text` is gemini-cli's list of streamed chunks (objects), as
 /// opposed to the plain text a fork logs.
-pub fn is_chunks(v: &Value) -> bool {
+pub(crate) fn is_chunks(v: &Value) -> bool {
     match v {
         Value::Array(a) => a.iter().all(Value::is_object),
         Value::Object(o) => o.contains_key("candidates"),

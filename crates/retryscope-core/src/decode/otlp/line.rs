@@ -1,5 +1,5 @@
 //! The OTLP line contract: the one JSON object per record that the receiver writes (from
-//! protobuf or OTLP/JSON, to the queue, the spool and NATS) and [`super::Decoder`] reads.
+//! protobuf or OTLP/JSON, to the queue, the spool and NATS) and the OTLP decoder reads.
 //!
 //! Owns: the line's field names, their order, which fields may be left out, and their types.
 //! Both writers and the reader go through [`Line`], so the contract is written once. The

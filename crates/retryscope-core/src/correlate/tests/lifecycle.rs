@@ -1,0 +1,197 @@
+//! A turn's life: implicit retries and interleaved turns, late events, idle timeouts
+//! (a wire-only turn with a response in flight waits), eviction, events after close.
+
+use super::*;
+
+#[test]
+fn wire_only_turn_with_a_response_in_flight_is_not_idle_closed() {
+    // Proxy: with `--idle-timeout-secs 1` a turn was closed during the upstream's 1 s silence
+    // after a tool call, while the stream was still open, and the attempt's execution (read
+    // from the next request) was then dropped. An open attempt of a wire-only turn is a
+    // response in flight.
+    let cfg = CorrelatorConfig {
+        idle_timeout_ms: Some(1_000),
+        ..CorrelatorConfig::default()
+    };
+    let mut c = Correlator::new(cfg.clone(), Arc::new(PriceTable::builtin()));
+    let mut out = Vec::new();
+    let feed = |c: &mut Correlator, line: &str, now: i64, out: &mut Vec<Output>| match decode_line(
+        line.as_bytes(),
+        &mut SkipCounts::default(),
+    ) {
+        Ok(NativeLine::Event(ev)) => c.observe(&ev, now, out),
+        other => panic!("{line} did not decode: {other:?}"),
+    };
+    let closed = |out: &[Output]| out.iter().any(|o| matches!(o, Output::TurnClosed(_)));
+    feed(
+        &mut c,
+        r#"{"turn":"t","type":"turn_start","provider":"anthropic","wire_only":true}"#,
+        0,
+        &mut out,
+    );
+    feed(
+        &mut c,
+        r#"{"turn":"t","type":"attempt_start","attempt":0}"#,
+        0,
+        &mut out,
+    );
+    feed(
+        &mut c,
+        r#"{"turn":"t","type":"tool_call","attempt":0,"id":"c1","name":"issue_refund","args":{}}"#,
+        100,
+        &mut out,
+    );
+    c.tick(1_500, &mut out);
+    c.tick(60_000, &mut out);
+    assert!(!closed(&out), "stream in flight: not idle");
+    feed(
+        &mut c,
+        r#"{"turn":"t","type":"finish","attempt":0,"reason":"tool_use"}"#,
+        60_100,
+        &mut out,
+    );
+    feed(
+        &mut c,
+        r#"{"turn":"t","type":"tool_exec","attempt":0,"id":"c1","name":"issue_refund"}"#,
+        60_200,
+        &mut out,
+    );
+    c.tick(60_500, &mut out);
+    assert!(!closed(&out));
+    c.tick(61_300, &mut out);
+    assert!(
+        closed(&out),
+        "ended attempt: the idle timeout applies again"
+    );
+    let report = out
+        .iter()
+        .find_map(|o| match o {
+            Output::TurnClosed(r) => Some(r),
+            _ => None,
+        })
+        .expect("report");
+    assert_eq!(report.attempts[0].outcome, Outcome::Completed);
+    assert!(report.findings.is_empty(), "{:?}", report.findings);
+
+    // Without `wire_only` (an agent's log), an open attempt is idle as any other; and a lost
+    // stream of a wire-only turn still closes at the safety net.
+    for (start, at) in [
+        (r#"{"turn":"u","type":"turn_start"}"#, 1_000),
+        (
+            r#"{"turn":"u","type":"turn_start","wire_only":true}"#,
+            IN_FLIGHT_MIN_IDLE_MS,
+        ),
+    ] {
+        let mut c = Correlator::new(cfg.clone(), Arc::new(PriceTable::builtin()));
+        let mut out = Vec::new();
+        feed(&mut c, start, 0, &mut out);
+        feed(
+            &mut c,
+            r#"{"turn":"u","type":"text","attempt":0,"text":"Checking"}"#,
+            0,
+            &mut out,
+        );
+        c.tick(at - 1, &mut out);
+        assert!(!closed(&out));
+        c.tick(at, &mut out);
+        assert!(closed(&out), "{start}");
+    }
+}
+
+#[test]
+fn implicit_retry_and_interleaved_turns() {
+    let (out, reports) = run(r#"
+{"turn":"x","type":"text","attempt":0,"text":"a"}
+{"turn":"y","type":"text","attempt":0,"text":"b"}
+{"turn":"x","type":"text","attempt":1,"text":"c"}
+{"turn":"y","type":"finish","attempt":0,"reason":"stop"}
+{"turn":"x","type":"finish","attempt":1,"reason":"stop"}
+"#);
+    let x = reports.iter().find(|r| r.turn == "x").unwrap();
+    assert_eq!(x.attempts[0].outcome, Outcome::Abandoned);
+    assert_eq!(x.retries, 1);
+    assert_eq!(
+        out.iter()
+            .filter(|o| matches!(o, Output::Retry { reason: None, .. }))
+            .count(),
+        1
+    );
+    let y = reports.iter().find(|r| r.turn == "y").unwrap();
+    assert!(y.findings.is_empty());
+}
+
+#[test]
+fn late_events_are_counted() {
+    let (_, _, c) = run_with(
+        cfg(),
+        r#"
+{"turn":"t","type":"text","attempt":0,"text":"a"}
+{"turn":"t","type":"retry","attempt":1}
+{"turn":"t","type":"text","attempt":0,"text":"late"}
+{"turn":"t","type":"finish","attempt":0,"reason":"stop"}
+{"turn":"t","type":"finish","attempt":1,"reason":"stop"}
+"#,
+    );
+    assert_eq!(c.stats().late_events, 2);
+}
+
+#[test]
+fn idle_timeout_eviction_and_events_after_close() {
+    let prices = Arc::new(PriceTable::builtin());
+    let mut c = Correlator::new(
+        CorrelatorConfig {
+            idle_timeout_ms: Some(10_000),
+            max_open_turns: 2,
+            ..CorrelatorConfig::default()
+        },
+        prices,
+    );
+    let mut out = Vec::new();
+    let mut skips = SkipCounts::default();
+    let mut feed = |c: &mut Correlator, line: &str, now: i64, out: &mut Vec<Output>| {
+        if let Ok(NativeLine::Event(ev)) = decode_line(line.as_bytes(), &mut skips) {
+            c.observe(&ev, now, out);
+        }
+    };
+    feed(
+        &mut c,
+        r#"{"turn":"a","type":"text","attempt":0,"text":"x"}"#,
+        0,
+        &mut out,
+    );
+    feed(
+        &mut c,
+        r#"{"turn":"b","type":"text","attempt":0,"text":"x"}"#,
+        5_000,
+        &mut out,
+    );
+    c.tick(9_999, &mut out);
+    assert_eq!(c.open_turns(), 2);
+    // A third turn evicts the least recently active one (a).
+    feed(
+        &mut c,
+        r#"{"turn":"c","type":"text","attempt":0,"text":"x"}"#,
+        6_000,
+        &mut out,
+    );
+    assert_eq!(c.open_turns(), 2);
+    assert_eq!(c.stats().evicted_turns, 1);
+    let evicted = out.iter().find_map(|o| match o {
+        Output::TurnClosed(r) => Some(r),
+        _ => None,
+    });
+    assert_eq!(
+        evicted.map(|r| (r.turn.as_str(), r.closed_by)),
+        Some(("a", CloseReason::Evicted))
+    );
+    c.tick(15_000, &mut out);
+    assert_eq!(c.open_turns(), 1, "b idled out");
+    feed(
+        &mut c,
+        r#"{"turn":"a","type":"text","attempt":0,"text":"late"}"#,
+        15_001,
+        &mut out,
+    );
+    assert_eq!(c.stats().after_close_events, 1);
+    assert_eq!(c.open_turns(), 1);
+}
