@@ -3,6 +3,12 @@
 //! Unknown fields are rejected with the field's name, so a typo never silently falls back to a
 //! default. Every important setting is also a command-line flag; flags win over the file.
 //! `docs/configuration.md` is the reference.
+//!
+//! The configuration depends on no source and no proxy module: the tailer's `read_from`
+//! ([`ReadFrom`]) and the `[proxy]` table ([`proxy`]) are defined here, and the file source
+//! and the proxy read them (and re-export them under their old paths).
+
+pub mod proxy;
 
 use std::path::{Path, PathBuf};
 
@@ -10,8 +16,32 @@ use serde::{Deserialize, Serialize};
 
 use crate::sink::metrics::MetricsConfig;
 use crate::sink::traces::Protocol;
-use crate::source::file::ReadFrom;
+use proxy::ProxySettings;
 use retryscope_core::decode::Format;
+
+/// Where the file tailer starts files that have no checkpoint and exist at the first scan
+/// (`read_from`; `source::file` reads it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReadFrom {
+    /// From offset 0.
+    #[default]
+    Beginning,
+    /// From the start of the file's last (possibly incomplete) line: lines already complete
+    /// are skipped, a line being written is delivered once complete.
+    End,
+}
+
+impl std::str::FromStr for ReadFrom {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "beginning" => Ok(ReadFrom::Beginning),
+            "end" => Ok(ReadFrom::End),
+            other => Err(format!("`{other}` is not beginning or end")),
+        }
+    }
+}
 
 /// OTLP trace export (off unless `endpoint` is set here, by flag or by environment).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -168,7 +198,7 @@ pub struct RunConfig {
     /// The demo fleet (`--demo`).
     pub demo: DemoSettings,
     /// `retryscope proxy`: listener, upstreams, injection, recording.
-    pub proxy: crate::proxy::ProxySettings,
+    pub proxy: ProxySettings,
     /// `--reset-checkpoint` (command line only): move an unusable checkpoint and the findings
     /// file aside and start over, instead of refusing to start.
     #[serde(skip)]
@@ -205,7 +235,7 @@ impl Default for RunConfig {
             otlp_receiver: OtlpReceiverSettings::default(),
             connections: crate::listener::Limits::default(),
             demo: DemoSettings::default(),
-            proxy: crate::proxy::ProxySettings::default(),
+            proxy: ProxySettings::default(),
             reset_checkpoint: false,
             live_view: None,
         }

@@ -9,8 +9,8 @@
 use std::io;
 use std::path::Path;
 
-use crate::sink::metrics::Metrics;
-use crate::source::file::TailerEvents;
+use crate::sink::metrics::{FamilyId, Metrics};
+use crate::source::file::{FileErrorKind, TailerEvents};
 use retryscope_core::decode::detect::Lookalike;
 use retryscope_core::decode::{BadLineReason, DecodeError, Format};
 use retryscope_core::ingest::{Note, Source};
@@ -165,6 +165,16 @@ pub struct ProxyCut<'a> {
     pub target: Option<&'a crate::proxy::InjectTarget>,
 }
 
+impl ProxyCut<'_> {
+    /// Zero series of every cut point and way, with and without tools (a counter Prometheus
+    /// first sees at 1 shows no increase).
+    pub fn preregister(metrics: &Metrics) {
+        let points = crate::proxy::Point::ALL.map(crate::proxy::Point::as_str);
+        let hows = crate::proxy::How::ALL.map(crate::proxy::How::as_str);
+        metrics.preregister(FamilyId::ProxyCuts, &[&points, &hows, &["true", "false"]]);
+    }
+}
+
 impl InternalEvent for ProxyCut<'_> {
     fn emit(self, metrics: &Metrics) {
         let tools = self.target.is_some_and(|t| t.tools);
@@ -294,6 +304,18 @@ pub struct TailerReport<'a> {
     pub too_long: &'a mut Vec<(std::path::PathBuf, u64)>,
 }
 
+impl TailerReport<'_> {
+    /// Zero series of every kind of problem with a tailed file.
+    pub fn preregister(metrics: &Metrics) {
+        let kinds = FileErrorKind::ALL.map(FileErrorKind::as_str);
+        metrics.preregister(FamilyId::FileErrors, &[&kinds]);
+    }
+
+    fn file_error(&self, kind: FileErrorKind) {
+        self.metrics.inc_file_errors(kind.as_str());
+    }
+}
+
 impl TailerEvents for TailerReport<'_> {
     fn file_added(&mut self, path: &Path, from_offset: u64) {
         tracing::info!(path = %display(&path.to_string_lossy()), from_offset, "watching file");
@@ -321,23 +343,24 @@ impl TailerEvents for TailerReport<'_> {
         self.too_long.push((path.to_path_buf(), skipped_bytes));
     }
     fn read_error(&mut self, path: &Path, error: &io::Error) {
-        self.metrics.inc_file_errors("read");
+        self.file_error(FileErrorKind::Read);
         tracing::warn!(path = %display(&path.to_string_lossy()), %error, "cannot read file; retrying soon");
     }
     fn open_failed(&mut self, path: &Path, error: &io::Error) {
-        let kind = crate::sink::metrics::file_error_class(error);
-        self.metrics.inc_file_errors(kind);
+        let kind = FileErrorKind::of_open_error(error);
+        self.file_error(kind);
+        let kind = kind.as_str();
         tracing::warn!(
             path = %display(&path.to_string_lossy()), %error, kind,
             "cannot open; not a rotation: kept pending and retried every poll"
         );
     }
     fn checkpoint_mismatch(&mut self, path: &Path) {
-        self.metrics.inc_file_errors("checkpoint_mismatch");
+        self.file_error(FileErrorKind::CheckpointMismatch);
         tracing::warn!(path = %display(&path.to_string_lossy()), "checkpointed inode now holds another file; reading it from the start");
     }
     fn checkpoint_orphaned(&mut self, path: &Path, offset: u64) {
-        self.metrics.inc_file_errors("checkpoint_orphaned");
+        self.file_error(FileErrorKind::CheckpointOrphaned);
         tracing::warn!(
             path = %display(&path.to_string_lossy()),
             offset,

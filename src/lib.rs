@@ -12,8 +12,10 @@
 pub mod check;
 pub mod config;
 pub mod demo;
+pub mod engine;
 pub mod internal_events;
 pub mod listener;
+pub mod metric_labels;
 pub mod nats;
 pub mod otlp_client;
 pub mod proxy;

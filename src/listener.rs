@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
-use crate::sink::metrics::Metrics;
+use crate::sink::metrics::{FamilyId, Metrics};
 
 pub use conn::{Conn, ConnState, Tracked, TrackedService};
 
@@ -210,6 +210,14 @@ impl Gate {
     /// Connections open now.
     pub fn open(&self) -> usize {
         self.open.load(Ordering::SeqCst)
+    }
+
+    /// Zero series of every listener's open connections and refusals (every reason).
+    pub fn preregister(metrics: &Metrics) {
+        let names = Name::ALL.map(Name::as_str);
+        let reasons = Reason::ALL.map(Reason::as_str);
+        metrics.preregister(FamilyId::ListenerOpen, &[&names]);
+        metrics.preregister(FamilyId::ListenerRefused, &[&names, &reasons]);
     }
 
     /// Count a refused or closed connection.

@@ -2,9 +2,11 @@
 //! (from flags, the config file and the standard `OTEL_EXPORTER_OTLP_*` variables), and the
 //! exporter built from them. Shared by the turn traces ([`crate::sink::traces`]) and
 //! retryscope's own operational spans ([`crate::telemetry`]), which must not depend on each
-//! other. The endpoint's rules are [`endpoint`]'s, TLS is [`tls`]'s.
+//! other. The endpoint's rules are [`endpoint`]'s, TLS is [`tls`]'s, the environment
+//! variables `env`'s.
 
 pub mod endpoint;
+mod env;
 pub mod tls;
 
 use std::collections::HashMap;
@@ -14,6 +16,12 @@ use std::time::Duration;
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
 
 pub use endpoint::Endpoint;
+pub use env::{
+    ENV_CERTIFICATE, ENV_CLIENT_CERTIFICATE, ENV_CLIENT_KEY, ENV_ENDPOINT, ENV_HEADERS,
+    ENV_PROTOCOL, ENV_TIMEOUT, ENV_TRACES_CERTIFICATE, ENV_TRACES_CLIENT_CERTIFICATE,
+    ENV_TRACES_CLIENT_KEY, ENV_TRACES_ENDPOINT, ENV_TRACES_HEADERS, ENV_TRACES_PROTOCOL,
+    ENV_TRACES_TIMEOUT, parse_headers,
+};
 pub use tls::{LoadedTls, OtlpHttpClient, TlsFiles, http_client};
 
 /// What can go wrong setting up trace export.
@@ -55,35 +63,6 @@ pub enum TraceError {
     #[error("trace export needs a tokio runtime: {0}")]
     NoRuntime(#[from] tokio::runtime::TryCurrentError),
 }
-
-/// `OTEL_EXPORTER_OTLP_ENDPOINT`: base URL for every signal.
-pub const ENV_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
-/// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`: full URL for traces, used as given.
-pub const ENV_TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
-/// `OTEL_EXPORTER_OTLP_HEADERS`: `k=v,k2=v2`, URL-encoded.
-pub const ENV_HEADERS: &str = "OTEL_EXPORTER_OTLP_HEADERS";
-/// `OTEL_EXPORTER_OTLP_TRACES_HEADERS`: as above, for traces only (wins).
-pub const ENV_TRACES_HEADERS: &str = "OTEL_EXPORTER_OTLP_TRACES_HEADERS";
-/// `OTEL_EXPORTER_OTLP_PROTOCOL`: `grpc` or `http/protobuf`.
-pub const ENV_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
-/// `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`: as above, for traces only (wins).
-pub const ENV_TRACES_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL";
-/// `OTEL_EXPORTER_OTLP_TIMEOUT`: milliseconds.
-pub const ENV_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TIMEOUT";
-/// `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`: milliseconds, for traces only (wins).
-pub const ENV_TRACES_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT";
-/// `OTEL_EXPORTER_OTLP_CERTIFICATE`: PEM file of CA certificates to trust.
-pub const ENV_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CERTIFICATE";
-/// `OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE`: as above, for traces only (wins).
-pub const ENV_TRACES_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE";
-/// `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`: PEM client certificate for mTLS.
-pub const ENV_CLIENT_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE";
-/// `OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE`: as above, for traces only (wins).
-pub const ENV_TRACES_CLIENT_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE";
-/// `OTEL_EXPORTER_OTLP_CLIENT_KEY`: PEM client private key for mTLS.
-pub const ENV_CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_CLIENT_KEY";
-/// `OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY`: as above, for traces only (wins).
-pub const ENV_TRACES_CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY";
 
 /// The OTLP transport.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -204,55 +183,6 @@ impl Default for TraceExportConfig {
 }
 
 impl TraceExportConfig {
-    /// Defaults overridden by the standard `OTEL_EXPORTER_OTLP_*` variables (the
-    /// `..._TRACES_...` variants win over the generic ones).
-    pub fn from_env() -> Result<Self, TraceError> {
-        Self::from_lookup(|k| std::env::var(k).ok())
-    }
-
-    /// [`TraceExportConfig::from_env`] with variables read through `lookup`.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, TraceError> {
-        let get = |specific: &'static str, generic: &'static str| {
-            let non_empty = |k: &'static str| {
-                lookup(k)
-                    .filter(|v| !v.trim().is_empty())
-                    .map(|v| (k, v.trim().to_owned()))
-            };
-            non_empty(specific).or_else(|| non_empty(generic))
-        };
-        let mut cfg = TraceExportConfig::default();
-        if let Some((var, endpoint)) = get(ENV_TRACES_ENDPOINT, ENV_ENDPOINT) {
-            if var == ENV_TRACES_ENDPOINT {
-                cfg.env_traces_endpoint = Some(endpoint.clone());
-            } else {
-                cfg.env_endpoint = Some(endpoint.clone());
-            }
-            cfg.endpoint = Some(endpoint);
-        }
-        if let Some((var, value)) = get(ENV_TRACES_PROTOCOL, ENV_PROTOCOL) {
-            cfg.protocol = Protocol::parse(&value).ok_or_else(|| TraceError::Env {
-                var,
-                message: format!("`{value}` (expected grpc or http/protobuf)"),
-            })?;
-        }
-        if let Some((var, value)) = get(ENV_TRACES_HEADERS, ENV_HEADERS) {
-            cfg.headers =
-                parse_headers(&value).map_err(|message| TraceError::Env { var, message })?;
-        }
-        if let Some((var, value)) = get(ENV_TRACES_TIMEOUT, ENV_TIMEOUT) {
-            let ms: u64 = value.parse().map_err(|_| TraceError::Env {
-                var,
-                message: format!("`{value}` is not a number of milliseconds"),
-            })?;
-            cfg.timeout = Duration::from_millis(ms);
-        }
-        let path = |(_, v): (&str, String)| std::path::PathBuf::from(v);
-        cfg.tls.ca_file = get(ENV_TRACES_CERTIFICATE, ENV_CERTIFICATE).map(path);
-        cfg.tls.client_cert = get(ENV_TRACES_CLIENT_CERTIFICATE, ENV_CLIENT_CERTIFICATE).map(path);
-        cfg.tls.client_key = get(ENV_TRACES_CLIENT_KEY, ENV_CLIENT_KEY).map(path);
-        Ok(cfg)
-    }
-
     /// Whether an endpoint is configured (export is on).
     pub fn is_enabled(&self) -> bool {
         self.endpoint
@@ -344,43 +274,6 @@ impl Prepared {
     }
 }
 
-/// Parse `k=v,k2=v2` with URL-encoded keys and values (the OTLP headers format).
-pub fn parse_headers(s: &str) -> Result<Vec<(String, String)>, String> {
-    let mut out = Vec::new();
-    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        let (k, v) = item
-            .split_once('=')
-            .ok_or_else(|| format!("header `{item}` has no `=`"))?;
-        let key = percent_decode(k.trim())?;
-        if key.is_empty() {
-            return Err(format!("header `{item}` has an empty name"));
-        }
-        out.push((key, percent_decode(v.trim())?));
-    }
-    Ok(out)
-}
-
-fn percent_decode(s: &str) -> Result<String, String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| format!("bad percent escape in `{s}`"))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| format!("`{s}` does not decode to UTF-8"))
-}
-
 /// The OTLP exporter for `cfg`, sending to `target` (from [`TraceExportConfig::prepare`]);
 /// `http_client` (from [`Prepared::http_client`]) is used for HTTP/protobuf only. The gRPC
 /// exporter must be built inside a tokio runtime context.
@@ -429,178 +322,4 @@ pub fn build_exporter(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn env(vars: &[(&str, &str)]) -> Result<TraceExportConfig, TraceError> {
-        let vars: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        TraceExportConfig::from_lookup(|k| vars.get(k).cloned())
-    }
-
-    #[test]
-    fn off_without_an_endpoint() {
-        let cfg = env(&[]).unwrap();
-        assert!(!cfg.is_enabled());
-        assert_eq!(cfg.traces_endpoint(), None);
-        assert_eq!(cfg.protocol, Protocol::HttpProtobuf);
-        assert_eq!(cfg.timeout, Duration::from_secs(10));
-        assert_eq!(cfg.service_name, "retryscope");
-        assert!(!cfg.capture_content);
-        assert!(!env(&[(ENV_ENDPOINT, "  ")]).unwrap().is_enabled());
-    }
-
-    #[test]
-    fn http_endpoint_rules() {
-        // The generic variable is a base URL: the signal path is appended.
-        let cfg = env(&[(ENV_ENDPOINT, "http://otel:4318/")]).unwrap();
-        assert_eq!(
-            cfg.traces_endpoint().as_deref(),
-            Some("http://otel:4318/v1/traces")
-        );
-        let cfg = env(&[(ENV_ENDPOINT, "http://gw/otlp")]).unwrap();
-        assert_eq!(
-            cfg.traces_endpoint().as_deref(),
-            Some("http://gw/otlp/v1/traces")
-        );
-        // The traces variable is a full URL and wins over the generic one.
-        let mut cfg = env(&[
-            (ENV_ENDPOINT, "http://otel:4318"),
-            (ENV_TRACES_ENDPOINT, "http://gw/custom/traces"),
-        ])
-        .unwrap();
-        assert_eq!(
-            cfg.traces_endpoint().as_deref(),
-            Some("http://gw/custom/traces")
-        );
-        // An explicit endpoint overrides the environment and gets the rule for given URLs.
-        cfg.endpoint = Some("http://other:4318".to_owned());
-        assert_eq!(
-            cfg.traces_endpoint().as_deref(),
-            Some("http://other:4318/v1/traces")
-        );
-        cfg.endpoint = Some("http://other:4318/v1/traces".to_owned());
-        assert_eq!(
-            cfg.traces_endpoint().as_deref(),
-            Some("http://other:4318/v1/traces")
-        );
-    }
-
-    #[test]
-    fn grpc_endpoint_is_used_as_given() {
-        let cfg = env(&[(ENV_ENDPOINT, "http://otel:4317"), (ENV_PROTOCOL, "grpc")]).unwrap();
-        assert_eq!(cfg.protocol, Protocol::Grpc);
-        assert_eq!(cfg.traces_endpoint().as_deref(), Some("http://otel:4317"));
-        // The traces-specific protocol wins.
-        let cfg = env(&[
-            (ENV_PROTOCOL, "grpc"),
-            (ENV_TRACES_PROTOCOL, "http/protobuf"),
-        ])
-        .unwrap();
-        assert_eq!(cfg.protocol, Protocol::HttpProtobuf);
-    }
-
-    #[test]
-    fn bad_values_name_their_variable() {
-        let err = env(&[(ENV_PROTOCOL, "http/json")]).unwrap_err().to_string();
-        assert!(err.contains(ENV_PROTOCOL), "{err}");
-        let err = env(&[(ENV_TRACES_TIMEOUT, "5s")]).unwrap_err().to_string();
-        assert!(err.contains(ENV_TRACES_TIMEOUT), "{err}");
-        let err = env(&[(ENV_HEADERS, "novalue")]).unwrap_err().to_string();
-        assert!(err.contains(ENV_HEADERS), "{err}");
-    }
-
-    #[test]
-    fn headers_and_timeout_from_env() {
-        let cfg = env(&[
-            (
-                ENV_HEADERS,
-                "Authorization=Bearer%20tok%3D%3D, x-team = a%2Cb ,",
-            ),
-            (ENV_TIMEOUT, "2500"),
-        ])
-        .unwrap();
-        assert_eq!(
-            cfg.headers,
-            vec![
-                ("Authorization".to_owned(), "Bearer tok==".to_owned()),
-                ("x-team".to_owned(), "a,b".to_owned()),
-            ]
-        );
-        assert_eq!(cfg.timeout, Duration::from_millis(2500));
-        let cfg = env(&[(ENV_HEADERS, "a=1"), (ENV_TRACES_HEADERS, "b=2")]).unwrap();
-        assert_eq!(cfg.headers, vec![("b".to_owned(), "2".to_owned())]);
-        assert!(parse_headers("a=%zz").is_err());
-        assert!(parse_headers("=v").is_err());
-        // Debug output shows header names, never values (they are usually secrets).
-        let shown = format!("{cfg:?}");
-        assert!(
-            shown.contains("\"b\"") && !shown.contains("\"2\""),
-            "{shown}"
-        );
-    }
-
-    #[test]
-    fn tls_files_from_env_traces_variables_win() {
-        let cfg = env(&[
-            (ENV_CERTIFICATE, "/etc/ca.pem"),
-            (ENV_TRACES_CERTIFICATE, "/etc/traces-ca.pem"),
-            (ENV_CLIENT_CERTIFICATE, "/etc/c.pem"),
-            (ENV_CLIENT_KEY, "/etc/c.key"),
-        ])
-        .unwrap();
-        assert_eq!(
-            cfg.tls.ca_file.as_deref(),
-            Some(std::path::Path::new("/etc/traces-ca.pem"))
-        );
-        assert_eq!(
-            cfg.tls.client_cert.as_deref(),
-            Some(std::path::Path::new("/etc/c.pem"))
-        );
-        assert_eq!(
-            cfg.tls.client_key.as_deref(),
-            Some(std::path::Path::new("/etc/c.key"))
-        );
-    }
-
-    #[test]
-    fn a_bad_endpoint_names_where_it_came_from() {
-        let mut cfg = env(&[(ENV_ENDPOINT, "ftp://otel:21")]).unwrap();
-        let err = cfg.prepare().unwrap_err().to_string();
-        assert!(err.contains(ENV_ENDPOINT) && err.contains("ftp"), "{err}");
-        let traces = env(&[(ENV_TRACES_ENDPOINT, "grpc://otel:4317")]).unwrap();
-        let err = traces.prepare().unwrap_err().to_string();
-        assert!(err.contains(ENV_TRACES_ENDPOINT), "{err}");
-        cfg.endpoint = Some("gopher://x".to_owned());
-        let err = cfg.prepare().unwrap_err().to_string();
-        assert!(err.contains("--otlp-endpoint"), "{err}");
-        // Scheme-less is http://, for both protocols.
-        cfg.endpoint = Some("otel:4317".to_owned());
-        cfg.protocol = Protocol::Grpc;
-        let target = cfg.prepare().unwrap().unwrap();
-        assert_eq!(target.endpoint.url, "http://otel:4317");
-        assert!(target.tls.is_none());
-        cfg.protocol = Protocol::HttpProtobuf;
-        assert_eq!(
-            cfg.traces_endpoint().as_deref(),
-            Some("http://otel:4317/v1/traces")
-        );
-    }
-
-    #[test]
-    fn certificate_files_need_an_https_endpoint() {
-        let mut cfg = env(&[(ENV_ENDPOINT, "http://otel:4318")]).unwrap();
-        cfg.tls.ca_file = Some("/nonexistent/ca.pem".into());
-        let err = cfg.prepare().unwrap_err().to_string();
-        assert!(err.contains("not https://"), "{err}");
-        // With https:// the file is read at startup, and a missing one is named.
-        cfg.endpoint = Some("https://otel:4318".to_owned());
-        let err = cfg.prepare().unwrap_err().to_string();
-        assert!(
-            err.contains("/nonexistent/ca.pem") && err.contains("--otlp-ca-file"),
-            "{err}"
-        );
-    }
-}
+mod tests;

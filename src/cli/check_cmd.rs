@@ -184,12 +184,7 @@ impl Export {
         let Some(endpoint) = cfg.traces_endpoint() else {
             return Ok(None);
         };
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("retryscope-otlp")
-            .enable_all()
-            .build()
-            .context("starting the trace export runtime")?;
+        let runtime = super::common::runtime(1, "retryscope-otlp")?;
         let sink = runtime
             .block_on(async { TraceSink::start(cfg) })
             .context("starting the OTLP exporter")?;

@@ -2,8 +2,8 @@
 //! findings output, and `retryscope::nats::collect`.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -12,7 +12,6 @@ use retryscope::config::RunConfig;
 use retryscope::nats::collect::{CollectConfig, collect};
 use retryscope::sink::findings::FindingsSink;
 use retryscope::sink::metrics::Metrics;
-use retryscope_core::correlate::CorrelatorConfig;
 use retryscope_core::cost::PriceTable;
 
 use super::nats_args::{CollectorArgs, NatsArgs};
@@ -33,16 +32,7 @@ pub fn run(
     let lease = Duration::from_secs(args.lease_secs.max(1));
     let checkpoint_every = Duration::from_millis(args.checkpoint_ms.max(10));
     let prices = Arc::new(PriceTable::builtin_with(cfg.prices.as_deref())?);
-    let correlator = CorrelatorConfig {
-        retry_cap: cfg.max_attempts,
-        read_only_tools: cfg.read_only_tools.iter().cloned().collect(),
-        idle_timeout_ms: Some(
-            i64::try_from(cfg.idle_timeout_secs.saturating_mul(1000)).unwrap_or(i64::MAX),
-        ),
-        max_open_turns: cfg.max_open_turns,
-        capture_content: cfg.otlp.capture_content,
-        ..CorrelatorConfig::default()
-    };
+    let correlator = retryscope::engine::correlator_config(&cfg, false);
     let collect_cfg = CollectConfig {
         nats,
         instance,
@@ -52,13 +42,11 @@ pub fn run(
         findings_window: (lease + checkpoint_every) * 4 + Duration::from_secs(60),
         correlator,
         format: cfg.format,
+        // Parts of one turn shipped by two hosts reach JetStream in any order.
+        settle: Duration::from_secs(args.settle_secs),
     };
     let traces = super::common::trace_config(&cfg)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the runtime")?;
+    let runtime = super::common::runtime(2, "retryscope-collect")?;
     runtime.block_on(async move {
         let _telemetry = retryscope::telemetry::init(None).context("starting logging")?;
         let served = Arc::new(Metrics::new(cfg.labels.clone()).context("registering metrics")?);
@@ -85,21 +73,31 @@ pub fn run(
         });
         // Each instance writes its own findings; resuming a file means nothing here (the
         // partitions it owned may be elsewhere now), so it appends.
-        let mut findings = FindingsSink::open(&cfg.findings_out, None)
-            .with_context(|| format!("opening findings output `{}`", cfg.findings_out))?;
-        let traces = super::common::start_traces(traces)?;
+        let findings = Arc::new(Mutex::new(
+            FindingsSink::open(&cfg.findings_out, None)
+                .with_context(|| format!("opening findings output `{}`", cfg.findings_out))?,
+        ));
+        let traces = super::common::start_traces(traces)?.map(Arc::new);
+        let receiving = Receiving::start(&cfg, &collect_cfg, ready.clone()).await?;
         let summary = collect(
             collect_cfg,
             prices,
             served,
-            &mut findings,
-            traces.as_ref(),
+            receiving.as_ref().map(|r| r.metrics.clone()),
+            findings.clone(),
+            traces.clone(),
             shutdown,
             ready,
         )
         .await?;
-        findings.flush().context("flushing findings")?;
-        if let Some(t) = traces {
+        if let Some(r) = receiving {
+            r.stop().await;
+        }
+        if let Ok(mut findings) = findings.lock() {
+            findings.flush().context("flushing findings")?;
+        }
+        // The partitions' engines are gone: the exporter is this one's alone, to flush.
+        if let Some(t) = traces.and_then(|t| Arc::try_unwrap(t).ok()) {
             t.shutdown(Duration::from_secs(10)).await;
         }
         let _ = stop_tx.send(());
@@ -111,4 +109,69 @@ pub fn run(
         );
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// The OTLP receiver of a collector, publishing what it accepts into the events stream
+/// (`retryscope::nats::receive`).
+struct Receiving {
+    listeners: retryscope::source::otlp::listen::Running,
+    /// The receiver's own counters (added to the partitions' in what is served).
+    metrics: Arc<Metrics>,
+    drain: Arc<AtomicBool>,
+    publisher: tokio::task::JoinHandle<Result<u64, retryscope::nats::NatsError>>,
+}
+
+impl Receiving {
+    /// Bind the receiver when one is configured; it accepts once `ready` is set.
+    async fn start(
+        cfg: &RunConfig,
+        collect: &CollectConfig,
+        ready: Arc<AtomicBool>,
+    ) -> anyhow::Result<Option<Receiving>> {
+        let r = &cfg.otlp_receiver;
+        if r.listen.is_none() && r.grpc_listen.is_none() {
+            return Ok(None);
+        }
+        let metrics = Arc::new(Metrics::new(cfg.labels.clone()).context("registering metrics")?);
+        let queue = Arc::new(retryscope::source::otlp::Queue::new(r.queue_bytes));
+        let listeners = retryscope::source::otlp::listen::Listeners::bind(
+            r,
+            &cfg.connections,
+            queue.clone(),
+            metrics.clone(),
+        )
+        .await?
+        .start_when(ready);
+        let client = collect
+            .nats
+            .connect(&format!("retryscope-receiver {}", collect.instance))
+            .await?;
+        let drain = Arc::new(AtomicBool::new(false));
+        let publisher = tokio::spawn(retryscope::nats::receive::ship_received(
+            async_nats::jetstream::new(client),
+            queue,
+            collect.instance.clone(),
+            metrics.clone(),
+            drain.clone(),
+        ));
+        Ok(Some(Receiving {
+            listeners,
+            metrics,
+            drain,
+            publisher,
+        }))
+    }
+
+    /// Refuse new requests (agents retry them elsewhere), then publish what was accepted.
+    async fn stop(self) {
+        self.listeners.stop().await;
+        self.drain.store(true, Ordering::SeqCst);
+        match self.publisher.await {
+            Ok(Ok(n)) => tracing::info!(records = n, "OTLP receiver: published"),
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "OTLP receiver: records accepted and not published")
+            }
+            Err(e) => tracing::error!(error = %e, "OTLP receiver: the publisher died"),
+        }
+    }
 }

@@ -1,5 +1,5 @@
-//! What the commands share: their traces' export settings and start, the open-file limit,
-//! the stop signals, and the host's name.
+//! What the commands share: their runtime, their traces' export settings and start, the
+//! open-file limit, the stop signals, and the host's name.
 
 use std::time::Duration;
 
@@ -7,6 +7,17 @@ use anyhow::Context;
 
 use retryscope::config::RunConfig;
 use retryscope::sink::traces::{TraceExportConfig, TraceSink};
+
+/// A multi-thread runtime of `threads` workers named `name`: what every command's network
+/// side runs on (the engine itself is a blocking thread beside it).
+pub(crate) fn runtime(threads: usize, name: &str) -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name(name)
+        .enable_all()
+        .build()
+        .with_context(|| format!("starting the runtime ({name})"))
+}
 
 pub(crate) fn trace_config(cfg: &RunConfig) -> anyhow::Result<Option<TraceExportConfig>> {
     let mut t = TraceExportConfig::from_env()?;
@@ -49,7 +60,7 @@ pub(crate) fn start_traces(cfg: Option<TraceExportConfig>) -> anyhow::Result<Opt
 
 /// Raise the soft limit on open files to the hard limit: one descriptor per tailed file
 /// (5,000 files do not fit the usual soft limit of 1,024). Files that still cannot be opened
-/// are counted (`retryscope_file_errors_total{error="emfile"}`) and retried.
+/// are counted (`retryscope_file_errors_total{kind="emfile"}`) and retried.
 pub(crate) fn raise_fd_limit() {
     match rlimit::increase_nofile_limit(u64::MAX) {
         Ok(limit) => tracing::info!(limit, "open file limit"),

@@ -91,4 +91,9 @@ pub(crate) struct CollectorArgs {
     /// With --nats: partition checkpoint interval in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub(crate) checkpoint_ms: u64,
+    /// With --nats: hold each turn until it has been quiet this long (seconds of its
+    /// partition's clock), then correlate its events in time order, so a part shipped late by
+    /// another host still takes its place; 0 correlates lines as they arrive.
+    #[arg(long, value_name = "SECS", default_value_t = 5)]
+    pub(crate) settle_secs: u64,
 }

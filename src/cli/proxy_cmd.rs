@@ -187,11 +187,7 @@ fn merge(args: &ProxyArgs) -> anyhow::Result<RunConfig> {
 pub fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     let cfg = merge(&args)?;
     let traces = super::common::trace_config(&cfg)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the runtime")?;
+    let runtime = super::common::runtime(2, "retryscope-proxy")?;
     runtime.block_on(async move {
         let telemetry = retryscope::telemetry::init(traces.as_ref())
             .context("starting logging and self-telemetry")?;

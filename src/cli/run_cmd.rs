@@ -304,14 +304,6 @@ fn merge_nats(args: &RunArgs) -> anyhow::Result<RunConfig> {
 
 /// The first setting a NATS collector cannot honour, as a sentence naming it and what to do.
 fn nats_unsupported(cfg: &RunConfig, args: &RunArgs) -> Option<&'static str> {
-    let r = &cfg.otlp_receiver;
-    if r.listen.is_some() || r.grpc_listen.is_some() {
-        return Some(
-            "the OTLP receiver (--otlp-listen, --otlp-grpc-listen, [otlp_receiver]) cannot run: \
-             a collector reads only what `retryscope ship` published; run the receiver in a \
-             `retryscope run` of its own",
-        );
-    }
     if cfg.workers.is_some_and(|w| w > 1) {
         return Some(
             "--workers (or workers in the configuration) does not apply: a collector runs one \
@@ -321,7 +313,8 @@ fn nats_unsupported(cfg: &RunConfig, args: &RunArgs) -> Option<&'static str> {
     if cfg.data_dir.is_some() || cfg.reset_checkpoint {
         return Some(
             "--data-dir and --reset-checkpoint do not apply: a collector keeps its partitions' \
-             checkpoints in JetStream (the retryscope_state bucket)",
+             checkpoints in JetStream (the retryscope_state bucket), and its OTLP receiver \
+             publishes what it accepts there",
         );
     }
     if args.exit_on_eof {
@@ -412,11 +405,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let traces = super::common::trace_config(&cfg)?;
     let exit_on_eof = args.exit_on_eof;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the runtime")?;
+    let runtime = super::common::runtime(2, "retryscope-run")?;
     runtime.block_on(async move {
         // The subscriber is installed inside the runtime: with an OTLP endpoint, retryscope's
         // own spans are exported too (as `<service>-self`, apart from the turn traces).

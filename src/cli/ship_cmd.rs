@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Args;
 
 use retryscope::nats::ship::{ShipConfig, ship};
@@ -68,11 +67,7 @@ pub fn run(args: ShipArgs) -> anyhow::Result<ExitCode> {
         max_line_bytes: args.max_line_bytes,
         reset_checkpoint: args.reset_checkpoint,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .context("starting the runtime")?;
+    let runtime = super::common::runtime(1, "retryscope-ship")?;
     runtime.block_on(async move {
         let shutdown = Arc::new(AtomicBool::new(false));
         let flag = shutdown.clone();

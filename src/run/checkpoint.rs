@@ -1,7 +1,9 @@
-//! The collector's checkpoint: one versioned JSON file, written atomically, holding file
-//! offsets, open-turn state, input counters, metric values and the findings file offset, all
-//! taken at the same instant between two polls.
+//! The collector's checkpoint: one versioned JSON file, written atomically, holding every
+//! source's position (`sources`: file offsets, the OTLP spool), open-turn state, input
+//! counters, metric values and every sink's position (`sinks`: the findings file's length),
+//! all taken at the same instant between two polls.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -17,12 +19,13 @@ use retryscope_core::pipeline::InputCounters;
 pub const CHECKPOINT_FILE: &str = "checkpoint.json";
 
 /// The format version this build writes. Version 1 (whose metrics snapshot carried unused
-/// input baselines), version 2 (no held gemini-cli events: read as none held) and version 3
-/// (no routes: every open turn and closed id read as native, placed by its id) are still
-/// read.
-pub const VERSION: u32 = 4;
+/// input baselines), version 2 (no held gemini-cli events: read as none held), version 3
+/// (no routes: every open turn and closed id read as native, placed by its id) and version 4
+/// (positions in fields of their own: `files`, `otlp_spool`, `findings_offset`, read into
+/// `sources` and `sinks`) are still read.
+pub const VERSION: u32 = 5;
 /// The first version whose open turns and closed ids keep the route of the stream that feeds
-/// them (`run/sharded.rs`), so that resuming with several workers puts each where its next
+/// them (`engine/sharded.rs`), so that resuming with several workers puts each where its next
 /// events go.
 pub const ROUTES_SINCE: u32 = 4;
 /// The oldest version this build reads.
@@ -33,8 +36,13 @@ pub const OLDEST_VERSION: u32 = 1;
 pub struct Checkpoint {
     /// Format version.
     pub version: u32,
-    /// Identity and offset of every file read.
-    pub files: Vec<FileCheckpoint>,
+    /// Each source's position, by its name (`files`: identity and offset of every file read;
+    /// `otlp`: how far the receiver's spool has been read).
+    #[serde(default)]
+    pub sources: BTreeMap<String, serde_json::Value>,
+    /// Each sink's position, by its name (`findings`: the findings file's durable length).
+    #[serde(default)]
+    pub sinks: BTreeMap<String, serde_json::Value>,
     /// Open turns.
     pub correlator: CorrelatorSnapshot,
     /// Input counters.
@@ -43,15 +51,51 @@ pub struct Checkpoint {
     pub clock_ms: i64,
     /// Metric values.
     pub metrics: MetricsSnapshot,
-    /// Byte offset of the findings file.
-    pub findings_offset: Option<u64>,
-    /// How far the OTLP receiver's spool has been read (absent without a receiver).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub otlp_spool: Option<crate::source::otlp::SpoolPos>,
     /// gemini-cli events held to be joined with their session's other output: already read
     /// past (file offsets, OTLP spool), so they must be carried over (since version 3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub joined: Option<JoinerSnapshot>,
+    /// Before version 5: the positions, in fields of their own (moved into `sources` and
+    /// `sinks` when read; never written).
+    #[serde(flatten, skip_serializing)]
+    legacy: Legacy,
+}
+
+/// Where versions before 5 kept the positions.
+#[derive(Debug, Clone, Default, Deserialize)]
+struct Legacy {
+    files: Option<Vec<FileCheckpoint>>,
+    findings_offset: Option<u64>,
+    otlp_spool: Option<crate::source::otlp::SpoolPos>,
+}
+
+impl Legacy {
+    /// Move what an old version held into `sources` and `sinks`, under the names the sources
+    /// and sinks of this version use.
+    fn upgrade(
+        &mut self,
+        cp: &mut BTreeMap<String, serde_json::Value>,
+        sinks: &mut BTreeMap<String, serde_json::Value>,
+    ) {
+        let json = |v: Result<serde_json::Value, serde_json::Error>| v.ok();
+        if let Some(files) = self
+            .files
+            .take()
+            .and_then(|f| json(serde_json::to_value(f)))
+        {
+            cp.insert("files".to_owned(), files);
+        }
+        if let Some(pos) = self
+            .otlp_spool
+            .take()
+            .and_then(|p| json(serde_json::to_value(p)))
+        {
+            cp.insert("otlp".to_owned(), pos);
+        }
+        if let Some(offset) = self.findings_offset.take() {
+            sinks.insert("findings".to_owned(), offset.into());
+        }
+    }
 }
 
 /// A checkpoint that exists but cannot be trusted.
@@ -117,6 +161,37 @@ pub fn probe_data_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 impl Checkpoint {
+    /// A checkpoint of this version.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        sources: BTreeMap<String, serde_json::Value>,
+        sinks: BTreeMap<String, serde_json::Value>,
+        correlator: CorrelatorSnapshot,
+        counters: InputCounters,
+        clock_ms: i64,
+        metrics: MetricsSnapshot,
+        joined: Option<JoinerSnapshot>,
+    ) -> Self {
+        Checkpoint {
+            version: VERSION,
+            sources,
+            sinks,
+            correlator,
+            counters,
+            clock_ms,
+            metrics,
+            joined,
+            legacy: Legacy::default(),
+        }
+    }
+
+    /// The OTLP spool position it holds, if any.
+    pub fn otlp_spool(&self) -> Option<crate::source::otlp::SpoolPos> {
+        self.sources
+            .get("otlp")
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+    }
+
     /// Open turns held.
     pub fn open_turns(&self) -> usize {
         self.correlator.open_turns()
@@ -147,7 +222,11 @@ impl Checkpoint {
             return Err(unusable(format!("{} NUL bytes", bytes.len())));
         }
         match serde_json::from_slice::<Checkpoint>(&bytes) {
-            Ok(cp) if (OLDEST_VERSION..=VERSION).contains(&cp.version) => Ok(Some(cp)),
+            Ok(mut cp) if (OLDEST_VERSION..=VERSION).contains(&cp.version) => {
+                let mut legacy = std::mem::take(&mut cp.legacy);
+                legacy.upgrade(&mut cp.sources, &mut cp.sinks);
+                Ok(Some(cp))
+            }
             Ok(cp) => Err(unusable(format!(
                 "version {}, this build reads versions {OLDEST_VERSION} to {VERSION}",
                 cp.version

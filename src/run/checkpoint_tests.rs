@@ -1,6 +1,7 @@
 //! Checkpoint format versions: what this build writes reads back whole, and older versions
 //! still read.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::*;
@@ -12,19 +13,63 @@ use retryscope_core::event::{Event, EventKind};
 
 fn checkpoint(joined: Option<JoinerSnapshot>) -> Checkpoint {
     let correlator = Correlator::new(CorrelatorConfig::default(), Arc::new(PriceTable::builtin()));
-    Checkpoint {
-        version: VERSION,
-        files: Vec::new(),
-        correlator: correlator.snapshot(),
-        counters: InputCounters::default(),
-        clock_ms: 7,
-        metrics: Metrics::new(MetricsConfig::default())
+    Checkpoint::new(
+        BTreeMap::new(),
+        BTreeMap::from([("findings".to_owned(), 0.into())]),
+        correlator.snapshot(),
+        InputCounters::default(),
+        7,
+        Metrics::new(MetricsConfig::default())
             .expect("metrics")
             .snapshot(),
-        findings_offset: Some(0),
-        otlp_spool: None,
         joined,
+    )
+}
+
+#[test]
+fn a_version_4_checkpoint_keeps_its_positions_under_the_names_of_the_sources_and_sinks() {
+    let mut json = serde_json::to_value(checkpoint(None)).expect("json");
+    let fields = json.as_object_mut().expect("an object");
+    fields.remove("sources");
+    fields.remove("sinks");
+    fields.insert("version".into(), 4.into());
+    let file = serde_json::json!({"path": "/var/log/a.jsonl", "dev": 1, "ino": 2,
+        "fingerprint": 3, "fingerprint_len": 4, "offset": 5});
+    fields.insert("files".into(), serde_json::json!([file]));
+    fields.insert("findings_offset".into(), 12.into());
+    fields.insert(
+        "otlp_spool".into(),
+        serde_json::json!({"segment": 3, "offset": 99}),
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join(CHECKPOINT_FILE);
+    std::fs::write(&path, serde_json::to_vec(&json).expect("bytes")).expect("write");
+    let back = Checkpoint::load(&path).expect("load").expect("present");
+    assert_eq!(back.sources.get("files"), Some(&serde_json::json!([file])));
+    assert_eq!(
+        back.otlp_spool(),
+        Some(crate::source::otlp::SpoolPos {
+            segment: 3,
+            offset: 99
+        })
+    );
+    assert_eq!(back.sinks.get("findings"), Some(&12.into()));
+    // Written again, it is a version 5 checkpoint without the old fields.
+    let again = serde_json::to_value(Checkpoint::new(
+        back.sources.clone(),
+        back.sinks.clone(),
+        back.correlator.clone(),
+        back.counters.clone(),
+        back.clock_ms,
+        back.metrics.clone(),
+        None,
+    ))
+    .expect("json");
+    assert_eq!(again["version"], VERSION);
+    for old in ["files", "findings_offset", "otlp_spool"] {
+        assert!(again.get(old).is_none(), "{old} is not written");
     }
+    assert_eq!(again["sources"]["otlp"]["segment"], 3);
 }
 
 #[test]

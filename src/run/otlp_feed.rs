@@ -1,19 +1,19 @@
 //! The engine's side of the OTLP receiver: take accepted batches from the queue and hand each
 //! record to the ingest path on its stream (`Source::Otlp`, `Format::Otlp`), remember how far
 //! the spool is covered (the checkpoint records it; segments behind a written checkpoint are
-//! deleted), replay the spool at start-up, and end streams that went quiet.
+//! deleted), replay the spool at start-up, and end streams that went quiet: the receiver as
+//! the engine's [`LiveSource`] (`otlp`).
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::internal_events::{Ingested, InternalEvent, LineRead};
-use crate::run::ShardedIngest;
+use crate::engine::{Core, LiveSource, Polled};
+use crate::internal_events::{InternalEvent, LineRead};
 use crate::sink::metrics::Metrics;
 use crate::source::otlp::{Batch, Queue, SPOOL_DIR, Spool, SpoolPos};
-use retryscope_core::correlate::Output;
 use retryscope_core::decode::Format;
-use retryscope_core::ingest::{Note, Source};
+use retryscope_core::ingest::Source;
 
 /// Records handed to the ingest path per poll, at most (whole batches).
 const MAX_RECORDS_PER_POLL: usize = 20_000;
@@ -30,6 +30,9 @@ pub struct OtlpFeed {
     /// Last record time (wall ms) per stream, to end quiet streams.
     seen: HashMap<String, i64>,
     batches: Vec<Batch>,
+    metrics: Arc<Metrics>,
+    /// A stream quiet this long is ended.
+    idle_secs: u64,
 }
 
 impl OtlpFeed {
@@ -40,6 +43,8 @@ impl OtlpFeed {
         queue: Arc<Queue>,
         data_dir: Option<&Path>,
         from: Option<SpoolPos>,
+        metrics: Arc<Metrics>,
+        idle_secs: u64,
     ) -> Result<Self, (String, std::io::Error)> {
         let mut pos = from;
         if let Some(dir) = data_dir {
@@ -69,17 +74,21 @@ impl OtlpFeed {
             pos,
             seen: HashMap::new(),
             batches: Vec::new(),
+            metrics,
+            idle_secs,
         })
     }
 
-    /// Hand waiting records to `ingest`; returns (records, more waiting).
-    pub fn poll(
-        &mut self,
-        ingest: &mut ShardedIngest,
-        now: i64,
-        out: &mut Vec<Output>,
-        metrics: &Metrics,
-    ) -> (u64, bool) {
+    /// The spool position a checkpoint restores (see [`LiveSource::position`]).
+    pub fn restore(position: Option<serde_json::Value>) -> Result<Option<SpoolPos>, String> {
+        position
+            .map(|v| serde_json::from_value(v).map_err(|e| format!("sources.otlp: {e}")))
+            .transpose()
+    }
+
+    /// Hand waiting records to `core`; returns (records, more waiting).
+    fn take(&mut self, core: &mut Core, now: i64) -> (u64, bool) {
+        let metrics = &*self.metrics;
         self.batches.clear();
         self.queue.take(MAX_RECORDS_PER_POLL, &mut self.batches);
         let mut n = 0u64;
@@ -93,7 +102,7 @@ impl OtlpFeed {
                 let id = match &last {
                     Some((name, id)) if *name == rec.stream => *id,
                     _ => {
-                        let id = ingest.stream_as(Source::Otlp, &rec.stream, Format::Otlp);
+                        let id = core.stream_as(Source::Otlp, &rec.stream, Format::Otlp);
                         match self.seen.get_mut(&rec.stream) {
                             Some(t) => *t = now,
                             None => {
@@ -104,14 +113,7 @@ impl OtlpFeed {
                         id
                     }
                 };
-                ingest.line(
-                    id,
-                    None,
-                    &rec.line,
-                    Some(now),
-                    out,
-                    &mut |note: Note<'_>| Ingested(note).emit(metrics),
-                );
+                core.line(id, &rec.line, now);
                 n += 1;
             }
             if let Some(end) = batch.spool_end {
@@ -127,15 +129,8 @@ impl OtlpFeed {
     /// End the streams that got nothing for `idle_secs`, and the least recently active beyond
     /// [`MAX_STREAMS`] (their decoders are dropped; their turns close by the correlator's own
     /// idle timeout or open-turn bound).
-    pub fn end_quiet_streams(
-        &mut self,
-        ingest: &mut ShardedIngest,
-        now: i64,
-        idle_secs: u64,
-        out: &mut Vec<Output>,
-        metrics: &Metrics,
-    ) {
-        let idle_ms = i64::try_from(idle_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+    fn end_quiet_streams(&mut self, core: &mut Core, now: i64) {
+        let idle_ms = i64::try_from(self.idle_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
         let mut quiet: Vec<String> = self
             .seen
             .iter()
@@ -155,30 +150,52 @@ impl OtlpFeed {
         }
         for name in quiet {
             self.seen.remove(&name);
-            let id = ingest.stream_as(Source::Otlp, &name, Format::Otlp);
-            ingest.end(id, Some(now), out, &mut |note: Note<'_>| {
-                Ingested(note).emit(metrics)
-            });
+            let id = core.stream_as(Source::Otlp, &name, Format::Otlp);
+            core.end(id, now);
+        }
+    }
+}
+
+impl LiveSource for OtlpFeed {
+    fn name(&self) -> &'static str {
+        "otlp"
+    }
+
+    fn kind(&self) -> Source {
+        Source::Otlp
+    }
+
+    fn poll(&mut self, core: &mut Core, now: i64) -> Polled {
+        let (lines, busy) = self.take(core, now);
+        Polled {
+            lines,
+            busy,
+            ended: false,
         }
     }
 
-    /// Refuse new requests (shutdown).
-    pub fn close(&self) {
-        self.queue.close();
+    fn tick(&mut self, core: &mut Core, now: i64) {
+        self.end_quiet_streams(core, now);
     }
 
-    /// The spool position covered by what was handed to the ingest path (its end when
-    /// nothing waits, so segments of earlier runs with nothing new can go too).
-    pub fn position(&mut self) -> Option<SpoolPos> {
+    /// Refuse new requests (clients retry them against the next run), then take what was
+    /// acknowledged.
+    fn close(&mut self, core: &mut Core, now: i64) {
+        self.queue.close();
+        while self.take(core, now).1 {}
+    }
+
+    /// The spool position covered by what was handed to the core (its end when nothing
+    /// waits, so segments of earlier runs with nothing new can go too).
+    fn position(&mut self) -> Option<serde_json::Value> {
         if let Some(end) = self.queue.idle_spool_position() {
             self.pos = Some(self.pos.map_or(end, |p| p.max(end)));
         }
-        self.pos
+        self.pos.and_then(|p| serde_json::to_value(p).ok())
     }
 
-    /// A checkpoint with [`OtlpFeed::position`] was written: delete the spool segments it
-    /// has passed.
-    pub fn checkpointed(&self) {
+    /// Delete the spool segments the checkpoint has passed.
+    fn checkpointed(&mut self) {
         if let Some(pos) = self.pos {
             self.queue.release_spool(pos);
         }

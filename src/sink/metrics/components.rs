@@ -3,7 +3,7 @@
 //! listeners' connections.
 
 use super::Metrics;
-use super::family::F;
+use super::family::FamilyId as F;
 use super::state::lock;
 
 /// What a `run --nats` collector exports about its share of the cluster (counters since the
@@ -59,6 +59,44 @@ impl Metrics {
                 .table
                 .observe(F::ProxyLatency as usize, &[], seconds);
         }
+    }
+
+    /// Count a stream cut on purpose by `retryscope proxy`.
+    /// `tools`: whether the request cut offered the model tools.
+    pub fn inc_proxy_cut(&self, point: &'static str, how: &'static str, tools: bool) {
+        let tools = if tools { "true" } else { "false" };
+        lock(&self.inner).add(F::ProxyCuts, &[point, how, tools], 1.0);
+    }
+
+    /// Count an upstream failure of `retryscope proxy`.
+    pub fn inc_proxy_upstream_errors(&self) {
+        lock(&self.inner).add(F::ProxyUpstreamErrors, &[], 1.0);
+    }
+
+    /// Count a non-streaming answer `retryscope proxy` passed through unobserved.
+    pub fn inc_proxy_unobserved(&self) {
+        lock(&self.inner).add(F::ProxyUnobserved, &[], 1.0);
+    }
+
+    /// Count one OTLP request received (`signal`, `protocol` and `outcome` come from closed
+    /// sets in `source::otlp`) and the records it carried when accepted.
+    pub fn otlp_request(&self, signal: &str, protocol: &str, outcome: &str, records: u64) {
+        let mut inner = lock(&self.inner);
+        inner.add(F::OtlpReceived, &[signal, protocol, outcome], 1.0);
+        if records > 0 {
+            inner.add(F::OtlpRecords, &[signal], records as f64);
+        }
+    }
+
+    /// The OTLP receiver's queue depth.
+    pub fn set_otlp_queue(&self, records: u64, bytes: u64) {
+        let mut inner = lock(&self.inner);
+        inner
+            .table
+            .set(F::OtlpQueueRecords as usize, &[], records as f64);
+        inner
+            .table
+            .set(F::OtlpQueueBytes as usize, &[], bytes as f64);
     }
 
     /// Set the cluster series of `run --nats` (instance-wide, set after the owned partitions'

@@ -42,12 +42,12 @@ pub struct Family {
 
 macro_rules! families {
     ($($id:ident => $name:literal, $kind:expr, [$($label:literal),*], $help:literal;)*) => {
-        /// Index of a family in [`FAMILIES`].
+        /// A family: its index in [`FAMILIES`] (the variants name the table's rows).
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
         #[allow(missing_docs)]
-        pub enum F { $($id),* }
+        pub enum FamilyId { $($id),* }
 
-        /// Every family, indexed by the `F` enum.
+        /// Every family, indexed by [`FamilyId`].
         pub const FAMILIES: &[Family] = &[
             $(Family { name: $name, help: $help, kind: $kind, labels: &[$($label),*] }),*
         ];

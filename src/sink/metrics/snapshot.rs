@@ -1,4 +1,5 @@
-//! The checkpointable form of the metric state.
+//! The checkpointable form of the metric state, and [`Metrics::snapshot`] /
+//! [`Metrics::restore`], which copy the whole state out and back.
 //!
 //! Floats are written as text (Rust's shortest round-trip form) rather than JSON numbers, so
 //! that a snapshot parsed back gives bit-identical values whatever the checkpoint format's
@@ -9,6 +10,10 @@ use std::fmt;
 
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::family::{self, FAMILIES, Kind};
+use super::state::{Hist, Series, lock};
+use super::{Inner, Metrics, MetricsError, UNKNOWN};
 
 /// Snapshot format version. Version 1 also carried per-source input baselines for a setter
 /// nothing called; it is still read (the field is ignored). Versions before 3 had no `agent`
@@ -97,5 +102,139 @@ impl<'de> Deserialize<'de> for Float {
             }
         }
         d.deserialize_any(V)
+    }
+}
+
+impl Metrics {
+    /// Everything needed to restore this exact state (see [`MetricsSnapshot`]).
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        let inner = lock(&self.inner);
+        let mut values = Vec::new();
+        let mut histograms = Vec::new();
+        for (fam, series) in FAMILIES.iter().zip(&inner.table.families) {
+            for (labels, s) in series {
+                match s {
+                    Series::Value(v) => values.push(ValueSnapshot {
+                        name: fam.name.to_owned(),
+                        labels: labels.clone(),
+                        value: Float(*v),
+                    }),
+                    Series::Hist(h) => histograms.push(HistogramSnapshot {
+                        name: fam.name.to_owned(),
+                        labels: labels.clone(),
+                        buckets: h.counts.clone(),
+                        sum: Float(h.sum),
+                        count: h.count,
+                    }),
+                }
+            }
+        }
+        MetricsSnapshot {
+            version: SNAPSHOT_VERSION,
+            values,
+            histograms,
+            guards: inner
+                .guards
+                .iter()
+                .map(|g| {
+                    (
+                        g.name().to_owned(),
+                        g.admitted().map(str::to_owned).collect(),
+                    )
+                })
+                .collect(),
+            last_late_events: inner.base.late_events,
+            last_evicted_turns: inner.base.evicted_turns,
+            last_after_close_events: inner.base.after_close_events,
+        }
+    }
+
+    /// Replace the whole state with a snapshot's (series, admitted label values, baselines).
+    /// Series the snapshot lacks but this version pre-registers (the sink's own and those
+    /// registered with [`Metrics::preregister`]) are present at zero. On error the state is
+    /// unchanged.
+    pub fn restore(&self, snap: &MetricsSnapshot) -> Result<(), MetricsError> {
+        if !(OLDEST_SNAPSHOT_VERSION..=SNAPSHOT_VERSION).contains(&snap.version) {
+            return Err(MetricsError::Snapshot(format!(
+                "version {} (expected {SNAPSHOT_VERSION})",
+                snap.version
+            )));
+        }
+        let mut fresh = Inner::new(&self.cfg);
+        let find = |name: &str, labels: &mut Vec<String>| -> Result<usize, MetricsError> {
+            let fam = family::by_name(name)
+                .ok_or_else(|| MetricsError::Snapshot(format!("unknown family `{name}`")))?;
+            // Before version 3 the turn, retry, finding and cost families had no `agent`
+            // (their first label now): their series become `agent="unknown"`.
+            if snap.version < 3
+                && FAMILIES[fam].labels.first() == Some(&"agent")
+                && labels.len() + 1 == FAMILIES[fam].labels.len()
+            {
+                labels.insert(0, UNKNOWN.to_owned());
+            }
+            if labels.len() != FAMILIES[fam].labels.len() {
+                return Err(MetricsError::Snapshot(format!(
+                    "`{name}` has {} labels, the snapshot gives {}",
+                    FAMILIES[fam].labels.len(),
+                    labels.len()
+                )));
+            }
+            Ok(fam)
+        };
+        for v in &snap.values {
+            let mut labels = v.labels.clone();
+            let fam = find(&v.name, &mut labels)?;
+            if matches!(FAMILIES[fam].kind, Kind::Histogram(_)) {
+                return Err(MetricsError::Snapshot(format!(
+                    "`{}` is a histogram",
+                    v.name
+                )));
+            }
+            fresh.table.families[fam].insert(labels, Series::Value(v.value.0));
+        }
+        for h in &snap.histograms {
+            let mut labels = h.labels.clone();
+            let fam = find(&h.name, &mut labels)?;
+            let Kind::Histogram(bounds) = FAMILIES[fam].kind else {
+                return Err(MetricsError::Snapshot(format!(
+                    "`{}` is not a histogram",
+                    h.name
+                )));
+            };
+            if h.buckets.len() != bounds.len() {
+                return Err(MetricsError::Snapshot(format!(
+                    "`{}` has {} buckets, the snapshot gives {}",
+                    h.name,
+                    bounds.len(),
+                    h.buckets.len()
+                )));
+            }
+            fresh.table.families[fam].insert(
+                labels,
+                Series::Hist(Hist {
+                    counts: h.buckets.clone(),
+                    sum: h.sum.0,
+                    count: h.count,
+                }),
+            );
+        }
+        for g in &mut fresh.guards {
+            if let Some(values) = snap.guards.get(g.name()) {
+                g.restore(values.iter().cloned());
+            }
+        }
+        fresh.base.late_events = snap.last_late_events;
+        fresh.base.evicted_turns = snap.last_evicted_turns;
+        fresh.base.after_close_events = snap.last_after_close_events;
+        // Keep the process-local OTLP baseline: the exporter did not restart with the snapshot.
+        let mut inner = lock(&self.inner);
+        fresh.base.otlp = inner.base.otlp;
+        for (fam, key) in &inner.registered {
+            let labels: Vec<&str> = key.iter().map(String::as_str).collect();
+            fresh.table.touch(*fam, &labels);
+        }
+        fresh.registered = std::mem::take(&mut inner.registered);
+        *inner = fresh;
+        Ok(())
     }
 }

@@ -35,7 +35,7 @@
 //! no `gen_ai.operation.name` either: a GenAI backend sees one operation per model call.
 //!
 //! Each [`Finding`] becomes a `retryscope.finding` event on the span its rule's
-//! [`Scope`] names: a tool finding (`abandoned_tool_executed`,
+//! [`Scope`](retryscope_core::rules::Scope) names: a tool finding (`abandoned_tool_executed`,
 //! `unfinished_tool_executed`, `duplicate_effect`, `early_execution`) on that call's
 //! `execute_tool` span, an attempt finding (`spliced_text`, `spliced_stream`) on the attempt's
 //! span, a call finding (`retry_cap_exceeded`) on the model call that retried too often, a
@@ -56,26 +56,28 @@
 //!   one per response, not one per choice).
 //! - Findings are span events named `retryscope.finding`, not log-based events: they belong
 //!   to the span they concern, and the conventions define no event for them.
+//!
+//! Modules: `attributes` (each span's attributes), `findings` (findings placed on spans, and
+//! span status), `attr` (the attribute names).
 
 use std::borrow::Cow;
-use std::ops::Range;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use opentelemetry::trace::{
-    Event, Link, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
-};
-use opentelemetry::{Array, InstrumentationScope, KeyValue, StringValue, Value};
+use opentelemetry::trace::{Link, SpanContext, SpanId, SpanKind, TraceFlags, TraceId, TraceState};
+use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 
-use super::calls::{CallUsage, call_cost, call_usage, call_wasted_cost, model_calls};
+use super::calls::model_calls;
 use super::ids::{Role, parse_traceparent, span_id, trace_id_for_turn};
-use retryscope_core::finding::{Finding, FindingKind, Severity};
-use retryscope_core::report::{
-    AttemptReport, ExecReport, Outcome, TurnReport, TurnStatus, UsageSource,
-};
-use retryscope_core::rules::Scope;
+use retryscope_core::finding::Finding;
+use retryscope_core::report::{TurnReport, TurnStatus};
 
 pub mod attr;
+mod attributes;
+mod findings;
+
+use attributes::{attempt_attributes, call_attributes, exec_attributes, root_attributes};
+use findings::{attempt_error, call_error, finding_event, place_findings, status};
 
 /// The instrumentation scope name of exported turn spans.
 pub const SCOPE_NAME: &str = "retryscope";
@@ -280,70 +282,6 @@ impl Builder {
     }
 }
 
-/// Findings sorted onto the spans they concern, by position in the report.
-struct Placed<'a> {
-    root: Vec<&'a Finding>,
-    calls: Vec<Vec<&'a Finding>>,
-    attempts: Vec<Vec<&'a Finding>>,
-    execs: Vec<Vec<Vec<&'a Finding>>>,
-}
-
-fn place_findings<'a>(report: &'a TurnReport, calls: &[Range<usize>]) -> Placed<'a> {
-    let mut placed = Placed {
-        root: Vec::new(),
-        calls: vec![Vec::new(); calls.len()],
-        attempts: vec![Vec::new(); report.attempts.len()],
-        execs: report
-            .attempts
-            .iter()
-            .map(|a| vec![Vec::new(); a.executed.len()])
-            .collect(),
-    };
-    for f in &report.findings {
-        let scope = scope(f.kind);
-        let attempt = f
-            .attempt
-            .filter(|_| scope != Scope::Turn)
-            .and_then(|n| report.attempts.iter().position(|a| a.attempt == n));
-        let call = attempt.and_then(|i| calls.iter().position(|c| c.contains(&i)));
-        let exec = match (scope, f.call_id.as_deref()) {
-            (Scope::Tool, Some(call)) => find_exec(report, attempt, call, f.ts_ms),
-            _ => None,
-        };
-        match (scope, exec, attempt, call) {
-            (Scope::Tool, Some((i, j)), _, _) => placed.execs[i][j].push(f),
-            (Scope::Call, _, _, Some(k)) => placed.calls[k].push(f),
-            (Scope::Tool | Scope::Attempt, None, Some(i), _) => placed.attempts[i].push(f),
-            _ => placed.root.push(f),
-        }
-    }
-    placed
-}
-
-fn scope(kind: FindingKind) -> Scope {
-    retryscope_core::rules::rule(kind).scope
-}
-
-/// The execution a tool finding is about: in its attempt first (the one at the finding's
-/// time when the call ran more than once), then anywhere in the turn.
-fn find_exec(
-    report: &TurnReport,
-    attempt: Option<usize>,
-    call: &str,
-    ts_ms: Option<i64>,
-) -> Option<(usize, usize)> {
-    let in_attempt = |i: usize| -> Option<(usize, usize)> {
-        let execs = &report.attempts[i].executed;
-        let mut matching = execs.iter().enumerate().filter(|(_, e)| e.id == call);
-        let first = matching.clone().next()?.0;
-        let at_time = matching.find(|(_, e)| ts_ms.is_some() && e.ts_ms == ts_ms);
-        Some((i, at_time.map_or(first, |(j, _)| j)))
-    };
-    attempt
-        .and_then(in_attempt)
-        .or_else(|| (0..report.attempts.len()).find_map(in_attempt))
-}
-
 fn root_times(report: &TurnReport) -> (i64, i64) {
     let attempt_starts = report.attempts.iter().filter_map(|a| a.started_ms);
     let attempt_ends = report.attempts.iter().filter_map(|a| a.ended_ms);
@@ -356,270 +294,6 @@ fn root_times(report: &TurnReport) -> (i64, i64) {
         .or_else(|| attempt_ends.max())
         .unwrap_or(start);
     (start, end.max(start))
-}
-
-fn root_attributes(r: &TurnReport, calls: usize) -> Vec<KeyValue> {
-    let mut a = vec![KeyValue::new(attr::OPERATION_NAME, "invoke_agent")];
-    push_opt(&mut a, attr::AGENT_NAME, r.agent.as_deref());
-    push_opt(&mut a, attr::PROVIDER_NAME, r.provider.as_deref());
-    push_opt(
-        &mut a,
-        attr::REQUEST_MODEL,
-        r.requested_model.as_deref().or(r.model.as_deref()),
-    );
-    if r.requested_model.is_some() {
-        push_opt(&mut a, attr::RESPONSE_MODEL, r.model.as_deref());
-    }
-    push_opt(&mut a, attr::CONVERSATION_ID, r.session.as_deref());
-    a.extend([
-        KeyValue::new(attr::TURN_ID, r.turn.clone()),
-        KeyValue::new(attr::TURN_STATUS, r.status.as_str()),
-        KeyValue::new(attr::TURN_CLOSED_BY, close_reason(r)),
-        KeyValue::new(attr::TURN_ATTEMPTS, int(r.attempts.len() as u64)),
-        KeyValue::new(attr::TURN_RETRIES, i64::from(r.retries)),
-        KeyValue::new(attr::TURN_CALLS, int(calls as u64)),
-        KeyValue::new(attr::COST_USD, r.cost_usd),
-        KeyValue::new(attr::WASTED_COST_USD, r.wasted_cost_usd),
-        KeyValue::new(attr::FINDINGS_COUNT, int(r.findings.len() as u64)),
-    ]);
-    if let Some(max) = r.findings.iter().map(|f| f.severity).max() {
-        a.push(KeyValue::new(attr::FINDINGS_MAX_SEVERITY, max.as_str()));
-    }
-    if let Some(chars) = r.output_chars {
-        a.push(KeyValue::new(attr::TURN_OUTPUT_CHARS, int(chars)));
-    }
-    if let Some(source) = &r.source {
-        a.push(KeyValue::new(attr::TURN_SOURCE, source.input.clone()));
-        if let Some(line) = source.line {
-            a.push(KeyValue::new(attr::TURN_SOURCE_LINE, int(line)));
-        }
-    }
-    a
-}
-
-fn close_reason(r: &TurnReport) -> &'static str {
-    use retryscope_core::report::CloseReason;
-    match r.closed_by {
-        CloseReason::TurnEnd => "turn_end",
-        CloseReason::IdleTimeout => "idle_timeout",
-        CloseReason::EndOfInput => "end_of_input",
-        CloseReason::Evicted => "evicted",
-    }
-}
-
-fn call_attributes(
-    r: &TurnReport,
-    index: usize,
-    attempts: &[AttemptReport],
-    model: Option<&str>,
-) -> Vec<KeyValue> {
-    let mut kv = vec![KeyValue::new(attr::OPERATION_NAME, "chat")];
-    push_opt(&mut kv, attr::PROVIDER_NAME, r.provider.as_deref());
-    match r.requested_model.as_deref() {
-        Some(requested) => {
-            kv.push(KeyValue::new(attr::REQUEST_MODEL, requested.to_owned()));
-            push_opt(&mut kv, attr::RESPONSE_MODEL, model);
-        }
-        None => push_opt(&mut kv, attr::REQUEST_MODEL, model),
-    }
-    let last = attempts.last();
-    if let Some(reason) = last.and_then(|a| a.finish_reason.clone()) {
-        kv.push(KeyValue::new(
-            attr::FINISH_REASONS,
-            Value::Array(Array::String(vec![StringValue::from(reason)])),
-        ));
-    }
-    let usage = call_usage(attempts);
-    if usage.source != UsageSource::None {
-        push_usage(&mut kv, &usage, USAGE_KEYS);
-    }
-    kv.extend([
-        KeyValue::new(attr::CALL_INDEX, int(index as u64)),
-        KeyValue::new(attr::CALL_ATTEMPTS, int(attempts.len() as u64)),
-        KeyValue::new(attr::CALL_BILLED_ATTEMPTS, i64::from(usage.billed_attempts)),
-        KeyValue::new(attr::USAGE_SOURCE, usage.source.as_str()),
-    ]);
-    if let Some(cost) = call_cost(attempts) {
-        kv.push(KeyValue::new(attr::COST_USD, cost));
-        kv.push(KeyValue::new(
-            attr::WASTED_COST_USD,
-            call_wasted_cost(attempts),
-        ));
-    }
-    if last.is_some_and(|a| a.outcome == Outcome::Failed) {
-        kv.push(KeyValue::new(attr::ERROR_TYPE, Outcome::Failed.as_str()));
-    }
-    kv
-}
-
-/// Token attribute names: input, output, cache read, cache creation, reasoning.
-type UsageKeys = [&'static str; 5];
-const USAGE_KEYS: UsageKeys = [
-    attr::INPUT_TOKENS,
-    attr::OUTPUT_TOKENS,
-    attr::CACHE_READ_TOKENS,
-    attr::CACHE_CREATION_TOKENS,
-    attr::REASONING_TOKENS,
-];
-const ATTEMPT_USAGE_KEYS: UsageKeys = [
-    attr::ATTEMPT_INPUT_TOKENS,
-    attr::ATTEMPT_OUTPUT_TOKENS,
-    attr::ATTEMPT_CACHE_READ_TOKENS,
-    attr::ATTEMPT_CACHE_CREATION_TOKENS,
-    attr::ATTEMPT_REASONING_TOKENS,
-];
-
-/// Input and output always; the cache and reasoning figures when not zero.
-fn push_usage(kv: &mut Vec<KeyValue>, u: &CallUsage, keys: UsageKeys) {
-    kv.push(KeyValue::new(keys[0], int(u.input)));
-    kv.push(KeyValue::new(keys[1], int(u.output)));
-    for (key, value) in [
-        (keys[2], u.cache_read),
-        (keys[3], u.cache_creation),
-        (keys[4], u.reasoning),
-    ] {
-        if value > 0 {
-            kv.push(KeyValue::new(key, int(value)));
-        }
-    }
-}
-
-/// `resend` is the attempt's position in its model call (0 for the call's first try).
-fn attempt_attributes(a: &AttemptReport, resend: usize, opts: &SpanOptions) -> Vec<KeyValue> {
-    let mut kv = Vec::with_capacity(16);
-    if resend > 0 {
-        kv.push(KeyValue::new(attr::RESEND_COUNT, int(resend as u64)));
-    }
-    kv.extend([
-        KeyValue::new(attr::ATTEMPT_NUMBER, i64::from(a.attempt)),
-        KeyValue::new(attr::ATTEMPT_OUTCOME, a.outcome.as_str()),
-    ]);
-    push_opt(&mut kv, attr::ATTEMPT_MODEL, a.model.as_deref());
-    push_opt(
-        &mut kv,
-        attr::ATTEMPT_FINISH_REASON,
-        a.finish_reason.as_deref(),
-    );
-    if a.usage.source != UsageSource::None {
-        let own = call_usage(std::slice::from_ref(a));
-        push_usage(&mut kv, &own, ATTEMPT_USAGE_KEYS);
-    }
-    kv.push(KeyValue::new(attr::USAGE_SOURCE, a.usage.source.as_str()));
-    if let Some(cost) = a.cost_usd {
-        kv.push(KeyValue::new(attr::COST_USD, cost));
-    }
-    kv.push(KeyValue::new(attr::ATTEMPT_TEXT_CHARS, int(a.text_chars)));
-    kv.push(KeyValue::new(
-        attr::ATTEMPT_TOOL_CALLS,
-        int(a.tool_calls.len() as u64),
-    ));
-    push_opt(
-        &mut kv,
-        attr::ATTEMPT_RETRY_REASON,
-        a.retry_reason.as_deref(),
-    );
-    if opts.capture_content {
-        push_opt(&mut kv, attr::ATTEMPT_ERROR, a.error.as_deref());
-    }
-    if a.outcome.is_wasted() {
-        kv.push(KeyValue::new(attr::ERROR_TYPE, a.outcome.as_str()));
-    }
-    if opts.capture_content
-        && let Some(text) = &a.text_prefix
-    {
-        kv.push(KeyValue::new(attr::ATTEMPT_TEXT_PREFIX, text.clone()));
-    }
-    kv
-}
-
-/// Why the model call whose last attempt is `last` is an error: that attempt failed.
-fn call_error(r: &TurnReport, last: usize) -> Option<String> {
-    (r.attempts[last].outcome == Outcome::Failed)
-        .then(|| attempt_error(r, last))
-        .flatten()
-}
-
-/// Why attempt `i` is an error, when it is one.
-fn attempt_error(r: &TurnReport, i: usize) -> Option<String> {
-    let a = &r.attempts[i];
-    let reason = a.error.clone().or_else(|| match a.outcome {
-        Outcome::Abandoned => r
-            .attempts
-            .get(i + 1)
-            .and_then(|next| next.retry_reason.clone()),
-        _ => None,
-    });
-    match (a.outcome, reason) {
-        (Outcome::Abandoned | Outcome::Failed, Some(reason)) => {
-            Some(format!("{}: {reason}", a.outcome.as_str()))
-        }
-        (Outcome::Abandoned | Outcome::Failed, None) => Some(a.outcome.as_str().to_owned()),
-        _ => None,
-    }
-}
-
-fn exec_attributes(e: &ExecReport, attempt: u32) -> Vec<KeyValue> {
-    let mut kv = vec![
-        KeyValue::new(attr::OPERATION_NAME, "execute_tool"),
-        KeyValue::new(attr::TOOL_NAME, e.name.clone()),
-        KeyValue::new(attr::TOOL_CALL_ID, e.id.clone()),
-        KeyValue::new(attr::ATTEMPT_NUMBER, i64::from(attempt)),
-        KeyValue::new(attr::EFFECT_KEY, e.effect_key.clone()),
-        KeyValue::new(attr::TOOL_READ, e.read),
-    ];
-    push_opt(&mut kv, attr::TOOL_STATUS, e.status.as_deref());
-    kv
-}
-
-fn finding_event(f: &Finding, ts_ms: i64, quotes: bool) -> Event {
-    let mut kv = vec![
-        KeyValue::new(attr::FINDING_KIND, f.kind.as_str()),
-        KeyValue::new(attr::FINDING_SEVERITY, f.severity.as_str()),
-        KeyValue::new(attr::FINDING_EVIDENCE, f.evidence.clone()),
-    ];
-    if let Some(n) = f.attempt {
-        kv.push(KeyValue::new(attr::ATTEMPT_NUMBER, i64::from(n)));
-    }
-    push_opt(&mut kv, attr::TOOL_NAME, f.tool.as_deref());
-    push_opt(&mut kv, attr::TOOL_CALL_ID, f.call_id.as_deref());
-    push_opt(&mut kv, attr::EFFECT_KEY, f.effect_key.as_deref());
-    if quotes {
-        push_opt(&mut kv, attr::FINDING_QUOTE, f.quote.as_deref());
-    }
-    Event::new(FINDING_EVENT, time(ts_ms), kv, 0)
-}
-
-/// Error when the span has its own error (`base`) or a high or critical finding; the message
-/// names the error first, then each such finding kind once, most severe first.
-fn status(base: Option<String>, findings: &[&Finding]) -> Status {
-    let mut serious: Vec<&Finding> = findings
-        .iter()
-        .copied()
-        .filter(|f| f.severity >= Severity::High)
-        .collect();
-    serious.sort_by_key(|f| std::cmp::Reverse(f.severity));
-    let mut parts: Vec<String> = base.into_iter().collect();
-    for f in serious {
-        let kind = f.kind.as_str();
-        if !parts.iter().any(|p| p == kind) {
-            parts.push(kind.to_owned());
-        }
-    }
-    if parts.is_empty() {
-        Status::Unset
-    } else {
-        Status::error(parts.join("; "))
-    }
-}
-
-fn push_opt(kv: &mut Vec<KeyValue>, key: &'static str, value: Option<&str>) {
-    if let Some(v) = value {
-        kv.push(KeyValue::new(key, v.to_owned()));
-    }
-}
-
-fn int(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
 }
 
 /// Milliseconds since the Unix epoch as a `SystemTime`; times before 1970 clamp to the epoch.

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::internal_events::{InternalEvent, OtlpRequestRejected};
-use crate::sink::metrics::Metrics;
+use crate::sink::metrics::{FamilyId, Metrics};
 
 use super::auth::Token;
 use super::queue::{Queue, Refused, Reservation};
@@ -23,6 +23,9 @@ pub enum Signal {
 }
 
 impl Signal {
+    /// Every signal.
+    pub const ALL: [Signal; 3] = [Signal::Logs, Signal::Traces, Signal::Metrics];
+
     /// The label value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -45,6 +48,9 @@ pub enum Protocol {
 }
 
 impl Protocol {
+    /// Every protocol.
+    pub const ALL: [Protocol; 3] = [Protocol::HttpJson, Protocol::HttpProtobuf, Protocol::Grpc];
+
     /// The label value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -149,6 +155,16 @@ pub struct Receiver {
 }
 
 impl Receiver {
+    /// Zero series of the requests accepted per signal and protocol (refusals appear when
+    /// they happen) and of the records per signal.
+    pub fn preregister(metrics: &Metrics) {
+        let signals = Signal::ALL.map(Signal::as_str);
+        let protocols = Protocol::ALL.map(Protocol::as_str);
+        let accepted = [Outcome::Accepted.as_str()];
+        metrics.preregister(FamilyId::OtlpReceived, &[&signals, &protocols, &accepted]);
+        metrics.preregister(FamilyId::OtlpRecords, &[&signals]);
+    }
+
     /// A receiver feeding `queue`.
     pub fn new(queue: Arc<Queue>, metrics: Arc<Metrics>, cfg: ReceiverConfig) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
@@ -244,8 +260,9 @@ impl Receiver {
         drop(reservation);
         match offered {
             Ok(()) => {
+                let accepted = Outcome::Accepted.as_str();
                 self.metrics
-                    .otlp_request(signal.as_str(), protocol.as_str(), "accepted", n);
+                    .otlp_request(signal.as_str(), protocol.as_str(), accepted, n);
                 Ok(())
             }
             Err(e) => {

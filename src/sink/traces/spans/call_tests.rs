@@ -15,6 +15,7 @@ use retryscope_core::correlate::{Correlator, CorrelatorConfig, Output};
 use retryscope_core::cost::PriceTable;
 use retryscope_core::decode::SkipCounts;
 use retryscope_core::decode::native::{NativeLine, decode_line};
+use retryscope_core::report::UsageSource;
 
 fn report(lines: &str, retry_cap: u32) -> TurnReport {
     let cfg = CorrelatorConfig {

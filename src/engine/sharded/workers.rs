@@ -364,6 +364,8 @@ impl Workers {
             counters,
             clock_ms,
             joined,
+            // Workers never hold turns ([`super::ShardedIngest::hold_turns`]).
+            held: None,
         })
     }
 }
@@ -475,6 +477,7 @@ fn worker(
                     counters: p.counters().clone(),
                     clock_ms: p.clock_ms(),
                     joined: ingest.joined_snapshot(),
+                    held: None,
                 };
                 if replies.send(Reply::State(Box::new(state))).is_err() {
                     return;

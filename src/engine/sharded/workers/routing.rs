@@ -1,4 +1,4 @@
-//! Where the engine thread puts each stream's lines (the routing of `run/sharded.rs`'s module
+//! Where the engine thread puts each stream's lines (the routing of `engine/sharded.rs`'s module
 //! docs): [`StreamState`], what it knows of a stream, and the [`Workers`] methods that
 //! open, feed and end streams, filling each worker's batch with its share: every line while a
 //! stream's format is unknown, its own turns' native lines, or all of a stream it reads whole.
@@ -10,15 +10,15 @@ use retryscope_core::ingest::{self, Source, StreamId};
 use retryscope_core::turn_route::{self, Routing};
 
 /// A stream as the engine thread knows it.
-pub(in crate::run::sharded) struct StreamState {
+pub(in crate::engine::sharded) struct StreamState {
     source: Source,
     name: String,
     /// Lines so far (the workers are handed explicit numbers).
-    pub(in crate::run::sharded) lines: u64,
+    pub(in crate::engine::sharded) lines: u64,
     /// How its lines are shared out, once known (from its forced format at open, else from
     /// worker 0's word once its format is decided): native lines to their turn's worker, a
     /// stream read whole to its route's worker; unknown: to every worker.
-    pub(in crate::run::sharded) routing: Option<Routing>,
+    pub(in crate::engine::sharded) routing: Option<Routing>,
     /// Opened on every worker (its routing was unknown then), so it ends on every worker.
     on_all: bool,
 }
@@ -29,7 +29,7 @@ impl Workers {
         turn_route::shard_of_route(route, self.txs.len() as u32) as usize
     }
 
-    pub(in crate::run::sharded) fn stream(
+    pub(in crate::engine::sharded) fn stream(
         &mut self,
         source: Source,
         name: &str,
@@ -75,7 +75,7 @@ impl Workers {
     /// A line: to its turn's worker once the stream is known to be native (others would skip
     /// it), to its route's worker once it is known to be read whole (others would ignore
     /// it), to every worker until then (each sniffs it alike).
-    pub(in crate::run::sharded) fn line(
+    pub(in crate::engine::sharded) fn line(
         &mut self,
         id: u32,
         number: Option<u64>,
@@ -133,7 +133,7 @@ impl Workers {
 
     /// A line of stream `id` skipped for its length (`number` given): to the workers that
     /// read the stream (the one that counts it among them).
-    pub(in crate::run::sharded) fn too_long(&mut self, id: u32, number: Option<u64>, len: u64) {
+    pub(in crate::engine::sharded) fn too_long(&mut self, id: u32, number: Option<u64>, len: u64) {
         let Some(st) = self.streams.get_mut(&id) else {
             return;
         };
@@ -142,7 +142,7 @@ impl Workers {
         self.push_stream(id, &Op::TooLong { id, number, len });
     }
 
-    pub(in crate::run::sharded) fn end(
+    pub(in crate::engine::sharded) fn end(
         &mut self,
         id: StreamId,
         arrival_ms: Option<i64>,

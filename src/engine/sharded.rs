@@ -62,9 +62,9 @@
 //! without the dead worker's open turns is ever written (`sharded/workers.rs`).
 //!
 //! Per-line notes: successful lines are counted and added to the metrics once per batch (one
-//! worker: at each flush), which is what the engine's [`Ingested`] does with them one by one;
+//! worker: at each flush), which is what the engine's [`Ingested`](crate::internal_events::Ingested) does with them one by one;
 //! the other notes (bad lines, formats) go to the `note` callbacks with one worker, and
-//! straight to the metrics as [`Ingested`] with several. Each line is counted by exactly one
+//! straight to the metrics as [`Ingested`](crate::internal_events::Ingested) with several. Each line is counted by exactly one
 //! worker: the one that decodes it.
 
 mod fault;
@@ -122,6 +122,8 @@ pub struct IngestState {
     /// gemini-cli events held for the session join (the joiner's worker's: the others hold
     /// none).
     pub joined: Option<JoinerSnapshot>,
+    /// Turns held until quiet ([`ShardedIngest::hold_turns`]; one worker only).
+    pub held: Option<retryscope_core::reorder::HoldSnapshot>,
 }
 
 /// An ingest worker thread died: a bug (a panic) in decoding or correlating. The open turns
@@ -303,6 +305,23 @@ impl ShardedIngest {
             // could resume them, so the engine does not start (the checkpoint on disk is
             // untouched; a restart, or `--workers 1`, resumes it).
             Err(source) => Err(WorkerSpawn { count, source }),
+        }
+    }
+
+    /// Hold each turn's events until it has been quiet for `settle_ms`, then correlate them in
+    /// time order (`retryscope_core::reorder`), resuming `held`: with one worker only (a
+    /// collector's partition); `false` with several, which do not hold.
+    pub fn hold_turns(
+        &mut self,
+        settle_ms: i64,
+        held: Option<retryscope_core::reorder::HoldSnapshot>,
+    ) -> bool {
+        match &mut self.mode {
+            Mode::Local(i) => {
+                i.pipeline_mut().hold_turns(settle_ms, held);
+                true
+            }
+            Mode::Workers(_) => false,
         }
     }
 
@@ -494,6 +513,7 @@ impl ShardedIngest {
                     counters: p.counters().clone(),
                     clock_ms: p.clock_ms(),
                     joined: i.joined_snapshot(),
+                    held: p.held_snapshot(),
                 })
             }
             Mode::Workers(w) => w.checkpoint(out),
