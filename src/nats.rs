@@ -15,6 +15,8 @@ pub mod deploy;
 pub mod lease;
 mod owned;
 pub mod partition;
+mod partition_source;
+pub mod receive;
 pub mod ship;
 pub mod state;
 
@@ -24,6 +26,12 @@ pub const EVENTS_STREAM: &str = "RETRYSCOPE_EVENTS";
 pub const FINDINGS_STREAM: &str = "RETRYSCOPE_FINDINGS";
 /// Header naming the source stream of a shipped line (`<source id>:<path>`).
 pub const STREAM_HEADER: &str = "Retryscope-Stream";
+/// Header of a clock message: no line, only its publish time, which advances the partition's
+/// clock (see `nats/partition_source.rs`).
+pub const TICK_HEADER: &str = "Retryscope-Tick";
+/// Header of a batch: how many lines (joined by `\n`) its payload holds. A message without it
+/// is one line (shippers before batches).
+pub const LINES_HEADER: &str = "Retryscope-Lines";
 
 /// A NATS or JetStream operation failed.
 #[derive(Debug, thiserror::Error)]

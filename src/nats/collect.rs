@@ -44,8 +44,8 @@
 //! instance's own and are set on top of that sum ([`Metrics::set_cluster`]).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, kv};
@@ -54,7 +54,7 @@ use futures_util::StreamExt;
 
 use super::FINDINGS_STREAM;
 use super::deploy::Deploy;
-use super::owned::{Owned, await_acks, checkpoint, poll, set_correlator_stats, take};
+use super::owned::{Owned, await_acks, checkpoint, keep_time, poll, take};
 use super::partition::ensure_findings_stream;
 use super::{EVENTS_STREAM, NatsError, lease, state, wall_ms};
 use crate::sink::findings::FindingsSink;
@@ -83,6 +83,10 @@ pub struct CollectConfig {
     pub correlator: CorrelatorConfig,
     /// Format of shipped lines.
     pub format: Format,
+    /// Hold each turn until it has been quiet this long (its partition's clock) and correlate
+    /// it in time order: a part shipped late by another host still takes its place
+    /// (`retryscope_core::reorder`). Zero correlates as lines arrive.
+    pub settle: Duration,
 }
 
 /// What a collector did.
@@ -119,19 +123,23 @@ pub(super) struct Shared<'a> {
     pub(super) findings_stream: jetstream::stream::Stream,
     /// The connection (for the server's largest message: a finding over it is a dead letter).
     pub(super) client: async_nats::Client,
-    pub(super) findings: &'a mut FindingsSink,
+    /// The instance's local findings output, shared by its partitions' engines.
+    pub(super) findings: Arc<Mutex<FindingsSink>>,
     /// Closed turns exported as traces (`--otlp-endpoint`), as `run` does.
-    pub(super) traces: Option<&'a TraceSink>,
+    pub(super) traces: Option<Arc<TraceSink>>,
     pub(super) summary: CollectSummary,
 }
 
-/// Collect until `shutdown`; `served` receives the sum of the owned partitions' metrics.
+/// Collect until `shutdown`; `served` receives the sum of the owned partitions' metrics (and
+/// of `receiver`'s, the instance's OTLP receiver's own counters, when it runs one).
+#[allow(clippy::too_many_arguments)]
 pub async fn collect(
     cfg: CollectConfig,
     prices: Arc<PriceTable>,
     served: Arc<Metrics>,
-    findings: &mut FindingsSink,
-    traces: Option<&TraceSink>,
+    receiver: Option<Arc<Metrics>>,
+    findings: Arc<Mutex<FindingsSink>>,
+    traces: Option<Arc<TraceSink>>,
     shutdown: Arc<AtomicBool>,
     ready: Arc<AtomicBool>,
 ) -> Result<CollectSummary, NatsError> {
@@ -227,7 +235,11 @@ pub async fn collect(
                     Ok(Some(rev)) => match take(&mut sh, p, rev, asked + cfg.lease * 7 / 8).await {
                         Ok(o) => {
                             sh.summary.takeovers += 1;
-                            tracing::info!(partition = p, from_seq = o.seq, "took partition");
+                            tracing::info!(
+                                partition = p,
+                                from_seq = o.source.seq,
+                                "took partition"
+                            );
                             owned.insert(p, o);
                         }
                         Err(e) => {
@@ -248,7 +260,12 @@ pub async fn collect(
                 .await
                 .unwrap_or_else(|_| Err(NatsError::new("fetching", "timed out")));
             match polled {
-                Ok(n) => busy |= n > 0,
+                Ok(0) => {
+                    if let Err(e) = keep_time(&mut sh, p, o).await {
+                        tracing::warn!(partition = p, error = %e, "cannot keep the partition's clock");
+                    }
+                }
+                Ok(_) => busy = true,
                 Err(e) => {
                     tracing::warn!(partition = p, error = %e, "reading partition failed");
                     lost.push(p);
@@ -258,8 +275,10 @@ pub async fn collect(
         if last_checkpoint.elapsed() >= cfg.checkpoint_every {
             last_checkpoint = Instant::now();
             // What a new owner would replay had this instance died just now.
-            sh.summary.checkpoint_lag =
-                owned.values().map(|o| o.seq.saturating_sub(o.stored)).sum();
+            sh.summary.checkpoint_lag = owned
+                .values()
+                .map(|o| o.source.seq.saturating_sub(o.stored))
+                .sum();
             for (&p, o) in owned.iter_mut() {
                 let done = tokio::time::timeout(cfg.lease, checkpoint(&mut sh, p, o))
                     .await
@@ -270,7 +289,14 @@ pub async fn collect(
                     lost.push(p);
                 }
             }
-            publish_metrics(&served, &mut owned, &sh.summary, partitions, sh.traces);
+            publish_metrics(
+                &served,
+                receiver.as_deref(),
+                &mut owned,
+                &sh.summary,
+                partitions,
+                sh.traces.as_deref(),
+            );
         }
         for p in lost {
             // Dropped without a checkpoint: whoever takes it next (us too) replays from the
@@ -292,7 +318,14 @@ pub async fn collect(
             Err(e) => tracing::warn!(partition = p, error = %e, "final checkpoint failed"),
         }
     }
-    publish_metrics(&served, &mut owned, &sh.summary, partitions, sh.traces);
+    publish_metrics(
+        &served,
+        receiver.as_deref(),
+        &mut owned,
+        &sh.summary,
+        partitions,
+        sh.traces.as_deref(),
+    );
     let _ = owners.delete(member_key(&cfg.instance)).await;
     Ok(sh.summary)
 }
@@ -453,27 +486,27 @@ async fn renew_all(
 /// Serve the sum of the owned partitions' metrics, and this instance's cluster series.
 fn publish_metrics(
     served: &Metrics,
+    receiver: Option<&Metrics>,
     owned: &mut BTreeMap<u32, Owned>,
     summary: &CollectSummary,
     partitions: u32,
     traces: Option<&TraceSink>,
 ) {
     for o in owned.values() {
-        set_correlator_stats(o);
+        o.core.publish_stats();
     }
-    let snaps: Vec<_> = owned.values().map(|o| o.metrics.snapshot()).collect();
+    let snaps: Vec<_> = owned
+        .values()
+        .map(|o| o.core.metrics.snapshot())
+        .chain(receiver.map(Metrics::snapshot))
+        .collect();
     let sum = crate::sink::metrics::sum_snapshots(&snaps);
     if let Err(e) = served.restore(&sum) {
         tracing::warn!(error = %e, "cannot publish partition metrics");
     }
     served.set_cluster(&cluster_stats(owned, summary, partitions));
     if let Some(t) = traces {
-        let s = t.stats();
-        served.set_otlp(
-            s.spans_exported.load(Ordering::Relaxed),
-            s.spans_dropped.load(Ordering::Relaxed),
-            s.export_failures.load(Ordering::Relaxed),
-        );
+        crate::engine::outputs::set_trace_stats(served, t);
     }
 }
 

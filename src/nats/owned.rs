@@ -1,9 +1,11 @@
 //! An owned partition of `run --nats` ([`super::collect`]): taking it (restore the
 //! checkpoint, fence the previous owner off, read which of its findings are already
-//! published, a consumer of this lease epoch), reading it (fetch, correlate, deliver), and
-//! checkpointing it.
+//! published, a consumer of this lease epoch), reading it (fetch into its
+//! [`PartitionSource`], which feeds the partition's engine [`Core`]; publish what the
+//! findings stream's sink handed over), and checkpointing it.
 
 use std::collections::HashSet;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use async_nats::HeaderMap;
@@ -15,12 +17,12 @@ use futures_util::StreamExt;
 
 use super::collect::{MAX_ACKS_IN_FLIGHT, Shared};
 use super::partition::subject;
+use super::partition_source::{Fetched, FindingsStreamOut, Outgoing, PartitionSource};
 use super::state::PartitionState;
-use super::{NatsError, STREAM_HEADER, state};
-use crate::internal_events::{FindingWriteFailed, Ingested, InternalEvent};
+use super::{LINES_HEADER, NatsError, STREAM_HEADER, TICK_HEADER, state};
+use crate::engine::outputs::{MetricsOut, SharedFindingsOut, TracesOut};
+use crate::engine::{Core, IngestState, LiveSource, Restored, ShardedIngest, Sinks};
 use crate::sink::metrics::Metrics;
-use retryscope_core::correlate::{Correlator, Output};
-use retryscope_core::ingest::{Ingest, Source};
 
 /// Expiry of a fetch that knows how many messages wait (reading published findings): the
 /// server answers at once with them, and a request lost in a restart ends by itself.
@@ -40,20 +42,22 @@ pub(super) struct Owned {
     /// lease earlier, by this instance's monotonic clock): no fetch, no checkpoint.
     pub(super) lease_until: Instant,
     pub(super) stored_state: state::Stored,
-    pub(super) ingest: Ingest,
-    pub(super) metrics: Metrics,
+    /// The partition's engine: its ingest path and sinks (its metrics, the local findings
+    /// output, traces, the findings stream).
+    pub(super) core: Core,
+    /// Its messages and clock.
+    pub(super) source: PartitionSource,
+    /// Findings the findings stream's sink handed over, to publish.
+    outbox: mpsc::Receiver<Outgoing>,
     pub(super) consumer: PullConsumer,
     /// Consumer sequence of the last delivery seen: each delivery must be the next.
     pub(super) consumer_seq: u64,
-    /// Last stream sequence correlated.
-    pub(super) seq: u64,
     /// Last stream sequence covered by the stored checkpoint.
     pub(super) stored: u64,
-    /// The partition's clock: publish time of its last message.
-    pub(super) now_ms: i64,
-    /// Clock of the last idle-timeout tick.
-    pub(super) tick_ms: i64,
-    pub(super) last_msg: Option<jetstream::Message>,
+    /// When a line last came (wall clock): clock messages are sent for a while after it.
+    last_line: Instant,
+    /// When this owner last sent a clock message.
+    last_tick_sent: Instant,
     pub(super) findings_in_flight: Vec<PublishAckFuture>,
     /// Findings stream sequence of the last acknowledged finding of this partition.
     pub(super) findings_seq: u64,
@@ -88,43 +92,68 @@ pub(super) async fn take(
     lease_until: Instant,
 ) -> Result<Owned, NatsError> {
     let loaded = state::load(&sh.states, p).await?;
-    let metrics = Metrics::new(Default::default())
-        .map_err(|e| NatsError::new("registering partition metrics", e))?;
-    let fresh = || {
-        Ingest::new(
-            Correlator::new(sh.cfg.correlator.clone(), sh.prices.clone()),
-            sh.cfg.format,
-        )
-    };
-    let (mut ingest, seq, now_ms, tick_ms, findings_seq) = match &loaded.state {
+    let metrics = Arc::new(
+        Metrics::new(Default::default())
+            .map_err(|e| NatsError::new("registering partition metrics", e))?,
+    );
+    let held = loaded.state.as_ref().and_then(|s| s.held.clone());
+    let (restored, seq, now_ms, tick_ms, findings_seq) = match &loaded.state {
         Some(s) => {
             metrics
                 .restore(&s.metrics)
                 .map_err(|e| NatsError::new("restoring partition metrics", e))?;
-            let mut ingest = Ingest::new(
-                Correlator::restore(
-                    sh.cfg.correlator.clone(),
-                    sh.prices.clone(),
-                    s.correlator.clone(),
-                ),
-                sh.cfg.format,
-            );
-            ingest
-                .pipeline_mut()
-                .restore_counters(s.counters.clone(), s.clock_ms);
-            ingest.join_sessions_from(s.joined.clone().unwrap_or_default());
-            (ingest, s.seq, s.now_ms, s.tick_ms, s.findings_seq)
+            let restored = Restored {
+                correlator: s.correlator.clone(),
+                counters: s.counters.clone(),
+                clock_ms: s.clock_ms,
+                joined: s.joined.clone().unwrap_or_default(),
+            };
+            (Some(restored), s.seq, s.now_ms, s.tick_ms, s.findings_seq)
         }
-        None => {
-            let mut ingest = fresh();
-            ingest.join_sessions();
-            (ingest, 0, 0, 0, 0)
-        }
+        None => (None, 0, 0, 0, 0),
     };
-    // Shipped lines are numbered from where the shipper started: turns name the input only.
-    ingest.without_origin_lines();
+    // One ingest path on this task's thread: the partitions are the collector's shards. It
+    // joins gemini-cli sessions (their telemetry and stream-json are shipped to one
+    // partition) and names turns by input only (shipped lines are numbered from where the
+    // shipper started).
+    let ingest = ShardedIngest::start(
+        1,
+        sh.cfg.correlator.clone(),
+        sh.prices.clone(),
+        sh.cfg.format,
+        true,
+        restored,
+        metrics.clone(),
+    )
+    .map_err(|e| NatsError::new("starting the partition's ingest path", e))?;
+    let mut ingest = ingest;
+    // One turn's parts come from several hosts, in any order: each turn is held until quiet
+    // and correlated in time order (`retryscope_core::reorder`).
+    if sh.cfg.settle > Duration::ZERO {
+        let settle_ms = i64::try_from(sh.cfg.settle.as_millis()).unwrap_or(i64::MAX);
+        ingest.hold_turns(settle_ms, held);
+    }
+    let (tx, outbox) = mpsc::channel();
+    let mut sinks = Sinks::new();
+    sinks.push(Box::new(MetricsOut(metrics.clone())));
+    sinks.push(Box::new(SharedFindingsOut {
+        findings: sh.findings.clone(),
+        metrics: metrics.clone(),
+    }));
+    if let Some(traces) = &sh.traces {
+        sinks.push(Box::new(TracesOut {
+            traces: traces.clone(),
+            stats: None,
+        }));
+    }
+    sinks.push(Box::new(FindingsStreamOut(tx)));
+    let mut core = Core::new(ingest, sinks, metrics);
+    let source = PartitionSource::new(p, seq, now_ms, tick_ms);
     // The previous owner's next checkpoint now fails its compare-and-set.
-    let empty = partition_state(&ingest, &metrics, 0, 0, 0, 0);
+    let state_now = core
+        .checkpoint(None)
+        .map_err(|e| NatsError::new("reading the partition's state", e))?;
+    let empty = partition_state(state_now, &core.metrics, 0, 0, 0, 0);
     let stored_state = state::fence(&sh.states, p, &loaded, &empty).await?;
     let (published, last_published) = published_since(&sh.findings_stream, p, findings_seq).await?;
     let consumer_name = format!("retryscope-p{p}-e{lease_rev}");
@@ -159,15 +188,15 @@ pub(super) async fn take(
         lease_rev,
         lease_until,
         stored_state,
-        ingest,
-        metrics,
+        core,
+        source,
+        outbox,
         consumer,
         consumer_seq: 0,
-        seq,
         stored: seq,
-        now_ms,
-        tick_ms,
-        last_msg: None,
+        // A partition just taken may hold turns the last owner left open: its clock runs.
+        last_line: Instant::now(),
+        last_tick_sent: Instant::now(),
         findings_in_flight: Vec::new(),
         findings_seq: findings_seq.max(last_published),
         replay_from: findings_seq,
@@ -263,9 +292,7 @@ pub(super) async fn poll(sh: &mut Shared<'_>, p: u32, o: &mut Owned) -> Result<u
         .messages()
         .await
         .map_err(|e| NatsError::new("fetching", e))?;
-    let mut n = 0;
-    let mut out = Vec::new();
-    // Only the wait for a delivery is bounded: a message taken is correlated and delivered
+    // Only the wait for a delivery is bounded: a batch taken is correlated and delivered
     // whole, so the partition's state never holds half a message.
     let wait = fetch_wait(sh.cfg.lease);
     while let Ok(next) = tokio::time::timeout(wait, batch.next()).await {
@@ -284,82 +311,86 @@ pub(super) async fn poll(sh: &mut Shared<'_>, p: u32, o: &mut Owned) -> Result<u
         }
         o.consumer_seq = info.consumer_sequence;
         let seq = info.stream_sequence;
-        let published_ms =
-            i64::try_from(info.published.unix_timestamp_nanos() / 1_000_000).unwrap_or(o.now_ms);
-        if seq <= o.seq {
-            continue; // a redelivery of what the state already covers
-        }
-        n += 1;
-        sh.summary.messages += 1;
-        o.now_ms = o.now_ms.max(published_ms);
-        let name = m
-            .headers
-            .as_ref()
-            .and_then(|h| h.get(STREAM_HEADER))
-            .map(|v| v.as_str().to_string())
-            .unwrap_or_else(|| "unknown".to_string());
-        let stream = o.ingest.stream(Source::Nats, &name);
-        let metrics = &o.metrics;
-        o.ingest.line(
+        let published_ms = i64::try_from(info.published.unix_timestamp_nanos() / 1_000_000)
+            .unwrap_or(o.source.now_ms);
+        let headers = m.headers.as_ref();
+        let batched = headers.and_then(|h| h.get(LINES_HEADER)).is_some();
+        let stream = if headers.and_then(|h| h.get(TICK_HEADER)).is_some() {
+            None
+        } else {
+            Some(
+                headers
+                    .and_then(|h| h.get(STREAM_HEADER))
+                    .map(|v| v.as_str().to_string())
+                    .unwrap_or_else(|| "unknown".to_string()),
+            )
+        };
+        o.source.fetched.push_back(Fetched {
+            seq,
+            published_ms,
             stream,
-            None,
-            &m.payload,
-            Some(o.now_ms),
-            &mut out,
-            &mut |note| Ingested(note).emit(metrics),
-        );
-        deliver(sh, p, o, &mut out, &format!("p{p}-{seq}")).await?;
-        if o.now_ms - o.tick_ms >= 1000 {
-            o.tick_ms = o.now_ms;
-            o.ingest.settle_idle(Some(o.now_ms), &mut out, &mut |note| {
-                Ingested(note).emit(&o.metrics)
-            });
-            o.ingest.tick(o.now_ms, &mut out);
-            deliver(sh, p, o, &mut out, &format!("p{p}-{seq}-t")).await?;
-        }
-        o.seq = seq;
-        o.last_msg = Some(m);
+            batched,
+            msg: m,
+        });
     }
-    Ok(n)
+    let fetched = o.source.fetched.len();
+    let polled = o.source.poll(&mut o.core, 0);
+    sh.summary.messages += polled.lines;
+    if polled.lines > 0 {
+        o.last_line = Instant::now();
+    }
+    publish(sh, p, o).await?;
+    Ok(fetched)
 }
 
-/// Count the outputs, write findings locally and publish them with deterministic ids.
-async fn deliver(
-    sh: &mut Shared<'_>,
-    p: u32,
-    o: &mut Owned,
-    out: &mut Vec<Output>,
-    id: &str,
-) -> Result<(), NatsError> {
+/// Publish a clock message into partition `p` when it has been quiet for a second and a tick
+/// could still change something: for the idle timeout and the join's wait past its last
+/// line, and while it holds open turns (see `partition_source.rs`).
+pub(super) async fn keep_time(sh: &mut Shared<'_>, p: u32, o: &mut Owned) -> Result<(), NatsError> {
+    let since_line = o.last_line.elapsed();
+    let idle_ms = sh.cfg.correlator.idle_timeout_ms.unwrap_or(0).max(0) as u64;
+    let window = Duration::from_millis(idle_ms)
+        + Duration::from_secs(u64::from(crate::engine::JOIN_QUIET_TICKS) + 5);
+    if o.last_tick_sent.elapsed() < Duration::from_secs(1)
+        || since_line < Duration::from_secs(1)
+        || (since_line > window && o.core.ingest.open_turns() == 0)
+    {
+        return Ok(());
+    }
+    o.lease_held()?;
+    o.last_tick_sent = Instant::now();
+    let mut headers = HeaderMap::new();
+    headers.insert(TICK_HEADER, "1");
+    sh.js
+        .publish_with_headers(subject(p), headers, Bytes::new())
+        .await
+        .map_err(|e| NatsError::new("publishing a clock message", e))?
+        .await
+        .map_err(|e| NatsError::new("publishing a clock message", e))?;
+    Ok(())
+}
+
+/// Publish what the findings stream's sink handed over, with its deterministic id: not those
+/// a replay finds already published, and not one over the server's largest message (a dead
+/// letter, in the local output only).
+async fn publish(sh: &mut Shared<'_>, p: u32, o: &mut Owned) -> Result<(), NatsError> {
     // Headers, subject and protocol line: what a message carries besides the body.
     const ENVELOPE: usize = 512;
-    for (i, output) in std::mem::take(out).into_iter().enumerate() {
-        o.metrics.observe(&output);
-        if let (Output::TurnClosed(report), Some(t)) = (&output, sh.traces) {
-            // A replay after a takeover closes the same turns again: the same trace and span
-            // ids (`sink/traces/ids.rs`), so a backend sees a repeat, not a new trace.
-            t.submit(report);
-        }
-        let Output::Finding(f, _) = &output else {
-            continue;
-        };
-        if let Err(error) = sh.findings.write(f) {
-            FindingWriteFailed { error: &error }.emit(&o.metrics);
-        }
-        let msg_id = format!("{id}-{i}");
-        if o.published.remove(&msg_id) {
+    while let Ok(out) = o.outbox.try_recv() {
+        if o.published.remove(&out.id) {
             sh.summary.replayed_unpublished += 1;
             continue;
         }
-        let body = retryscope_core::sanitize::to_json_vec(f)
+        let body = out
+            .body
             .map_err(|e| NatsError::new("encoding a finding", e))?;
         let max_payload = super::max_payload(&sh.client);
         if body.len() + ENVELOPE > max_payload {
             sh.summary.dead_letters += 1;
             tracing::warn!(
                 partition = p,
-                id = %msg_id,
-                kind = f.kind.as_str(),
+                id = %out.id,
+                kind = out.kind,
                 bytes = body.len(),
                 max_payload,
                 "finding larger than the server's largest message: written to the findings \
@@ -368,7 +399,7 @@ async fn deliver(
             continue;
         }
         let mut headers = HeaderMap::new();
-        headers.insert("Nats-Msg-Id", msg_id.as_str());
+        headers.insert("Nats-Msg-Id", out.id.as_str());
         let ack = sh
             .js
             .publish_with_headers(
@@ -404,24 +435,24 @@ pub(super) async fn await_acks(sh: &mut Shared<'_>, o: &mut Owned) -> Result<(),
 
 /// What a checkpoint of this partition holds.
 fn partition_state(
-    ingest: &Ingest,
+    state: IngestState,
     metrics: &Metrics,
     seq: u64,
     now_ms: i64,
     tick_ms: i64,
     findings_seq: u64,
 ) -> PartitionState {
-    let pipeline = ingest.pipeline();
     PartitionState {
         seq,
-        correlator: pipeline.correlator().snapshot(),
-        counters: pipeline.counters().clone(),
-        clock_ms: pipeline.clock_ms(),
+        correlator: state.correlator,
+        counters: state.counters,
+        clock_ms: state.clock_ms,
         now_ms,
         tick_ms,
         metrics: metrics.snapshot(),
         findings_seq,
-        joined: ingest.joined_snapshot(),
+        joined: state.joined,
+        held: state.held,
     }
 }
 
@@ -431,12 +462,19 @@ pub(super) async fn checkpoint(
     p: u32,
     o: &mut Owned,
 ) -> Result<(), NatsError> {
-    if o.seq == o.stored {
+    if o.source.seq == o.stored {
         return Ok(());
     }
     o.lease_held()?;
+    // Everything correlated is delivered (one ingest path on this thread: the barrier
+    // produces nothing new, but whatever it produced would be published first).
+    let state = o
+        .core
+        .checkpoint(Some(&format!("p{p}-{}-c", o.source.seq)))
+        .map_err(|e| NatsError::new("reading the partition's state", e))?;
+    publish(sh, p, o).await?;
     await_acks(sh, o).await?;
-    set_correlator_stats(o);
+    o.core.publish_stats();
     // While findings read at the take have not all come round again in the replay, the next
     // owner must read them too: the checkpoint keeps the take's starting point until then.
     let findings_seq = if o.published.is_empty() {
@@ -445,29 +483,21 @@ pub(super) async fn checkpoint(
         o.replay_from
     };
     let s = partition_state(
-        &o.ingest,
-        &o.metrics,
-        o.seq,
-        o.now_ms,
-        o.tick_ms,
+        state,
+        &o.core.metrics,
+        o.source.seq,
+        o.source.now_ms,
+        o.source.tick_ms,
         findings_seq,
     );
     o.stored_state = state::save(&sh.states, p, &s, &o.stored_state).await?;
-    o.stored = o.seq;
+    o.stored = o.source.seq;
     sh.summary.checkpoints += 1;
-    if let Some(m) = o.last_msg.take()
+    if let Some(m) = o.source.last_msg.take()
         && let Err(e) = m.ack().await
     {
         // Harmless: a redelivery is skipped by sequence.
         tracing::debug!(partition = p, error = %e, "ack failed");
     }
     Ok(())
-}
-
-/// The correlator's own counters (late events, events after close, evictions, open turns)
-/// into the partition's metrics, as `run` sets them.
-pub(super) fn set_correlator_stats(o: &Owned) {
-    let correlator = o.ingest.pipeline().correlator();
-    o.metrics
-        .set_correlator_stats(&correlator.stats(), correlator.open_turns());
 }

@@ -1,12 +1,19 @@
 //! `retryscope ship`: tail files like `run` does (the same [`FileTailer`], rotation and
-//! checkpoint) and publish every complete line to its partition's subject.
+//! checkpoint) and publish every complete line to its partition's subject, in batches.
 //!
-//! Each message carries `Nats-Msg-Id` = `<source id>/<dev>.<inode>/<end offset>`, the line's
-//! identity, so a line re-sent after a restart (published, not yet checkpointed) is dropped by
-//! JetStream's duplicate window. Offsets are checkpointed only after JetStream acknowledged
-//! every line before them: a crash loses nothing and duplicates nothing (within the window).
-//! Limit: a file truncated in place and rewritten to the same offsets within the duplicate
-//! window reuses ids (its new lines would be dropped); rotation by rename gives a new inode.
+//! A round takes what the tailer read and publishes it as messages of up to [`BATCH_LINES`]
+//! lines (and the server's largest message) of one file and one partition, in order: the lines
+//! joined by `\n`, with [`LINES_HEADER`] giving their count (one message per line cost the
+//! cluster ~20× the time of `run`). Each message carries `Nats-Msg-Id` =
+//! `<source id>/<dev>.<inode>/<end offset of its last line>`, so a message re-sent after a
+//! restart is dropped by JetStream's duplicate window, which needs a re-sent round to be cut
+//! into the same messages: before a round is published, the checkpoint records it as in
+//! flight (each file's last line in it); a restarted shipper reads exactly that far before it
+//! publishes again, and the same lines make the same messages. Offsets are checkpointed only
+//! after JetStream acknowledged every message before them: a crash loses nothing and
+//! duplicates nothing (within the window). Limit: a file truncated in place and rewritten to
+//! the same offsets within the duplicate window reuses ids (its new lines would be dropped);
+//! rotation by rename gives a new inode.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -20,7 +27,7 @@ use bytes::Bytes;
 
 use super::deploy::Deploy;
 use super::partition::{ensure_events_stream, partition_of, subject};
-use super::{NatsError, STREAM_HEADER};
+use super::{LINES_HEADER, NatsError, STREAM_HEADER};
 use crate::internal_events::TailerReport;
 use crate::sink::metrics::Metrics;
 use crate::source::checkpoint_io;
@@ -73,19 +80,64 @@ pub struct ShipSummary {
 /// Headers, subject and protocol line: what a message carries besides the line.
 const ENVELOPE: usize = 512;
 
-struct Pending {
-    subject: String,
-    headers: HeaderMap,
-    payload: Bytes,
+/// Lines per message, at most.
+pub const BATCH_LINES: usize = 1_000;
+/// Bytes of lines per message, at most (and the server's largest message, less the envelope).
+const BATCH_BYTES: usize = 512 * 1024;
+
+/// The device number that marks stdin's lines in a round (their `ino` is the shipper's start
+/// time and their `end` the line number): no file has it.
+const STDIN_DEV: u64 = u64::MAX;
+
+/// How long stdin stays quiet before a last line without its newline is shipped (a file's
+/// tailer waits as long by default).
+const STDIN_PARTIAL_WAIT: Duration = Duration::from_millis(500);
+
+/// Polls a restarted shipper waits, without progress, for the lines it had in flight before it
+/// gives up re-sending them as the same messages (a file cut meanwhile; some may repeat).
+const REPLAY_PATIENCE: u32 = 50;
+
+/// The shipper's checkpoint: the offsets JetStream acknowledged, and the round in flight.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+struct ShipState {
+    version: u32,
+    files: Vec<FileCheckpoint>,
+    /// The round being published: each file's last line in it (none after its acks).
+    #[serde(default)]
+    in_flight: Vec<InFlight>,
+}
+
+/// A file's part of the round in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct InFlight {
+    dev: u64,
+    ino: u64,
+    /// End offset of its last line in the round.
+    end: u64,
+}
+
+/// A line read and not yet published.
+struct Read {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+    end: u64,
+    bytes: Bytes,
+}
+
+pub(super) struct Pending {
+    pub(super) subject: String,
+    pub(super) headers: HeaderMap,
+    pub(super) payload: Bytes,
 }
 
 /// Ship until `shutdown` is set; the last acknowledged offsets are checkpointed before return.
 pub async fn ship(cfg: ShipConfig, shutdown: Arc<AtomicBool>) -> Result<ShipSummary, NatsError> {
     // Before connecting: an unusable checkpoint stops the shipper at once.
     let checkpoint_path = cfg.data_dir.as_ref().map(|d| d.join(SHIP_CHECKPOINT_FILE));
-    let restored: Vec<FileCheckpoint> = match (&checkpoint_path, cfg.stdin) {
-        (Some(p), false) => load_offsets(p, cfg.reset_checkpoint)?,
-        _ => Vec::new(),
+    let mut restored: ShipState = match (&checkpoint_path, cfg.stdin) {
+        (Some(p), false) => load_state(p, cfg.reset_checkpoint)?,
+        _ => ShipState::default(),
     };
     let client = cfg
         .nats
@@ -105,7 +157,7 @@ pub async fn ship(cfg: ShipConfig, shutdown: Arc<AtomicBool>) -> Result<ShipSumm
             max_line_bytes: cfg.max_line_bytes,
             ..FileTailerConfig::default()
         },
-        restored,
+        restored.files.clone(),
     );
     let metrics =
         Metrics::new(Default::default()).map_err(|e| NatsError::new("registering counters", e))?;
@@ -114,40 +166,68 @@ pub async fn ship(cfg: ShipConfig, shutdown: Arc<AtomicBool>) -> Result<ShipSumm
         partitions,
         dead_letters: 0,
     };
+    let mut acked = restored.files;
+    // The round in flight at the last stop: read that far before publishing, to re-send it as
+    // the same messages.
+    let mut replay: HashMap<(u64, u64), u64> = restored
+        .in_flight
+        .iter()
+        .map(|f| ((f.dev, f.ino), f.end))
+        .collect();
+    let mut patience = REPLAY_PATIENCE;
+    let mut carry: Vec<Read> = Vec::new();
     loop {
         let stop = shutdown.load(Ordering::SeqCst);
-        let mut lines: Vec<(PathBuf, u64, Bytes)> = Vec::new();
-        let mut too_long = Vec::new();
-        let stats = tailer.poll(
-            &mut |line| {
-                lines.push((
-                    line.path.to_path_buf(),
-                    line.end_offset,
-                    Bytes::copy_from_slice(line.bytes),
-                ))
-            },
-            &mut TailerReport {
-                metrics: &metrics,
-                too_long: &mut too_long,
-            },
-        );
-        // The identity of each file read in this poll (lines name only its current path).
-        let ids: HashMap<PathBuf, (u64, u64)> = tailer
-            .checkpoints()
+        let before = carry.len();
+        let stats = poll_into(&mut tailer, &metrics, &mut carry);
+        if !replay.is_empty() {
+            // Files that reached their in-flight end (or are gone) are done replaying.
+            let offsets: HashMap<(u64, u64), u64> = tailer
+                .checkpoints()
+                .iter()
+                .map(|c| ((c.dev, c.ino), c.offset))
+                .collect();
+            replay.retain(|id, end| offsets.get(id).is_some_and(|o| o < end));
+            patience = if carry.len() > before {
+                REPLAY_PATIENCE
+            } else {
+                patience - 1
+            };
+            if patience == 0 {
+                tracing::warn!(
+                    files = replay.len(),
+                    "the lines in flight at the last stop cannot all be read again (a file cut?); \
+                     shipping on: some of them may be stored twice"
+                );
+                replay.clear();
+            }
+            if !replay.is_empty() {
+                if stop {
+                    // Nothing of the round is published again: the next start re-sends it.
+                    return Ok(summary);
+                }
+                tokio::time::sleep(cfg.poll_interval).await;
+                continue;
+            }
+        }
+        // A round: every line read (a replayed file's up to its in-flight end, as before).
+        let ends: HashMap<(u64, u64), u64> = restored_ends(&restored.in_flight);
+        let (round, rest): (Vec<Read>, Vec<Read>) = std::mem::take(&mut carry)
             .into_iter()
-            .map(|c| (c.path, (c.dev, c.ino)))
-            .collect();
+            .partition(|r| ends.get(&(r.dev, r.ino)).is_none_or(|e| r.end <= *e));
+        carry = rest;
+        restored.in_flight.clear();
         let max_payload = super::max_payload(&client);
-        let batch: Vec<Pending> = lines
+        let round: Vec<Read> = round
             .into_iter()
-            .filter(|(path, end, payload)| {
-                let fits = payload.len() + ENVELOPE <= max_payload;
+            .filter(|r| {
+                let fits = r.bytes.len() + ENVELOPE <= max_payload;
                 if !fits {
                     summary.dead_letters += 1;
                     tracing::warn!(
-                        path = %retryscope_core::sanitize::display(&path.to_string_lossy()),
-                        end_offset = end,
-                        bytes = payload.len(),
+                        path = %retryscope_core::sanitize::display(&r.path.to_string_lossy()),
+                        end_offset = r.end,
+                        bytes = r.bytes.len(),
                         max_payload,
                         "line larger than the server's largest message: not shipped (a dead \
                          letter); raise the server's max_payload or lower --max-line-bytes"
@@ -155,33 +235,22 @@ pub async fn ship(cfg: ShipConfig, shutdown: Arc<AtomicBool>) -> Result<ShipSumm
                 }
                 fits
             })
-            .map(|(path, end, payload): (PathBuf, u64, Bytes)| {
-                let (dev, ino) = ids.get(&path).copied().unwrap_or((0, 0));
-                let mut headers = HeaderMap::new();
-                headers.insert(
-                    "Nats-Msg-Id",
-                    format!("{}/{dev}.{ino}/{end}", cfg.source_id).as_str(),
-                );
-                headers.insert(
-                    STREAM_HEADER,
-                    format!("{}:{}", cfg.source_id, path.display()).as_str(),
-                );
-                Pending {
-                    subject: subject(partition_of(&payload, partitions)),
-                    headers,
-                    payload,
-                }
-            })
             .collect();
-        let n = batch.len() as u64;
+        let n = round.len() as u64;
+        let in_flight = in_flight_of(&round);
         if n > 0 {
+            if let Some(path) = &checkpoint_path {
+                save_state(path, &acked, &in_flight);
+            }
+            let batch = batches(&round, &cfg.source_id, partitions, max_payload);
             publish_all(&js, &batch, &shutdown).await?;
             summary.lines += n;
         }
-        if let Some(path) = &checkpoint_path
-            && (n > 0 || stop)
-        {
-            save_offsets(path, &tailer.checkpoints());
+        if n > 0 || stop {
+            acked = acknowledged(tailer.checkpoints(), &carry, &acked, &in_flight);
+            if let Some(path) = &checkpoint_path {
+                save_state(path, &acked, &[]);
+            }
         }
         if stop {
             return Ok(summary);
@@ -192,9 +261,179 @@ pub async fn ship(cfg: ShipConfig, shutdown: Arc<AtomicBool>) -> Result<ShipSumm
     }
 }
 
-/// Ship standard input until it ends. Lines have no position to checkpoint: their ids
+/// Read what the tailer has into `carry`.
+fn poll_into(
+    tailer: &mut FileTailer,
+    metrics: &Metrics,
+    carry: &mut Vec<Read>,
+) -> crate::source::file::PollStats {
+    let mut lines: Vec<(PathBuf, u64, Bytes)> = Vec::new();
+    let mut too_long = Vec::new();
+    let stats = tailer.poll(
+        &mut |line| {
+            lines.push((
+                line.path.to_path_buf(),
+                line.end_offset,
+                Bytes::copy_from_slice(line.bytes),
+            ));
+            if line.unterminated {
+                // The writer stopped without a newline: the record the line belongs to ends
+                // with it, as `run` has it (an SSE event without its blank line is
+                // dispatched). Every format skips an empty line.
+                lines.push((line.path.to_path_buf(), line.end_offset, Bytes::new()));
+            }
+        },
+        &mut TailerReport {
+            metrics,
+            too_long: &mut too_long,
+        },
+    );
+    // The identity of each file read in this poll (lines name only its current path).
+    let ids: HashMap<PathBuf, (u64, u64)> = tailer
+        .checkpoints()
+        .into_iter()
+        .map(|c| (c.path, (c.dev, c.ino)))
+        .collect();
+    carry.extend(lines.into_iter().map(|(path, end, bytes)| {
+        let (dev, ino) = ids.get(&path).copied().unwrap_or((0, 0));
+        Read {
+            path,
+            dev,
+            ino,
+            end,
+            bytes,
+        }
+    }));
+    stats
+}
+
+fn restored_ends(in_flight: &[InFlight]) -> HashMap<(u64, u64), u64> {
+    in_flight.iter().map(|f| ((f.dev, f.ino), f.end)).collect()
+}
+
+/// Each file's last line in `round`.
+fn in_flight_of(round: &[Read]) -> Vec<InFlight> {
+    let mut ends: HashMap<(u64, u64), u64> = HashMap::new();
+    for r in round {
+        let e = ends.entry((r.dev, r.ino)).or_insert(0);
+        *e = (*e).max(r.end);
+    }
+    let mut v: Vec<InFlight> = ends
+        .into_iter()
+        .map(|((dev, ino), end)| InFlight { dev, ino, end })
+        .collect();
+    v.sort_by_key(|f| (f.dev, f.ino));
+    v
+}
+
+/// The offsets now acknowledged: the tailer's, except that a file with lines still carried
+/// (read, not published) stays after its last line `published` (or where it was `before`).
+fn acknowledged(
+    mut now: Vec<FileCheckpoint>,
+    carry: &[Read],
+    before: &[FileCheckpoint],
+    published: &[InFlight],
+) -> Vec<FileCheckpoint> {
+    for c in &mut now {
+        let id = (c.dev, c.ino);
+        if carry.iter().any(|r| (r.dev, r.ino) == id) {
+            c.offset = published
+                .iter()
+                .find(|f| (f.dev, f.ino) == id)
+                .map(|f| f.end)
+                .or_else(|| {
+                    before
+                        .iter()
+                        .find(|b| (b.dev, b.ino) == id)
+                        .map(|b| b.offset)
+                })
+                .unwrap_or(0);
+        }
+    }
+    now
+}
+
+/// The messages of a round: per file and partition, in order, up to [`BATCH_LINES`] lines and
+/// [`BATCH_BYTES`] (or the server's largest message) each. The same lines always make the
+/// same messages (a re-sent round is dropped by its ids).
+fn batches(round: &[Read], source_id: &str, partitions: u32, max_payload: usize) -> Vec<Pending> {
+    let limit = BATCH_BYTES.min(max_payload.saturating_sub(ENVELOPE)).max(1);
+    // Open batches by (file, partition), in the order they were opened.
+    struct Open<'a> {
+        partition: u32,
+        lines: Vec<&'a Read>,
+        bytes: usize,
+    }
+    let mut order: Vec<Open<'_>> = Vec::new();
+    let mut open: HashMap<(u64, u64, u32), usize> = HashMap::new();
+    let mut out = Vec::new();
+    for r in round {
+        let key = (r.dev, r.ino, partition_of(&r.bytes, partitions));
+        let i = *open.entry(key).or_insert_with(|| {
+            order.push(Open {
+                partition: key.2,
+                lines: Vec::new(),
+                bytes: 0,
+            });
+            order.len() - 1
+        });
+        let b = &mut order[i];
+        if !b.lines.is_empty()
+            && (b.lines.len() >= BATCH_LINES || b.bytes + r.bytes.len() + 1 > limit)
+        {
+            out.push(message(
+                std::mem::take(&mut b.lines),
+                source_id,
+                b.partition,
+            ));
+            b.bytes = 0;
+        }
+        b.bytes += r.bytes.len() + 1;
+        b.lines.push(r);
+    }
+    for b in order {
+        if !b.lines.is_empty() {
+            out.push(message(b.lines, source_id, b.partition));
+        }
+    }
+    out
+}
+
+/// One message of `lines` (one file's, one partition's, in order).
+fn message(lines: Vec<&Read>, source_id: &str, partition: u32) -> Pending {
+    let (first, last) = (lines[0], lines[lines.len() - 1]);
+    let mut payload = Vec::with_capacity(lines.iter().map(|r| r.bytes.len() + 1).sum());
+    for (i, r) in lines.iter().enumerate() {
+        if i > 0 {
+            payload.push(b'\n');
+        }
+        payload.extend_from_slice(&r.bytes);
+    }
+    let mut headers = HeaderMap::new();
+    let id = if last.dev == STDIN_DEV {
+        format!("{source_id}/stdin.{}/{}", last.ino, last.end)
+    } else {
+        format!("{source_id}/{}.{}/{}", last.dev, last.ino, last.end)
+    };
+    headers.insert("Nats-Msg-Id", id.as_str());
+    headers.insert(
+        STREAM_HEADER,
+        format!("{source_id}:{}", first.path.display()).as_str(),
+    );
+    headers.insert(LINES_HEADER, lines.len().to_string().as_str());
+    Pending {
+        subject: subject(partition),
+        headers,
+        payload: Bytes::from(payload),
+    }
+}
+
+/// Ship standard input until it ends, in messages like a file's ([`batches`]: per
+/// partition, up to [`BATCH_LINES`] lines). Lines have no position to checkpoint: their ids
 /// (`<source id>/stdin.<start ms>/<line number>`) only make a batch re-published after a
-/// failed publish harmless; a restarted shipper reads a new stdin.
+/// failed publish harmless; a restarted shipper reads a new stdin. A last line without its
+/// newline is shipped once the pipe has been quiet for [`STDIN_PARTIAL_WAIT`] (as a file's),
+/// and ends its record.
 async fn ship_stdin(
     cfg: &ShipConfig,
     js: &jetstream::Context,
@@ -202,12 +441,13 @@ async fn ship_stdin(
     partitions: u32,
     shutdown: Arc<AtomicBool>,
 ) -> Result<ShipSummary, NatsError> {
-    use crate::run::{FeedItem, start_feeds};
+    use crate::run::{FeedItem, PipeLine, PipeLines, start_feeds};
     use std::sync::mpsc::TryRecvError;
-    const MAX_BATCH: usize = 4096;
-    let rx = start_feeds(true, None, cfg.max_line_bytes, shutdown.clone());
-    let nonce = super::wall_ms();
-    let stream = format!("{}:stdin", cfg.source_id);
+    /// Lines read per round, at most.
+    const MAX_ROUND: usize = 16 * BATCH_LINES;
+    let rx = start_feeds(true, None, shutdown.clone());
+    let mut pipe = PipeLines::new(cfg.max_line_bytes, STDIN_PARTIAL_WAIT);
+    let nonce = super::wall_ms().max(0) as u64;
     let mut number = 0u64;
     let mut summary = ShipSummary {
         lines: 0,
@@ -217,65 +457,103 @@ async fn ship_stdin(
     let mut ended = false;
     while !ended && !shutdown.load(Ordering::SeqCst) {
         let max_payload = super::max_payload(client);
-        let mut batch = Vec::new();
-        while batch.len() < MAX_BATCH {
-            let item = match rx.try_recv() {
-                Ok(item) => item,
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => {
+        let mut lines = StdinLines {
+            round: Vec::new(),
+            number: &mut number,
+            dead_letters: &mut summary.dead_letters,
+            max_payload,
+            nonce,
+        };
+        while lines.round.len() < MAX_ROUND {
+            let mut on = |line: PipeLine<'_>| lines.take(line);
+            match rx.try_recv() {
+                Ok(FeedItem::Bytes { bytes, .. }) => {
+                    pipe.push(&bytes, std::time::Instant::now(), &mut on)
+                }
+                Ok(FeedItem::End { .. }) | Err(TryRecvError::Disconnected) => {
+                    pipe.end(&mut on);
                     ended = true;
                     break;
                 }
-            };
-            match item {
-                FeedItem::Line { bytes, .. } if bytes.len() + ENVELOPE > max_payload => {
-                    number += 1;
-                    summary.dead_letters += 1;
-                    tracing::warn!(
-                        line = number,
-                        bytes = bytes.len(),
-                        max_payload,
-                        "stdin line larger than the server's largest message: not shipped (a \
-                         dead letter)"
-                    );
+                Ok(_) => {}
+                Err(TryRecvError::Empty) => {
+                    pipe.quiet(std::time::Instant::now(), &mut on);
+                    break;
                 }
-                FeedItem::Line { bytes, .. } => {
-                    number += 1;
-                    let payload = Bytes::from(bytes);
-                    let mut headers = HeaderMap::new();
-                    headers.insert(
-                        "Nats-Msg-Id",
-                        format!("{}/stdin.{nonce}/{number}", cfg.source_id).as_str(),
-                    );
-                    headers.insert(STREAM_HEADER, stream.as_str());
-                    batch.push(Pending {
-                        subject: subject(partition_of(&payload, partitions)),
-                        headers,
-                        payload,
-                    });
-                }
-                FeedItem::TooLong { len, .. } => {
-                    number += 1;
-                    tracing::warn!(line = number, bytes = len, "stdin line too long; skipped");
-                }
-                FeedItem::End { .. } => ended = true,
             }
         }
-        if batch.is_empty() {
+        let round = lines.round;
+        if round.is_empty() {
             if !ended {
                 tokio::time::sleep(cfg.poll_interval.min(Duration::from_millis(20))).await;
             }
             continue;
         }
+        let batch = batches(&round, &cfg.source_id, partitions, max_payload);
         publish_all(js, &batch, &shutdown).await?;
-        summary.lines += batch.len() as u64;
+        summary.lines += round.len() as u64;
     }
     Ok(summary)
 }
 
+/// One round of stdin's lines, as [`Read`]s (see [`STDIN_DEV`]).
+struct StdinLines<'a> {
+    round: Vec<Read>,
+    /// Lines so far (the last one's number).
+    number: &'a mut u64,
+    dead_letters: &'a mut u64,
+    max_payload: usize,
+    nonce: u64,
+}
+
+impl StdinLines<'_> {
+    fn take(&mut self, line: crate::run::PipeLine<'_>) {
+        use crate::run::PipeLine;
+        *self.number += 1;
+        let (bytes, unterminated) = match line {
+            PipeLine::Line(b) => (b, false),
+            PipeLine::Unterminated(b) => (b, true),
+            PipeLine::TooLong(len) => {
+                tracing::warn!(
+                    line = *self.number,
+                    bytes = len,
+                    "stdin line too long; skipped"
+                );
+                return;
+            }
+        };
+        if bytes.len() + ENVELOPE > self.max_payload {
+            *self.dead_letters += 1;
+            tracing::warn!(
+                line = *self.number,
+                bytes = bytes.len(),
+                max_payload = self.max_payload,
+                "stdin line larger than the server's largest message: not shipped (a dead letter)"
+            );
+            return;
+        }
+        self.push(bytes);
+        if unterminated {
+            // As a file's: the record the line belongs to ends with it.
+            *self.number += 1;
+            self.push(b"");
+        }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        self.round.push(Read {
+            path: PathBuf::from("stdin"),
+            dev: STDIN_DEV,
+            ino: self.nonce,
+            end: *self.number,
+            bytes: Bytes::copy_from_slice(bytes),
+        });
+    }
+}
+
 /// Publish a batch and wait for every acknowledgement; on failure (server away) publish the
 /// whole batch again (the message ids make that safe) until it is acknowledged.
-async fn publish_all(
+pub(super) async fn publish_all(
     js: &jetstream::Context,
     batch: &[Pending],
     shutdown: &AtomicBool,
@@ -315,15 +593,25 @@ async fn try_publish(js: &jetstream::Context, batch: &[Pending]) -> Result<(), N
     Ok(())
 }
 
-/// The offsets of an earlier run. A checkpoint that is there but unusable stops the shipper
-/// (starting over would ship every line again, and the duplicate window is minutes, not the
-/// life of a file) unless `reset`: then it is moved aside and shipping starts over.
-fn load_offsets(path: &std::path::Path, reset: bool) -> Result<Vec<FileCheckpoint>, NatsError> {
+/// The state of an earlier run (version 1 was the offsets alone). A checkpoint that is there
+/// but unusable stops the shipper (starting over would ship every line again, and the
+/// duplicate window is minutes, not the life of a file) unless `reset`: then it is moved aside
+/// and shipping starts over.
+fn load_state(path: &std::path::Path, reset: bool) -> Result<ShipState, NatsError> {
     let why = match checkpoint_io::read_checkpoint(path) {
-        Ok(None) => return Ok(Vec::new()),
-        Ok(Some(bytes)) => match serde_json::from_slice(&bytes) {
-            Ok(files) => return Ok(files),
-            Err(e) => e.to_string(),
+        Ok(None) => return Ok(ShipState::default()),
+        Ok(Some(bytes)) => match serde_json::from_slice::<ShipState>(&bytes) {
+            Ok(state) => return Ok(state),
+            Err(e) => match serde_json::from_slice::<Vec<FileCheckpoint>>(&bytes) {
+                Ok(files) => {
+                    return Ok(ShipState {
+                        version: 1,
+                        files,
+                        in_flight: Vec::new(),
+                    });
+                }
+                Err(_) => e.to_string(),
+            },
         },
         Err(e) => e.to_string(),
     };
@@ -346,11 +634,16 @@ fn load_offsets(path: &std::path::Path, reset: bool) -> Result<Vec<FileCheckpoin
         moved_to = ?moved,
         "ship checkpoint unusable: moved aside, shipping starts over (--reset-checkpoint)"
     );
-    Ok(Vec::new())
+    Ok(ShipState::default())
 }
 
-fn save_offsets(path: &std::path::Path, files: &[FileCheckpoint]) {
-    let written = serde_json::to_vec(files)
+fn save_state(path: &std::path::Path, files: &[FileCheckpoint], in_flight: &[InFlight]) {
+    let state = ShipState {
+        version: 2,
+        files: files.to_vec(),
+        in_flight: in_flight.to_vec(),
+    };
+    let written = serde_json::to_vec(&state)
         .map_err(std::io::Error::other)
         .and_then(|bytes| {
             if let Some(dir) = path.parent() {
@@ -360,5 +653,87 @@ fn save_offsets(path: &std::path::Path, files: &[FileCheckpoint]) {
         });
     if let Err(e) = written {
         tracing::warn!(path = %path.display(), error = %e, "ship checkpoint not written");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(ino: u64, end: u64, turn: &str, pad: usize) -> Read {
+        let line = format!(
+            r#"{{"turn":"{turn}","type":"text","text":"{}"}}"#,
+            "x".repeat(pad)
+        );
+        Read {
+            path: PathBuf::from(format!("/logs/{ino}.jsonl")),
+            dev: 1,
+            ino,
+            end,
+            bytes: Bytes::from(line),
+        }
+    }
+
+    fn ids(b: &[Pending]) -> Vec<String> {
+        b.iter()
+            .map(|m| {
+                m.headers
+                    .get("Nats-Msg-Id")
+                    .map(|v| v.as_str().to_owned())
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_round_is_cut_into_the_same_messages_every_time_and_none_is_too_large() {
+        let mut round = Vec::new();
+        for i in 0..2_500u64 {
+            round.push(read(1 + i % 2, 100 * (i + 1), &format!("t{}", i % 7), 40));
+        }
+        let a = batches(&round, "host", 4, 64 * 1024);
+        let b = batches(&round, "host", 4, 64 * 1024);
+        assert_eq!(ids(&a), ids(&b), "a re-sent round has the same ids");
+        let lines: usize = a
+            .iter()
+            .map(|m| {
+                let n: usize = m
+                    .headers
+                    .get(LINES_HEADER)
+                    .map_or(0, |v| v.as_str().parse().unwrap_or(0));
+                assert_eq!(m.payload.split(|c| *c == b'\n').count(), n);
+                assert!(n <= BATCH_LINES && m.payload.len() + ENVELOPE <= 64 * 1024);
+                n
+            })
+            .sum();
+        assert_eq!(lines, round.len(), "every line, once");
+        assert!(a.len() < round.len() / 50, "batched: {} messages", a.len());
+        // Each file's lines stay in order within their partition.
+        let unique: std::collections::HashSet<_> = ids(&a).into_iter().collect();
+        assert_eq!(unique.len(), a.len(), "ids are unique");
+    }
+
+    #[test]
+    fn offsets_stay_behind_lines_read_and_not_yet_published() {
+        let cp = |ino, offset| FileCheckpoint {
+            path: PathBuf::from(format!("/logs/{ino}.jsonl")),
+            dev: 1,
+            ino,
+            fingerprint: 0,
+            fingerprint_len: 0,
+            offset,
+        };
+        let now = vec![cp(1, 900), cp(2, 500)];
+        let carry = vec![read(1, 900, "t", 1)];
+        let published = [InFlight {
+            dev: 1,
+            ino: 1,
+            end: 600,
+        }];
+        let acked = acknowledged(now, &carry, &[cp(1, 300), cp(2, 200)], &published);
+        assert_eq!(
+            acked.iter().map(|c| c.offset).collect::<Vec<_>>(),
+            vec![600, 500]
+        );
     }
 }

@@ -56,6 +56,9 @@ pub struct PartitionState {
     /// gemini-cli (and forks') events held for their session's join.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub joined: Option<JoinerSnapshot>,
+    /// Turns' events held until each turn is quiet (`--settle-secs`), read past already.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<retryscope_core::reorder::HoldSnapshot>,
 }
 
 /// The head of a chunked state.

@@ -3,10 +3,20 @@
 //! One test binary per area (one link step each): each module was its own binary before.
 
 mod cluster;
+mod conformance;
 mod deploy;
+#[path = "../common/harness.rs"]
+mod harness;
+mod joined;
+mod lagging;
 mod nats_support;
+#[path = "../common/otlp_post.rs"]
+mod otlp_post;
 #[path = "../common/otlp_receiver.rs"]
 mod otlp_receiver;
+#[path = "../proxy/proxy_support/mod.rs"]
+mod proxy_support;
+mod receiver;
 #[path = "../common/tls_receiver.rs"]
 mod tls_receiver;
 mod traces;

