@@ -22,10 +22,10 @@ mod inject;
 mod record;
 mod redact;
 mod route;
-mod settings;
 mod whole;
 mod wire;
 
+pub use crate::config::proxy::{ProxySettings, UpstreamSettings};
 pub use attempts::{AttemptRef, End, Tracker, TrackerStats};
 pub use body::ObservedBody;
 pub use feed::{EngineSink, FEED_BACKLOG_BYTES, LineSink, Offer, REQUEST_BACKLOG_BYTES};
@@ -34,7 +34,6 @@ pub use frames::{Frame, Framer, Framing};
 pub use history::Api;
 pub use inject::{How, InjectRule, Match as InjectMatch, Point, Target as InjectTarget};
 pub use record::{Recorder, Tee, redact_query};
-pub use settings::{ProxySettings, UpstreamSettings};
 
 /// Why the proxy cannot start.
 #[derive(Debug, thiserror::Error)]

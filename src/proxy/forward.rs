@@ -34,8 +34,8 @@ use super::history::{self, Api};
 use super::inject::{Injector, Target};
 use super::record::Recorder;
 use super::route::Route;
-use super::settings::ProxySettings;
 use super::wire::{gunzip, request_encoding, strip_hop_by_hop};
+use crate::config::proxy::ProxySettings;
 
 /// The body the proxy answers with.
 pub type ProxyBody = Either<ObservedBody, Full<Bytes>>;

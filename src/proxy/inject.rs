@@ -5,11 +5,11 @@
 //! per provider format in the framed stream; the in-stream error event of each provider, in
 //! its own format; and the choice of streams (the first N, or a seeded fraction, of the
 //! requests the rule aims at: `select`). The cut itself (reset, end of body) is the
-//! forwarder's.
+//! forwarder's. The rule's words ([`Point`], [`How`], [`InjectRule`]) are the config file's
+//! (`config::proxy`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::frames::{Frame, Framing};
@@ -17,105 +17,8 @@ use super::history::Api;
 
 mod select;
 
+pub use crate::config::proxy::{How, InjectRule, Point};
 pub use select::{Match, Target};
-
-/// Where to cut.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Point {
-    /// Right after the event that completes a tool call (before the finish).
-    AfterToolCall,
-    /// After a text fragment that ends inside a word (the fragment is shortened to do so).
-    MidWord,
-    /// Immediately before the event that carries the finish reason.
-    BeforeFinish,
-}
-
-impl Point {
-    /// Every point.
-    pub const ALL: [Point; 3] = [Point::AfterToolCall, Point::MidWord, Point::BeforeFinish];
-
-    /// Its name (a metric label value).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Point::AfterToolCall => "after-tool-call",
-            Point::MidWord => "mid-word",
-            Point::BeforeFinish => "before-finish",
-        }
-    }
-}
-
-impl std::str::FromStr for Point {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Point::ALL
-            .into_iter()
-            .find(|p| p.as_str() == s)
-            .ok_or_else(|| format!("`{s}`: expected after-tool-call, mid-word or before-finish"))
-    }
-}
-
-/// How to cut.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum How {
-    /// TCP RST to the client (HTTP/2: RST_STREAM of that stream only).
-    #[default]
-    Reset,
-    /// The body ends cleanly there, as if the stream were over.
-    Eof,
-    /// The provider's own in-stream error event, then the body ends.
-    Error,
-}
-
-impl How {
-    /// Every way.
-    pub const ALL: [How; 3] = [How::Reset, How::Eof, How::Error];
-
-    /// Its name (a metric label value).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            How::Reset => "reset",
-            How::Eof => "eof",
-            How::Error => "error",
-        }
-    }
-}
-
-impl std::str::FromStr for How {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        How::ALL
-            .into_iter()
-            .find(|h| h.as_str() == s)
-            .ok_or_else(|| format!("`{s}`: expected reset, eof or error"))
-    }
-}
-
-/// Which streams of an upstream to cut, where and how (the config file's
-/// `[proxy.upstream.inject]`, or the `--inject*` flags).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct InjectRule {
-    /// Where.
-    pub point: Point,
-    /// How [default: reset].
-    #[serde(default)]
-    pub how: How,
-    /// Cut the first N streams that reach the point [default: 1 unless `fraction` is set].
-    #[serde(default)]
-    pub first: Option<u64>,
-    /// Or cut this fraction of streams (0..=1), chosen by `seed`.
-    #[serde(default)]
-    pub fraction: Option<f64>,
-    /// Seed of the fraction's choice.
-    #[serde(default)]
-    pub seed: u64,
-    /// Which requests' streams count (and may be cut) [default: `tools`, those that offer
-    /// the model tools].
-    #[serde(default, rename = "match")]
-    pub matches: Match,
-}
 
 /// An upstream's injection state.
 #[derive(Debug)]

@@ -6,7 +6,7 @@ use http::Uri;
 
 use super::ProxyError;
 use super::inject::{InjectRule, Injector};
-use super::settings::UpstreamSettings;
+use crate::config::proxy::UpstreamSettings;
 
 /// One upstream and the paths routed to it.
 pub(super) struct Route {

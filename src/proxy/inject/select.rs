@@ -4,27 +4,10 @@
 //! `path=GLOB`; `model=GLOB`, `*` and `?` wildcards) and what is known of a request when its
 //! stream is chosen ([`Target`]), which is also what a cut reports about the request it cut.
 //! A client's side calls (a title, a routing classifier, a token count) offer no tools: with
-//! the default, `--inject-first N` counts and cuts only the agent's own model calls.
+//! the default, `--inject-first N` counts and cuts only the agent's own model calls. The
+//! selector's words ([`Match`], parsed and shown) are the config file's (`config::proxy`).
 
-use std::fmt;
-use std::str::FromStr;
-
-use serde::{Deserialize, Serialize};
-
-/// Which requests' streams an injection counts.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub enum Match {
-    /// Requests that offer the model tools (`tools` non-empty; Chat's legacy `functions`).
-    #[default]
-    Tools,
-    /// Every model request.
-    All,
-    /// Requests whose path (without the query) matches the glob.
-    Path(String),
-    /// Requests whose model (Gemini: from the path) matches the glob.
-    Model(String),
-}
+pub use crate::config::proxy::Match;
 
 /// What the proxy knows of a model request when its stream may be chosen.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,46 +30,6 @@ impl Match {
             Match::All => true,
             Match::Path(g) => glob(g, &t.path),
             Match::Model(g) => t.model.as_deref().is_some_and(|m| glob(g, m)),
-        }
-    }
-}
-
-impl FromStr for Match {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("`{s}`: expected tools, all, path=GLOB or model=GLOB");
-        Ok(match s {
-            "tools" => Match::Tools,
-            "all" => Match::All,
-            _ => match s.split_once('=') {
-                Some(("path", g)) if !g.is_empty() => Match::Path(g.to_owned()),
-                Some(("model", g)) if !g.is_empty() => Match::Model(g.to_owned()),
-                _ => return Err(bad()),
-            },
-        })
-    }
-}
-
-impl TryFrom<String> for Match {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
-        s.parse()
-    }
-}
-
-impl From<Match> for String {
-    fn from(m: Match) -> String {
-        m.to_string()
-    }
-}
-
-impl fmt::Display for Match {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Match::Tools => f.write_str("tools"),
-            Match::All => f.write_str("all"),
-            Match::Path(g) => write!(f, "path={g}"),
-            Match::Model(g) => write!(f, "model={g}"),
         }
     }
 }
