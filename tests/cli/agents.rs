@@ -1,13 +1,14 @@
 //! The real coding agents' output files through the binary: `check --format auto` (gemini-cli's
 //! two outputs joined), and `run` detecting each file's format while the files are written.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+use crate::harness::{free_port, scrape_text};
 
 fn recording(client: &str, scenario: &str, file: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -120,23 +121,6 @@ fn check_reads_claude_code_and_codex_and_flags_the_unfinished_call() {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-fn scrape(port: u16) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        .ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    Some(body.split_once("\r\n\r\n")?.1.to_owned())
-}
-
 fn value(metrics: &str, series: &str) -> f64 {
     metrics
         .lines()
@@ -202,7 +186,7 @@ fn run_detects_each_agent_file_and_reads_files_written_while_tailing() {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut appended = false;
     loop {
-        let m = scrape(port).unwrap_or_default();
+        let m = scrape_text(port).unwrap_or_default();
         if !appended && m.contains("retryscope_build_info") {
             std::thread::sleep(Duration::from_millis(300));
             let mut f = std::fs::OpenOptions::new()
@@ -292,7 +276,7 @@ fn run_joins_gemini_cli_telemetry_and_stream_json_like_check() {
         .expect("start retryscope run"));
     let deadline = Instant::now() + Duration::from_secs(40);
     loop {
-        let got = findings_by_kind(&scrape(port).unwrap_or_default());
+        let got = findings_by_kind(&scrape_text(port).unwrap_or_default());
         if got == want {
             break;
         }
@@ -355,7 +339,7 @@ fn qwen_code_files_give_run_and_check_the_same_retry_and_splice() {
             .expect("start retryscope run"));
         let deadline = Instant::now() + Duration::from_secs(40);
         loop {
-            let m = scrape(port).unwrap_or_default();
+            let m = scrape_text(port).unwrap_or_default();
             let got = findings_by_kind(&m);
             if got == want && total(&m, "retryscope_retries_total") == 1.0 {
                 break;
@@ -413,7 +397,7 @@ fn qwen_code_telemetry_and_stream_json_together_are_one_session_in_check_and_run
             .expect("start retryscope run"));
         let deadline = Instant::now() + Duration::from_secs(40);
         loop {
-            let m = scrape(port).unwrap_or_default();
+            let m = scrape_text(port).unwrap_or_default();
             let got = findings_by_kind(&m);
             if got == want && total(&m, "retryscope_retries_total") == 1.0 {
                 break;

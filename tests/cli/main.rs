@@ -7,6 +7,8 @@ mod check;
 mod coverage;
 mod demo;
 mod explicit_file;
+#[path = "../common/harness.rs"]
+mod harness;
 mod html_overlap;
 mod live_view;
 mod model_names;

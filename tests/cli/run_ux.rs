@@ -76,7 +76,7 @@ fn run_warns_about_a_directory_a_missing_file_and_a_missing_folder() {
             "WARN retryscope::cli::run_cmd: no folder `{d}/nothere` for `{glob}`: nothing can match until it exists"
         ),
         format!(
-            "WARN retryscope::run: no file matches the include patterns yet; waiting for one to appear patterns={d}, {missing}, {glob}"
+            "WARN retryscope::run::file_source: no file matches the include patterns yet; waiting for one to appear patterns={d}, {missing}, {glob}"
         ),
         "INFO retryscope::cli::run_cmd: shutting down: stopping reads, closing open turns, flushing sinks".to_owned(),
     ];

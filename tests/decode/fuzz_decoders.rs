@@ -10,6 +10,8 @@
 //! insertions of hostile bytes (terminal controls, C1, bidi, zero-width), duplications and
 //! cuts. A seed folder that is missing or empty fails the test.
 
+use crate::otlp_post;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -135,29 +137,6 @@ fn files_in(dir: &Path, suffix: &str) -> Vec<PathBuf> {
     v
 }
 
-/// The lines the OTLP receiver writes for one recorded export (its bodies, in order).
-fn otlp_lines(dir: &Path) -> Vec<u8> {
-    let mut text = Vec::new();
-    for f in files_in(&dir.join("otlp"), ".json") {
-        let body = std::fs::read(&f).unwrap_or_default();
-        let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        let mut recs = Vec::new();
-        let converted = if name.contains("-v1-logs") {
-            retryscope::source::otlp::json::logs(&body, &mut recs)
-        } else if name.contains("-v1-traces") {
-            retryscope::source::otlp::json::spans(&body, &mut recs)
-        } else {
-            continue;
-        };
-        converted.unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-        for r in recs {
-            text.extend_from_slice(&r.line);
-            text.push(b'\n');
-        }
-    }
-    text
-}
-
 /// Seed inputs of a format, from its real recordings. A seed folder in the repository that is
 /// missing or holds no seed fails the test (a fuzzer without seeds mutates nothing, as the
 /// gemini-cli telemetry one did); a shared folder is checked the same when the shared
@@ -194,7 +173,7 @@ fn seeds(format: Format) -> Vec<Vec<u8>> {
                     scenarios
                         .iter()
                         .filter(|s| s.join("otlp").is_dir())
-                        .map(|s| otlp_lines(s))
+                        .map(|s| otlp_post::receiver_lines(s))
                         .filter(|l| !l.is_empty())
                         .collect(),
                 )

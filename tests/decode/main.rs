@@ -9,6 +9,8 @@ mod common;
 mod correlator_props;
 mod fuzz_decoders;
 mod otlp_genai;
+#[path = "../common/otlp_post.rs"]
+mod otlp_post;
 #[path = "../common/otlp_receiver.rs"]
 mod otlp_receiver;
 mod providers;

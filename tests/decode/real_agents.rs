@@ -6,6 +6,7 @@
 //! of the session must be clean.
 
 use crate::common;
+use crate::otlp_post;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -301,41 +302,13 @@ fn claude_code_with_partial_messages_matches_ground_truth() {
     }
 }
 
-/// An OTLP recording (`<client>/otlp-*/otlp/*.json`, the bodies the client POSTed, in order)
-/// as the receiver turns it into lines, concatenated (the runs have one session).
-fn otlp_lines(dir: &Path) -> Vec<u8> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("otlp"))
-        .expect("otlp folder")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
-    let mut text = Vec::new();
-    for f in files {
-        let body = std::fs::read(&f).expect("body");
-        let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        let mut recs = Vec::new();
-        if name.contains("-v1-logs") {
-            retryscope::source::otlp::json::logs(&body, &mut recs).expect("logs");
-        } else if name.contains("-v1-traces") {
-            retryscope::source::otlp::json::spans(&body, &mut recs).expect("traces");
-        }
-        for r in recs {
-            text.extend_from_slice(&r.line);
-            text.push(b'\n');
-        }
-    }
-    text
-}
-
 fn check_otlp(client: &str, ids: bool) {
     let dirs: Vec<PathBuf> = ["otlp-clean", "otlp-after-tool-reset"]
         .iter()
         .map(|s| root().join(client).join(s))
         .collect();
     for dir in dirs {
-        let d = decode("otlp", &otlp_lines(&dir), Format::Auto);
+        let d = decode("otlp", &otlp_post::receiver_lines(&dir), Format::Auto);
         assert_eq!(d.format, Format::Otlp, "{}", dir.display());
         assert_eq!(d.errors, 0, "{}", dir.display());
         check_reports(&dir, &correlate(&d.events), ids, false);
@@ -367,7 +340,7 @@ fn gemini_cli_otlp_joined_with_stream_json_matches_ground_truth() {
         let mut out = Vec::new();
         let mut note = |_: Note<'_>| {};
         let otlp = ingest.stream_as(IngestSource::Otlp, "gemini-cli", Format::Otlp);
-        for line in otlp_lines(&dir)
+        for line in otlp_post::receiver_lines(&dir)
             .split(|b| *b == b'\n')
             .filter(|l| !l.is_empty())
         {
@@ -405,7 +378,7 @@ fn codex_otlp_reconnect_with_attempt_zero_is_a_retry() {
     // by a new request with no `codex.tool_result` in between (was read as a new model call:
     // 0 retries, 1 failed and 2 completed attempts).
     let dir = root().join("codex/otlp-start-error");
-    let d = decode("otlp", &otlp_lines(&dir), Format::Auto);
+    let d = decode("otlp", &otlp_post::receiver_lines(&dir), Format::Auto);
     assert_eq!((d.format, d.errors), (Format::Otlp, 0));
     let rs = correlate(&d.events);
     check_reports(&dir, &rs, true, false);
@@ -418,14 +391,14 @@ fn codex_otlp_reconnect_with_attempt_zero_is_a_retry() {
 fn claude_code_otlp_export_matches_ground_truth_except_the_cut_it_cannot_show() {
     // Clean: the call, its early execution (by `tool_use_id`) and the usage, as the truth.
     let clean = root().join("claude-code/otlp-clean");
-    let d = decode("otlp", &otlp_lines(&clean), Format::Auto);
+    let d = decode("otlp", &otlp_post::receiver_lines(&clean), Format::Auto);
     assert_eq!((d.format, d.errors), (Format::Otlp, 0));
     check_reports(&clean, &correlate(&d.events), true, false);
     // Cut after the tool call: the export logs the cut message as an ordinary response
     // (FORMATS.md), so the attempt reads as finished: only the early execution is seen, not
     // that the attempt never finished.
     let cut = root().join("claude-code/otlp-after-tool-reset");
-    let d = decode("otlp", &otlp_lines(&cut), Format::Auto);
+    let d = decode("otlp", &otlp_post::receiver_lines(&cut), Format::Auto);
     let rs = correlate(&d.events);
     let first = rs
         .iter()
@@ -526,7 +499,7 @@ fn qwen_code_otlp_export_matches_ground_truth() {
     // The same records as the outfile, over OTLP; its spans (which repeat them, under
     // GenAI operation names) are not read a second time.
     for dir in ["otlp-clean", "otlp-after-tool-reset"].map(|s| root().join("qwen-code").join(s)) {
-        let d = decode("otlp", &otlp_lines(&dir), Format::Auto);
+        let d = decode("otlp", &otlp_post::receiver_lines(&dir), Format::Auto);
         assert_eq!((d.format, d.errors), (Format::Otlp, 0), "{}", dir.display());
         let rs = correlate(&d.events);
         check_reports(&dir, &rs, true, Splice::History);

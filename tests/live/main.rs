@@ -2,8 +2,12 @@
 //!
 //! One test binary per area (one link step each): each module was its own binary before.
 
+#[path = "../common/harness.rs"]
+mod harness;
 mod metrics_http;
 mod one_ingest_path;
+#[path = "../common/otlp_post.rs"]
+mod otlp_post;
 #[path = "../common/otlp_receiver.rs"]
 mod otlp_receiver;
 mod run_collector;

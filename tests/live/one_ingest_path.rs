@@ -3,19 +3,12 @@
 //! (a blank line was a bad line for `run` on files only; `run -` read only the native format).
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_retryscope")
-}
-
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
+use crate::harness::{Proc, bin, by_label, check_json, example, fixture, free_port, scrape};
 
 /// What all three paths must agree on.
 #[derive(Debug, Default, PartialEq)]
@@ -26,85 +19,11 @@ struct Seen {
 }
 
 fn check(path: &Path) -> Seen {
-    let out = Command::new(bin())
-        .args(["check", "--json"])
-        .arg(path)
-        .output()
-        .expect("run check");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let last = stdout.lines().last().expect("a summary line");
-    let v: serde_json::Value = serde_json::from_str(last).expect("summary JSON");
-    let s = &v["summary"];
-    let counts = |key: &str| -> BTreeMap<String, u64> {
-        s[key]
-            .as_object()
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| Some((k.clone(), v.as_u64()?)))
-                    .filter(|(_, v)| *v > 0)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let checked = check_json(&[path]);
     Seen {
-        turns: s["turns"].as_u64().unwrap_or(0),
-        findings: counts("findings"),
-        bad_lines: counts("bad_lines_by_reason"),
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-fn scrape(port: u16) -> Option<BTreeMap<String, f64>> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        .ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    let (_, text) = body.split_once("\r\n\r\n")?;
-    Some(
-        text.lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter_map(|l| {
-                let (k, v) = l.rsplit_once(' ')?;
-                Some((k.to_owned(), v.parse().ok()?))
-            })
-            .collect(),
-    )
-}
-
-/// Sum of a family's series by the value of one label.
-fn by_label(m: &BTreeMap<String, f64>, family: &str, label: &str) -> BTreeMap<String, u64> {
-    let mut out = BTreeMap::new();
-    for (k, v) in m {
-        let Some(rest) = k.strip_prefix(family).and_then(|r| r.strip_prefix('{')) else {
-            continue;
-        };
-        let needle = format!("{label}=\"");
-        let Some(start) = rest.find(&needle) else {
-            continue;
-        };
-        let value = &rest[start + needle.len()..];
-        let value = &value[..value.find('"').unwrap_or(value.len())];
-        if *v > 0.0 {
-            *out.entry(value.to_owned()).or_insert(0) += *v as u64;
-        }
-    }
-    out
-}
-
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        turns: checked.number("turns") as u64,
+        findings: checked.counts("findings"),
+        bad_lines: checked.counts("bad_lines_by_reason"),
     }
 }
 
@@ -124,10 +43,10 @@ fn run(path: &Path, stdin: bool, want: &Seen) -> Seen {
     } else {
         cmd.arg(path).stdin(Stdio::null());
     }
-    let mut child = Running(cmd.spawn().expect("start run"));
+    let mut child = Proc::adopt("retryscope run", cmd.spawn().expect("start run"));
     if stdin {
         let bytes = std::fs::read(path).expect("read input");
-        let mut pipe = child.0.stdin.take().expect("stdin pipe");
+        let mut pipe = child.child.stdin.take().expect("stdin pipe");
         pipe.write_all(&bytes).expect("write stdin");
     }
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -165,7 +84,7 @@ fn same_everywhere(path: &Path) {
 fn native_lines_with_blank_crlf_and_bad_lines_read_alike() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agent.jsonl");
-    let naive = std::fs::read_to_string(fixture("examples/bookstore/naive.jsonl")).unwrap();
+    let naive = std::fs::read_to_string(example("naive.jsonl")).unwrap();
     let mut text = String::new();
     for (i, line) in naive.lines().enumerate() {
         text.push_str(line);

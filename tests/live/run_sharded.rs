@@ -148,71 +148,10 @@ fn turns_apart(n: usize) -> Vec<Vec<String>> {
     turns
 }
 
-/// A finding's identity: kind, turn, attempt, call.
-fn identity(f: &serde_json::Value) -> String {
-    format!(
-        "{} {} {} {}",
-        f["kind"], f["turn"], f["attempt"], f["call_id"]
-    )
-}
-
-/// What `check --json` reports for `log`: its findings' identities (sorted) and its summary.
-fn check_log(log: &Path) -> (Vec<String>, serde_json::Value) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_retryscope"))
-        .args(["check", "--json"])
-        .arg(log)
-        .output()
-        .expect("run check");
-    let mut findings = Vec::new();
-    let mut summary = serde_json::Value::Null;
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let v: serde_json::Value = serde_json::from_str(line).expect("check --json line");
-        if v.get("summary").is_some() {
-            summary = v["summary"].clone();
-        }
-        for f in v["findings"].as_array().into_iter().flatten() {
-            findings.push(identity(f));
-        }
-    }
-    findings.sort();
-    (findings, summary)
-}
-
-/// Sum of a family's series by one label's value, zeros left out.
-fn by_label(m: &BTreeMap<String, f64>, family: &str, label: &str) -> BTreeMap<String, u64> {
-    let mut out = BTreeMap::new();
-    let needle = format!("{label}=\"");
-    for (k, v) in m {
-        let Some(labels) = k.strip_prefix(family).and_then(|r| r.strip_prefix('{')) else {
-            continue;
-        };
-        let Some(at) = labels.find(&needle) else {
-            continue;
-        };
-        let value = &labels[at + needle.len()..];
-        let value = &value[..value.find('"').unwrap_or(value.len())];
-        if *v > 0.0 {
-            *out.entry(value.to_owned()).or_insert(0) += *v as u64;
-        }
-    }
-    out
-}
-
-/// A summary's `{name: count}` object, zeros left out.
-fn counts(summary: &serde_json::Value, key: &str) -> BTreeMap<String, u64> {
-    summary[key]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter_map(|(k, v)| Some((k.clone(), v.as_u64()?)))
-        .filter(|(_, v)| *v > 0)
-        .collect()
-}
-
 #[test]
 fn a_dead_worker_stops_the_run_with_no_checkpoint_after_it_and_a_restart_loses_nothing() {
     if !cfg!(debug_assertions) {
-        // The fault hook is read in debug builds only (src/run/sharded/fault.rs).
+        // The fault hook is read in debug builds only (src/engine/sharded/fault.rs).
         eprintln!("skipped: RETRYSCOPE_FAULT_WORKER_PANIC_AFTER needs a debug build");
         return;
     }
@@ -299,8 +238,9 @@ fn a_dead_worker_stops_the_run_with_no_checkpoint_after_it_and_a_restart_loses_n
 
     // 3. A restart without the fault resumes from the last good checkpoint: every turn is
     // there, each finding exactly once, the metrics as `check` counts the whole log.
-    let (want_findings, summary) = check_log(&log);
-    assert_eq!(summary["turns"].as_u64(), Some(turns.len() as u64));
+    let checked = check_json(&[&log]);
+    let want_findings = checked.finding_ids();
+    assert_eq!(checked.number("turns") as usize, turns.len());
     let c = Collector::start(&args);
     c.wait_until(
         |m| sum(m, "retryscope_turns_total{") >= turns.len() as f64,
@@ -309,35 +249,30 @@ fn a_dead_worker_stops_the_run_with_no_checkpoint_after_it_and_a_restart_loses_n
     std::thread::sleep(Duration::from_millis(500));
     let m = c.scrape().unwrap();
     assert!(c.terminate().success());
-    let mut got_findings: Vec<String> = std::fs::read_to_string(&findings)
-        .unwrap()
-        .lines()
-        .map(|l| identity(&serde_json::from_str(l).expect("a finding line")))
-        .collect();
-    got_findings.sort();
     assert_eq!(
-        got_findings, want_findings,
+        finding_ids(&findings),
+        want_findings,
         "findings: none lost, none twice"
     );
     assert_eq!(
         by_label(&m, "retryscope_turns_total", "status"),
-        counts(&summary, "turns_by_status")
+        checked.counts("turns_by_status")
     );
     assert_eq!(
         by_label(&m, "retryscope_findings_total", "kind"),
-        counts(&summary, "findings")
+        checked.counts("findings")
     );
     assert_eq!(
         by_label(&m, "retryscope_attempts_total", "outcome"),
-        counts(&summary, "attempts_by_outcome")
+        checked.counts("attempts_by_outcome")
     );
     assert_eq!(
-        sum(&m, "retryscope_retries_total{") as u64,
-        summary["retries"].as_u64().unwrap()
+        sum(&m, "retryscope_retries_total{"),
+        checked.number("retries")
     );
     assert_eq!(
-        get(&m, "retryscope_events_read_total{source=\"file\"}") as u64,
-        summary["lines"].as_u64().unwrap(),
+        get(&m, "retryscope_events_read_total{source=\"file\"}"),
+        checked.number("lines"),
         "every line read once (the faulty run's reads are not in the checkpoint)"
     );
     assert_eq!(get(&m, "retryscope_open_turns"), 0.0);

@@ -250,10 +250,10 @@ fn a_spool_position_past_the_end_names_the_checkpoint_and_the_reset() {
     let cp_path = data.join("checkpoint.json");
     let text = std::fs::read_to_string(&cp_path).expect("checkpoint");
     let mut cp: serde_json::Value = serde_json::from_str(&text).expect("json");
-    let pos = cp["otlp_spool"].clone();
+    let pos = cp["sources"]["otlp"].clone();
     assert!(pos["offset"].as_u64().is_some(), "{text}");
     // Past the end of its segment (the case: "Invalid argument" from a far seek).
-    cp["otlp_spool"]["offset"] = serde_json::json!(u64::MAX / 2);
+    cp["sources"]["otlp"]["offset"] = serde_json::json!(u64::MAX / 2);
     std::fs::write(&cp_path, serde_json::to_vec(&cp).expect("json")).expect("write");
     let (run, _) = Run::start(&["--data-dir", &data_s], Stdio::piped());
     let mut run = run;

@@ -4,8 +4,12 @@
 
 mod backpressure;
 mod export;
+#[path = "../common/harness.rs"]
+mod harness;
 mod limits;
 mod listen_tls;
+#[path = "../common/otlp_post.rs"]
+mod otlp_post;
 #[path = "../common/otlp_receiver.rs"]
 mod otlp_receiver;
 mod receiver;

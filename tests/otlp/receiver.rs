@@ -8,9 +8,8 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
@@ -21,6 +20,9 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use prost::Message;
 
+use crate::harness::{Proc, free_port, parse_metrics, spawn_run, sum};
+use crate::otlp_post::{capture, post, request};
+
 /// `google.rpc.Status`, the body of OTLP/HTTP error responses.
 #[derive(Clone, PartialEq, prost::Message)]
 struct RpcStatus {
@@ -30,15 +32,8 @@ struct RpcStatus {
     message: String,
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 struct Collector {
-    child: Child,
+    proc: Proc,
     port: u16,
     http: u16,
     grpc: u16,
@@ -46,21 +41,13 @@ struct Collector {
 
 impl Collector {
     fn start(args: &[&str]) -> Collector {
-        let (port, http, grpc) = (free_port(), free_port(), free_port());
-        let child = Command::new(env!("CARGO_BIN_EXE_retryscope"))
-            .arg("run")
-            .args(args)
-            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
-            .args(["--otlp-listen", &format!("{http}")])
-            .args(["--otlp-grpc-listen", &format!(":{grpc}")])
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start retryscope run");
+        let (http, grpc) = (free_port(), free_port());
+        let (listen, grpc_listen) = (format!("{http}"), format!(":{grpc}"));
+        let mut args = args.to_vec();
+        args.extend(["--otlp-listen", &listen, "--otlp-grpc-listen", &grpc_listen]);
+        let (proc, port) = spawn_run(&args, Stdio::null(), Stdio::null());
         let c = Collector {
-            child,
+            proc,
             port,
             http,
             grpc,
@@ -98,137 +85,13 @@ impl Collector {
         }
     }
 
-    fn terminate(mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "no stop on SIGTERM");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    fn terminate(self) -> std::process::ExitStatus {
+        self.proc.terminate()
     }
 
-    fn kill9(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn kill9(self) {
+        drop(self.proc);
     }
-}
-
-impl Drop for Collector {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn parse_metrics(text: &str) -> BTreeMap<String, f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .filter_map(|l| {
-            let (k, v) = l.rsplit_once(' ')?;
-            Some((k.to_string(), v.parse().ok()?))
-        })
-        .collect()
-}
-
-fn sum(m: &BTreeMap<String, f64>, prefix: &str) -> f64 {
-    m.iter()
-        .filter(|(k, _)| k.starts_with(prefix))
-        .map(|(_, v)| v)
-        .sum()
-}
-
-/// Send a raw HTTP/1.1 request (`head` ends with the blank line); returns status, head, body.
-fn request(port: u16, head: &str, body: &[u8]) -> Option<(u16, String, Vec<u8>)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    s.write_all(head.as_bytes()).ok()?;
-    s.write_all(body).ok()?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).ok()?;
-    let split = buf.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = String::from_utf8_lossy(&buf[..split]).into_owned();
-    let status = head.get(9..12)?.parse().ok()?;
-    let mut body = buf[split + 4..].to_vec();
-    if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        body = unchunk(&body);
-    }
-    Some((status, head, body))
-}
-
-fn unchunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
-        let n = usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap_or("0").trim(), 16)
-            .unwrap_or(0);
-        if n == 0 {
-            break;
-        }
-        out.extend_from_slice(&b[eol + 2..eol + 2 + n]);
-        b = &b[eol + 4 + n..];
-    }
-    out
-}
-
-/// POST to the OTLP/HTTP listener; `chunked` sends the body in 4 KiB chunks (as gemini-cli
-/// does), else with a content-length.
-fn post(
-    port: u16,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-    chunked: bool,
-) -> (u16, String, Vec<u8>) {
-    let mut head = format!("POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    let mut wire = Vec::new();
-    if chunked {
-        head.push_str("Transfer-Encoding: chunked\r\n\r\n");
-        for c in body.chunks(4096) {
-            wire.extend_from_slice(format!("{:x}\r\n", c.len()).as_bytes());
-            wire.extend_from_slice(c);
-            wire.extend_from_slice(b"\r\n");
-        }
-        wire.extend_from_slice(b"0\r\n\r\n");
-    } else {
-        head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
-        wire.extend_from_slice(body);
-    }
-    request(port, &head, &wire).expect("an HTTP answer")
-}
-
-fn capture(scenario: &str) -> Vec<(String, Vec<u8>)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/agents/gemini-cli")
-        .join(scenario)
-        .join("otlp");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("capture")
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    files.sort();
-    files
-        .into_iter()
-        .map(|p| {
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            let signal = name
-                .split("-v1-")
-                .nth(1)
-                .unwrap_or("")
-                .trim_end_matches(".json")
-                .to_owned();
-            (signal, std::fs::read(&p).expect("body"))
-        })
-        .collect()
 }
 
 fn gzip(b: &[u8]) -> Vec<u8> {

@@ -7,60 +7,24 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use super::assert_close;
 use super::run_harness::*;
-use super::{assert_close, by_label, check_log, counts, identity};
+use crate::otlp_post;
 
-/// A committed fixture (`../shared/...` for the shared folder).
-fn fixture(rel: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-/// The findings file's identities, sorted.
-fn finding_ids(path: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| identity(&serde_json::from_str(l).expect("a finding line")))
-        .collect();
-    v.sort();
-    v
+/// The committed OTLP/JSON captures of `agent`'s `otlp-after-tool-reset` run: (path, body).
+fn otlp_capture(agent: &str) -> Vec<(String, Vec<u8>)> {
+    otlp_post::capture_in(&fixture(&format!(
+        "tests/fixtures/agents/{agent}/otlp-after-tool-reset"
+    )))
+    .into_iter()
+    .map(|(signal, body)| (format!("/v1/{signal}"), body))
+    .collect()
 }
 
 /// POST a JSON body to the OTLP receiver; the HTTP status.
 fn post_json(port: u16, path: &str, body: &[u8]) -> u16 {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).expect("send");
-    s.write_all(body).expect("send");
-    let mut answer = String::new();
-    let _ = s.read_to_string(&mut answer);
-    answer.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0)
-}
-
-/// The committed OTLP/JSON captures of `agent`'s `otlp-after-tool-reset` run: (path, body).
-fn otlp_capture(agent: &str) -> Vec<(String, Vec<u8>)> {
-    let dir = fixture(&format!(
-        "tests/fixtures/agents/{agent}/otlp-after-tool-reset/otlp"
-    ));
-    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
-    files
-        .into_iter()
-        .map(|p| {
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            let signal = name.split("-v1-").nth(1).unwrap().trim_end_matches(".json");
-            (format!("/v1/{signal}"), std::fs::read(&p).unwrap())
-        })
-        .collect()
+    let json = [("Content-Type", "application/json")];
+    otlp_post::post(port, path, &json, body, false).0
 }
 
 /// Wait until `c` has read `want(m)` and its turn-level series have not moved for 2 s (turns
@@ -138,25 +102,14 @@ fn non_native_streams_read_by_one_worker_each_give_one_workers_and_checks_findin
         std::fs::copy(from, &to).unwrap();
         paths.push(to.to_str().unwrap().to_owned());
     }
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_retryscope"))
-        .args(["check", "--json"])
-        .args(&paths)
-        .output()
-        .expect("run check");
-    let mut want_findings = Vec::new();
-    let mut summary = serde_json::Value::Null;
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let v: serde_json::Value = serde_json::from_str(line).expect("check --json line");
-        if v.get("summary").is_some() {
-            summary = v["summary"].clone();
-        }
-        for f in v["findings"].as_array().into_iter().flatten() {
-            want_findings.push(identity(f));
-        }
-    }
-    want_findings.sort();
-    let turns = summary["turns"].as_u64().unwrap();
-    assert!(turns >= 8 && want_findings.len() >= 4, "{summary}");
+    let checked = check_json(&paths);
+    let want_findings = checked.finding_ids();
+    let turns = checked.number("turns") as u64;
+    assert!(
+        turns >= 8 && want_findings.len() >= 4,
+        "{}",
+        checked.summary
+    );
 
     // OTLP: three agents' captures, into a receiver that reads no file (its sessions spread
     // over the workers by name), and into one that also tails the gemini-cli OTLP session's
@@ -231,17 +184,17 @@ fn non_native_streams_read_by_one_worker_each_give_one_workers_and_checks_findin
         );
         assert_eq!(
             by_label(m, "retryscope_findings_total", "kind"),
-            counts(&summary, "findings"),
+            checked.counts("findings"),
             "{what}"
         );
         assert_eq!(
             by_label(m, "retryscope_attempts_total", "outcome"),
-            counts(&summary, "attempts_by_outcome"),
+            checked.counts("attempts_by_outcome"),
             "{what}"
         );
         assert_eq!(
-            sum(m, "retryscope_retries_total{") as u64,
-            summary["retries"].as_u64().unwrap(),
+            sum(m, "retryscope_retries_total{"),
+            checked.number("retries"),
             "{what}"
         );
     }
@@ -259,7 +212,7 @@ fn non_native_streams_read_by_one_worker_each_give_one_workers_and_checks_findin
         "tests/fixtures/agents/claude-code/after-tool-reset/stream.jsonl",
         "tests/fixtures/agents/gemini-cli/after-tool-reset/telemetry.log",
     ] {
-        let (want, _) = check_log(&fixture(rel));
+        let want = check_json(&[fixture(rel)]).finding_ids();
         assert!(!want.is_empty(), "{rel}");
         for workers in ["1", "2"] {
             assert_eq!(
