@@ -143,6 +143,22 @@ n_findings=$(check_findings "$D/app.log" | wc -l)
 wait_lines "$D/f.jsonl" "$n_findings" 20; sleep 1.5
 kill -TERM "$RUN_PID"; wait "$RUN_PID"
 good=$(cat "$D/data/checkpoint.json")
+# The findings file's length, where the checkpoint keeps it (version 5: `sinks.findings`;
+# version 4 and older: `findings_offset`), replaced by the JSON value $2.
+set_findings_position() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+cp = json.loads(sys.argv[1])
+value = json.loads(sys.argv[2])
+if "findings" in cp.get("sinks", {}):
+    cp["sinks"]["findings"] = value
+elif "findings_offset" in cp:
+    cp["findings_offset"] = value
+else:
+    sys.exit("the checkpoint holds no findings position: " + ", ".join(sorted(cp)))
+print(json.dumps(cp, separators=(",", ":")), end="")
+PY
+}
 refused=0
 for kind in empty truncated nul corrupt negative wrongtype; do
   case $kind in
@@ -150,9 +166,12 @@ for kind in empty truncated nul corrupt negative wrongtype; do
     truncated) printf '%s' "${good:0:$((${#good} / 2))}" >"$D/data/checkpoint.json" ;;
     nul) head -c "${#good}" /dev/zero >"$D/data/checkpoint.json" ;;
     corrupt) printf '\xff\xfe garbage' >"$D/data/checkpoint.json" ;;
-    negative) printf '%s' "$good" | sed 's/"findings_offset":[0-9]*/"findings_offset":-5/' >"$D/data/checkpoint.json" ;;
-    wrongtype) printf '%s' "$good" | sed 's/"findings_offset":[0-9]*/"findings_offset":"12"/' >"$D/data/checkpoint.json" ;;
+    negative) set_findings_position "$good" -5 >"$D/data/checkpoint.json" ;;
+    wrongtype) set_findings_position "$good" '"12"' >"$D/data/checkpoint.json" ;;
   esac
+  # A mutation that matched nothing would leave a good checkpoint, which run resumes from and
+  # serves until the timeout: say so instead.
+  ! printf '%s' "$good" | cmp -s - "$D/data/checkpoint.json" || fail "checkpoint '$kind': the mutation left the checkpoint unchanged"
   set +e
   timeout 20 "$BIN" run "$D/app.log" --data-dir "$D/data" --findings-out "$D/f.jsonl" --metrics-addr "127.0.0.1:$(port)" 2>"$D/err"
   rc=$?
