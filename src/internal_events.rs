@@ -11,6 +11,7 @@ use std::path::Path;
 
 use crate::sink::metrics::{FamilyId, Metrics};
 use crate::source::file::{FileErrorKind, TailerEvents};
+use crate::source::otlp::{Outcome, Protocol, ReceiverEvents, Rejection, Signal};
 use retryscope_core::decode::detect::Lookalike;
 use retryscope_core::decode::{BadLineReason, DecodeError, Format};
 use retryscope_core::ingest::{Note, Source};
@@ -280,6 +281,44 @@ impl InternalEvent for OtlpRequestRejected<'_> {
             reason = %display(self.message),
             "refused an OTLP request"
         );
+    }
+}
+
+/// The OTLP receiver's events ([`ReceiverEvents`]): an accepted request and its records
+/// counted, a refused one counted and logged ([`OtlpRequestRejected`]).
+#[derive(Debug, Clone)]
+pub struct OtlpReport {
+    /// Where counts go.
+    pub metrics: std::sync::Arc<Metrics>,
+}
+
+impl OtlpReport {
+    /// Zero series of the requests accepted per signal and protocol (refusals appear when
+    /// they happen) and of the records per signal.
+    pub fn preregister(metrics: &Metrics) {
+        let signals = Signal::ALL.map(Signal::as_str);
+        let protocols = Protocol::ALL.map(Protocol::as_str);
+        let accepted = [Outcome::Accepted.as_str()];
+        metrics.preregister(FamilyId::OtlpReceived, &[&signals, &protocols, &accepted]);
+        metrics.preregister(FamilyId::OtlpRecords, &[&signals]);
+    }
+}
+
+impl ReceiverEvents for OtlpReport {
+    fn accepted(&self, signal: Signal, protocol: Protocol, items: u64) {
+        let accepted = Outcome::Accepted.as_str();
+        self.metrics
+            .otlp_request(signal.as_str(), protocol.as_str(), accepted, items);
+    }
+
+    fn refused(&self, signal: Signal, protocol: Protocol, rejection: &Rejection) {
+        OtlpRequestRejected {
+            signal: signal.as_str(),
+            protocol: protocol.as_str(),
+            outcome: rejection.outcome.as_str(),
+            message: &rejection.message,
+        }
+        .emit(&self.metrics);
     }
 }
 

@@ -3,21 +3,20 @@
 //! the file tailer's error kinds (`internal_events::TailerReport`, the tailer's metrics side:
 //! the tailer itself never touches metrics), the proxy's cut points
 //! (`internal_events::ProxyCut`), the OTLP receiver's signals and protocols
-//! (`source::otlp::Receiver`), the listeners and their refusal reasons (`listener::Gate`).
+//! (`internal_events::OtlpReport`, the receiver's metrics side), the listeners and their refusal reasons (`listener::Gate`).
 //!
 //! [`Metrics::new`] registers all of them in every process, whichever subsystems it runs:
 //! every family is on every command's first scrape (a family without a series is not exposed
 //! at all), which the dashboards and CI's scrape check of a `run` over files rely on.
 
-use crate::internal_events::{ProxyCut, TailerReport};
+use crate::internal_events::{OtlpReport, ProxyCut, TailerReport};
 use crate::listener::Gate;
 use crate::sink::metrics::Metrics;
-use crate::source::otlp::Receiver;
 
 /// Register every subsystem's zero series in `metrics`.
 pub fn preregister(metrics: &Metrics) {
     TailerReport::preregister(metrics);
-    Receiver::preregister(metrics);
+    OtlpReport::preregister(metrics);
     Gate::preregister(metrics);
     ProxyCut::preregister(metrics);
 }

@@ -134,14 +134,8 @@ impl Receiving {
         }
         let metrics = Arc::new(Metrics::new(cfg.labels.clone()).context("registering metrics")?);
         let queue = Arc::new(retryscope::source::otlp::Queue::new(r.queue_bytes));
-        let listeners = retryscope::source::otlp::listen::Listeners::bind(
-            r,
-            &cfg.connections,
-            queue.clone(),
-            metrics.clone(),
-        )
-        .await?
-        .start_when(ready);
+        let listeners =
+            super::common::start_otlp_receiver(cfg, queue.clone(), metrics.clone(), ready).await?;
         let client = collect
             .nats
             .connect(&format!("retryscope-receiver {}", collect.instance))

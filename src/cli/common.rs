@@ -98,3 +98,28 @@ pub(crate) fn host_name(fallback: &str) -> String {
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| fallback.to_string())
 }
+
+/// Bind the OTLP receiver `cfg` configures, feeding `queue`; its requests and its listeners'
+/// connections are counted in `metrics` (`internal_events::OtlpReport`, counting gates), and
+/// it serves once `ready` is set. `run` and `run --nats` start it this way.
+pub(crate) async fn start_otlp_receiver(
+    cfg: &RunConfig,
+    queue: std::sync::Arc<retryscope::source::otlp::Queue>,
+    metrics: std::sync::Arc<retryscope::sink::metrics::Metrics>,
+    ready: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> anyhow::Result<retryscope::source::otlp::listen::Running> {
+    let events = std::sync::Arc::new(retryscope::internal_events::OtlpReport {
+        metrics: metrics.clone(),
+    });
+    let listeners = retryscope::source::otlp::listen::Listeners::bind(
+        &cfg.otlp_receiver,
+        &cfg.connections,
+        queue,
+        events,
+    )
+    .await?;
+    let limits = cfg.connections.clone();
+    Ok(listeners.start_when(ready, move |name| {
+        retryscope::listener::Gate::new(name, limits.clone(), Some(metrics.clone()))
+    }))
+}

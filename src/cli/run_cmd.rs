@@ -477,22 +477,17 @@ async fn serve(
         }
         signal_flag.store(true, Ordering::SeqCst);
     });
+    // The receiver is bound now (a bad or busy address stops the start) and accepts once the
+    // engine is ready (the spool is open and replayed).
     let receiver = match &sources.otlp {
         Some(queue) => Some(
-            retryscope::source::otlp::listen::Listeners::bind(
-                &cfg.otlp_receiver,
-                &cfg.connections,
-                queue.clone(),
-                metrics.clone(),
-            )
-            .await?,
+            super::common::start_otlp_receiver(&cfg, queue.clone(), metrics.clone(), ready.clone())
+                .await?,
         ),
         None => None,
     };
     let engine = Engine::new(cfg, sources, metrics.clone(), traces).with_live_page(page);
     let engine_shutdown = shutdown.clone();
-    // The receiver accepts once the engine is ready (the spool is open and replayed).
-    let receiver = receiver.map(|r| r.start_when(ready.clone()));
     let (summary, traces) =
         tokio::task::spawn_blocking(move || engine.run(engine_shutdown, ready, exit_on_eof))
             .await

@@ -5,10 +5,12 @@
 //! the bounded [`queue`] (written ahead to the [`spool`] with a data directory) or refused with
 //! a retryable status, and read by the engine thread through the one ingest path, one stream
 //! per service and session, as `Format::Otlp`. [`http`] serves OTLP/HTTP, [`grpc`] OTLP/gRPC;
-//! [`accept`] is what both do with a request; [`auth`] checks the bearer token and loads TLS.
+//! [`accept`] is what both do with a request, reported through [`events`] (the receiver never
+//! touches metrics); [`auth`] checks the bearer token and loads TLS.
 
 pub mod accept;
 pub mod auth;
+pub mod events;
 pub mod grpc;
 pub mod http;
 pub mod intake;
@@ -18,7 +20,8 @@ pub mod queue;
 pub mod record;
 pub mod spool;
 
-pub use accept::{Outcome, Protocol, Receiver, ReceiverConfig, Signal};
+pub use accept::{Outcome, Protocol, Receiver, ReceiverConfig, Rejection, Signal};
+pub use events::ReceiverEvents;
 pub use queue::{Batch, Queue};
 pub use record::Record;
 pub use spool::{Spool, SpoolPos, check_position as spool_check_position};

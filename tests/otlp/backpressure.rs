@@ -16,6 +16,7 @@ use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsSe
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use prost::Message;
+use retryscope::internal_events::OtlpReport;
 use retryscope::sink::metrics::{Metrics, MetricsConfig};
 use retryscope::source::otlp::{Queue, Receiver, ReceiverConfig, grpc, http, intake};
 use tokio::sync::watch;
@@ -84,7 +85,9 @@ fn a_stalled_pipeline_answers_retryable_and_after_draining_everything_arrives_on
     let queue = Arc::new(Queue::new(limit));
     let rx = Arc::new(Receiver::new(
         queue.clone(),
-        metrics.clone(),
+        Arc::new(OtlpReport {
+            metrics: metrics.clone(),
+        }),
         ReceiverConfig::new(1 << 20, None),
     ));
     let (stop_tx, stop) = watch::channel(false);

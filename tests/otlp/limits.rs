@@ -18,6 +18,7 @@ use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use prost::Message;
+use retryscope::internal_events::OtlpReport;
 use retryscope::listener::{Gate, Limits, Name};
 use retryscope::sink::metrics::{Metrics, MetricsConfig};
 use retryscope::source::otlp::auth::Token;
@@ -41,7 +42,9 @@ async fn serve(max_request_bytes: usize, queue_bytes: u64) -> Served {
     };
     let rx = Arc::new(Receiver::new(
         queue.clone(),
-        metrics.clone(),
+        Arc::new(OtlpReport {
+            metrics: metrics.clone(),
+        }),
         ReceiverConfig {
             max_request_bytes,
             token: Some(Token::new("s3cret")),

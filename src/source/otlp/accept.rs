@@ -4,10 +4,8 @@
 
 use std::sync::Arc;
 
-use crate::internal_events::{InternalEvent, OtlpRequestRejected};
-use crate::sink::metrics::{FamilyId, Metrics};
-
 use super::auth::Token;
+use super::events::ReceiverEvents;
 use super::queue::{Queue, Refused, Reservation};
 use super::record::Record;
 
@@ -145,7 +143,7 @@ impl ReceiverConfig {
 #[derive(Debug)]
 pub struct Receiver {
     queue: Arc<Queue>,
-    metrics: Arc<Metrics>,
+    events: Arc<dyn ReceiverEvents>,
     cfg: ReceiverConfig,
     /// Inflating and scanning a body are CPU work on blocking threads: at most one per core
     /// at a time. Without the bound, every concurrent request took a thread of its own, and
@@ -155,22 +153,12 @@ pub struct Receiver {
 }
 
 impl Receiver {
-    /// Zero series of the requests accepted per signal and protocol (refusals appear when
-    /// they happen) and of the records per signal.
-    pub fn preregister(metrics: &Metrics) {
-        let signals = Signal::ALL.map(Signal::as_str);
-        let protocols = Protocol::ALL.map(Protocol::as_str);
-        let accepted = [Outcome::Accepted.as_str()];
-        metrics.preregister(FamilyId::OtlpReceived, &[&signals, &protocols, &accepted]);
-        metrics.preregister(FamilyId::OtlpRecords, &[&signals]);
-    }
-
-    /// A receiver feeding `queue`.
-    pub fn new(queue: Arc<Queue>, metrics: Arc<Metrics>, cfg: ReceiverConfig) -> Self {
+    /// A receiver feeding `queue`, telling `events` what becomes of each request.
+    pub fn new(queue: Arc<Queue>, events: Arc<dyn ReceiverEvents>, cfg: ReceiverConfig) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         Receiver {
             queue,
-            metrics,
+            events,
             cfg,
             cpu: Arc::new(tokio::sync::Semaphore::new(cores)),
         }
@@ -203,11 +191,6 @@ impl Receiver {
         self.cfg.body_timeout
     }
 
-    /// The metrics the receiver counts into.
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
-    }
-
     /// A reservation under the queue's bound for a request about to be read.
     pub fn reserve(&self) -> Reservation {
         self.queue.reserve()
@@ -225,15 +208,9 @@ impl Receiver {
         }
     }
 
-    /// Count and log a refused request.
+    /// Report a refused request.
     pub fn refused(&self, signal: Signal, protocol: Protocol, r: &Rejection) {
-        OtlpRequestRejected {
-            signal: signal.as_str(),
-            protocol: protocol.as_str(),
-            outcome: r.outcome.as_str(),
-            message: &r.message,
-        }
-        .emit(&self.metrics);
+        self.events.refused(signal, protocol, r);
     }
 
     /// Accept a request's records (or metric data points, which are only counted): all of
@@ -260,9 +237,7 @@ impl Receiver {
         drop(reservation);
         match offered {
             Ok(()) => {
-                let accepted = Outcome::Accepted.as_str();
-                self.metrics
-                    .otlp_request(signal.as_str(), protocol.as_str(), accepted, n);
+                self.events.accepted(signal, protocol, n);
                 Ok(())
             }
             Err(e) => {
@@ -271,5 +246,73 @@ impl Receiver {
                 Err(r)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// What the receiver reported, in order.
+    #[derive(Debug, Default)]
+    struct Recorded(Mutex<Vec<String>>);
+
+    impl ReceiverEvents for Recorded {
+        fn accepted(&self, signal: Signal, protocol: Protocol, items: u64) {
+            let line = format!("accepted {} {} {items}", signal.as_str(), protocol.as_str());
+            self.0.lock().expect("lock").push(line);
+        }
+        fn refused(&self, signal: Signal, protocol: Protocol, r: &Rejection) {
+            let line = format!(
+                "refused {} {} {}",
+                signal.as_str(),
+                protocol.as_str(),
+                r.outcome.as_str()
+            );
+            self.0.lock().expect("lock").push(line);
+        }
+    }
+
+    fn record(n: usize) -> Record {
+        Record {
+            stream: "otlp:agent/s1".into(),
+            line: vec![b'x'; n],
+        }
+    }
+
+    /// The receiver tells its events what became of each request (and nothing else does):
+    /// records and metric points accepted, a request over the queue's bound refused whole.
+    #[tokio::test]
+    async fn each_request_is_reported_to_the_events_not_counted_by_the_receiver() {
+        let events = Arc::new(Recorded::default());
+        let rx = Receiver::new(
+            Arc::new(Queue::new(1_000)),
+            events.clone(),
+            ReceiverConfig::new(1 << 20, None),
+        );
+        let logs = vec![record(300), record(300)];
+        rx.accept(Signal::Logs, Protocol::HttpJson, logs, 0, None)
+            .await
+            .expect("room for two records");
+        rx.accept(Signal::Metrics, Protocol::Grpc, Vec::new(), 7, None)
+            .await
+            .expect("metric points are only counted");
+        // Small enough for an empty queue, too much beside what is queued.
+        let too_many = vec![record(200), record(200)];
+        let refused = rx
+            .accept(Signal::Traces, Protocol::HttpProtobuf, too_many, 0, None)
+            .await
+            .expect_err("over the queue's bound");
+        assert_eq!(refused.outcome, Outcome::Busy);
+        assert_eq!(
+            *events.0.lock().expect("lock"),
+            [
+                "accepted logs http_json 2",
+                "accepted metrics grpc 7",
+                "refused traces http_protobuf busy",
+            ]
+        );
     }
 }

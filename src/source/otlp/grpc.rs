@@ -233,18 +233,15 @@ async fn route(
     Ok(resp.unwrap_or_else(|e| match e {}))
 }
 
-/// Serve OTLP/gRPC on `listener` until `stop` turns true, with the default listener limits.
+/// Serve OTLP/gRPC on `listener` until `stop` turns true, with the default listener limits
+/// (its connections uncounted: `serve_gated` with a counting gate counts them).
 pub async fn serve(
     listener: TcpListener,
     tls: super::http::Tls,
     rx: Arc<Receiver>,
     stop: watch::Receiver<bool>,
 ) {
-    let gate = Gate::new(
-        Name::OtlpGrpc,
-        Limits::default(),
-        Some(rx.metrics().clone()),
-    );
+    let gate = Gate::new(Name::OtlpGrpc, Limits::default(), None);
     serve_gated(listener, tls, rx, gate, stop).await;
 }
 

@@ -319,18 +319,15 @@ async fn handle(rx: &Receiver, gate: &Gate, req: Request<Incoming>) -> Response<
 /// A TLS acceptor, when the listener speaks TLS.
 pub type Tls = Option<tokio_rustls::TlsAcceptor>;
 
-/// Serve OTLP/HTTP on `listener` until `stop` turns true, with the default listener limits.
+/// Serve OTLP/HTTP on `listener` until `stop` turns true, with the default listener limits
+/// (its connections uncounted: `serve_gated` with a counting gate counts them).
 pub async fn serve(
     listener: TcpListener,
     tls: Tls,
     rx: Arc<Receiver>,
     stop: watch::Receiver<bool>,
 ) {
-    let gate = Gate::new(
-        Name::OtlpHttp,
-        Limits::default(),
-        Some(rx.metrics().clone()),
-    );
+    let gate = Gate::new(Name::OtlpHttp, Limits::default(), None);
     serve_gated(listener, tls, rx, gate, stop).await;
 }
 

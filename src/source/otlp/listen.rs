@@ -14,10 +14,10 @@ use tokio::task::JoinHandle;
 
 use crate::config::{OtlpReceiverSettings, listen_addr};
 use crate::listener::{Gate, Limits, Name};
-use crate::sink::metrics::Metrics;
 
 use super::accept::{Receiver, ReceiverConfig};
 use super::auth::{AuthError, Token, tls_config};
+use super::events::ReceiverEvents;
 use super::queue::Queue;
 
 /// Why the receiver could not start.
@@ -45,8 +45,6 @@ pub struct Listeners {
     tls_http: super::http::Tls,
     tls_grpc: super::http::Tls,
     receiver: Arc<Receiver>,
-    limits: Limits,
-    metrics: Arc<Metrics>,
 }
 
 /// Serving listeners.
@@ -68,12 +66,13 @@ async fn bind(what: &'static str, addr: &str) -> Result<(TcpListener, SocketAddr
 }
 
 impl Listeners {
-    /// Bind the configured addresses and load credentials.
+    /// Bind the configured addresses and load credentials; the receiver reports each
+    /// request's outcome to `events`.
     pub async fn bind(
         cfg: &OtlpReceiverSettings,
         limits: &Limits,
         queue: Arc<Queue>,
-        metrics: Arc<Metrics>,
+        events: Arc<dyn ReceiverEvents>,
     ) -> Result<Self, ListenError> {
         let token = cfg
             .token_file
@@ -115,7 +114,7 @@ impl Listeners {
         }
         let receiver = Arc::new(Receiver::new(
             queue,
-            metrics.clone(),
+            events,
             ReceiverConfig {
                 max_request_bytes: cfg.max_request_bytes,
                 token,
@@ -128,8 +127,6 @@ impl Listeners {
             tls_http,
             tls_grpc,
             receiver,
-            limits: limits.clone(),
-            metrics,
         })
     }
 
@@ -143,11 +140,12 @@ impl Listeners {
         self.grpc.as_ref().map(|(_, a)| *a)
     }
 
-    /// Serve once `ready` turns true (connections wait in the backlog until then).
-    pub fn start_when(self, ready: Arc<AtomicBool>) -> Running {
+    /// Serve once `ready` turns true (connections wait in the backlog until then), each
+    /// listener's connections capped and timed out by the gate `gate` makes for its name (the
+    /// caller's: its limits, and where it counts).
+    pub fn start_when(self, ready: Arc<AtomicBool>, gate: impl Fn(Name) -> Arc<Gate>) -> Running {
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
-        let gate = |name| Gate::new(name, self.limits.clone(), Some(self.metrics.clone()));
         if let Some((l, _)) = self.http {
             let gate = gate(Name::OtlpHttp);
             let (rx, tls, stop, ready) = (

@@ -84,7 +84,7 @@ fn each_subsystem_registers_its_own_labels() {
 
     // Every subsystem's registration together is what a process's metrics expose.
     crate::internal_events::TailerReport::preregister(&m);
-    crate::source::otlp::Receiver::preregister(&m);
+    crate::internal_events::OtlpReport::preregister(&m);
     crate::listener::Gate::preregister(&m);
     assert_eq!(text(&m), text(&metrics()));
 }
