@@ -2,8 +2,10 @@
 //!
 //! Inputs are files, directories (every regular file below, in name order) or stdin. One
 //! correlator spans all inputs, so a turn split across rotated files is still one turn.
-//! Closed turns are handed to a callback as they close (output streams, memory stays bounded);
-//! the [`Summary`] accumulates counts, findings and cost.
+//! Closed turns are delivered to the caller's [`SinkList`] as they close (the JSON or text
+//! report, the HTML page, traces: output streams, memory stays bounded), after the
+//! [`Summary`], itself a [`Sink`], which accumulates counts, findings and cost. What concerns
+//! the inputs (bad lines, refusals, progress) goes to a [`CheckObserver`].
 
 pub mod files;
 pub mod html;
@@ -28,6 +30,8 @@ use retryscope_core::ingest::{Ingest, Note, Source};
 use retryscope_core::input::{Line, LineReader};
 use retryscope_core::pipeline::InputCounters;
 use retryscope_core::report::TurnReport;
+
+use crate::engine::{Sink, SinkList, sinks::At};
 
 /// One input to check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -297,10 +301,8 @@ pub fn total_bytes(inputs: &[InputSpec]) -> u64 {
         .sum()
 }
 
-/// Callbacks of a check run.
+/// What a check run tells about its inputs (closed turns go to its sinks).
 pub trait CheckObserver {
-    /// A turn closed.
-    fn turn(&mut self, report: &TurnReport);
     /// A line was skipped.
     fn bad_line(&mut self, bad: &BadLine);
     /// An input could not be read.
@@ -367,6 +369,7 @@ pub fn check(
     prices: Arc<PriceTable>,
     opts: &CheckOptions,
     observer: &mut dyn CheckObserver,
+    sinks: &mut SinkList<'_>,
 ) -> Summary {
     if opts.parallel
         && cfg.idle_timeout_ms.is_none()
@@ -374,9 +377,17 @@ pub fn check(
         && all_native_files(inputs, opts.format)
     {
         let names = inputs.iter().map(input_name).collect();
-        parallel::run(inputs, names, cfg, prices, opts.max_line_bytes, observer)
+        parallel::run(
+            inputs,
+            names,
+            cfg,
+            prices,
+            opts.max_line_bytes,
+            observer,
+            sinks,
+        )
     } else {
-        sequential(inputs, Correlator::new(cfg, prices), opts, observer)
+        sequential(inputs, Correlator::new(cfg, prices), opts, observer, sinks)
     }
 }
 
@@ -425,6 +436,7 @@ fn sequential(
     correlator: Correlator,
     opts: &CheckOptions,
     observer: &mut dyn CheckObserver,
+    sinks: &mut SinkList<'_>,
 ) -> Summary {
     let mut ingest = Ingest::new(correlator, opts.format);
     // gemini-cli's telemetry and stream-json of one session are joined (held, then merged).
@@ -477,10 +489,10 @@ fn sequential(
                 ingest.tick(clock, &mut out);
                 observer.progress(done_bytes + lines.consumed());
             }
-            report(&mut noted, &mut out, &mut summary, observer);
+            report(&mut noted, &mut out, &mut summary, observer, sinks);
         }
         ingest.end(stream, None, &mut out, &mut |n| collect_bad(n, &mut noted));
-        report(&mut noted, &mut out, &mut summary, observer);
+        report(&mut noted, &mut out, &mut summary, observer, sinks);
         done_bytes += lines.consumed();
         observer.progress(done_bytes);
     }
@@ -491,9 +503,15 @@ fn sequential(
         CLOSE_BATCH,
         &mut out,
         &mut |n| collect_bad(n, &mut noted.borrow_mut()),
-        &mut |o| report(&mut noted.borrow_mut(), o, &mut summary, observer),
+        &mut |o| report(&mut noted.borrow_mut(), o, &mut summary, observer, sinks),
     );
-    report(&mut noted.borrow_mut(), &mut out, &mut summary, observer);
+    report(
+        &mut noted.borrow_mut(),
+        &mut out,
+        &mut summary,
+        observer,
+        sinks,
+    );
     summary.finish(ingest.counters(), ingest.correlator());
     summary
 }
@@ -501,12 +519,13 @@ fn sequential(
 /// Turns closed at the end of input between two reports.
 pub(crate) const CLOSE_BATCH: usize = 1024;
 
-/// Hand refusals and bad lines, then closed turns, to the observer.
+/// Hand refusals and bad lines to the observer, then deliver the outputs.
 fn report(
     noted: &mut Noted,
     out: &mut Vec<Output>,
     summary: &mut Summary,
     observer: &mut dyn CheckObserver,
+    sinks: &mut SinkList<'_>,
 ) {
     for (name, lookalike) in noted.refused.drain(..) {
         observer.refused(&name, &lookalike);
@@ -518,16 +537,29 @@ fn report(
     for k in noted.kinds.drain(..) {
         summary.saw_input(k);
     }
-    if !out.is_empty() {
-        drain(out, summary, observer);
+    for o in out.drain(..) {
+        deliver(&o, summary, sinks);
     }
 }
 
-fn drain(out: &mut Vec<Output>, summary: &mut Summary, observer: &mut dyn CheckObserver) {
-    for o in out.drain(..) {
-        if let Output::TurnClosed(report) = o {
-            summary.add_turn(&report);
-            observer.turn(&report);
+/// One output to the summary, then to the caller's sinks.
+pub(crate) fn deliver(output: &Output, summary: &mut Summary, sinks: &mut SinkList<'_>) {
+    summary.deliver(output, None);
+    sinks.deliver_one(output, None);
+}
+
+/// The summary counts closed turns (their attempts, findings, cost).
+impl Sink for Summary {
+    fn name(&self) -> &'static str {
+        "summary"
+    }
+
+    fn deliver(&mut self, output: &Output, _at: Option<At<'_>>) {
+        if let Output::TurnClosed(report) = output {
+            self.add_turn(report);
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

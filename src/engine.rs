@@ -26,7 +26,7 @@ use retryscope_core::correlate::{CorrelatorConfig, Output};
 use retryscope_core::ingest::{Source, StreamId};
 
 pub use sharded::{IngestState, MAX_WORKERS, Restored, ShardedIngest, WorkerDied, WorkerSpawn};
-pub use sinks::{Sink, Sinks};
+pub use sinks::{Sink, SinkList, Sinks};
 pub use source::{LiveSource, Polled};
 
 /// Ticks (seconds, of the driver's clock) a gemini-cli session must be quiet before its held

@@ -121,6 +121,23 @@ fn severity_rank(r: &TurnReport) -> u8 {
     })
 }
 
+/// The page's sink: each closed turn is added to it (the page is written at the end).
+impl crate::engine::Sink for HtmlReport {
+    fn name(&self) -> &'static str {
+        "html"
+    }
+
+    fn deliver(
+        &mut self,
+        output: &retryscope_core::correlate::Output,
+        _at: Option<crate::engine::sinks::At<'_>>,
+    ) {
+        if let retryscope_core::correlate::Output::TurnClosed(report) = output {
+            self.add(report);
+        }
+    }
+}
+
 impl HtmlReport {
     /// An empty report.
     pub fn new(limits: HtmlLimits) -> Self {

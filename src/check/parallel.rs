@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{SyncSender, sync_channel};
 
 use super::{BadLine, CheckObserver, InputSpec, Summary};
+use crate::engine::SinkList;
 use retryscope_core::correlate::{Correlator, CorrelatorConfig, CorrelatorStats, Output};
 use retryscope_core::cost::PriceTable;
 use retryscope_core::decode::Format;
@@ -73,6 +74,7 @@ pub(super) fn run(
     prices: Arc<PriceTable>,
     max_line_bytes: usize,
     observer: &mut dyn CheckObserver,
+    sinks: &mut SinkList<'_>,
 ) -> Summary {
     let paths: Arc<Vec<Option<std::path::PathBuf>>> = Arc::new(
         inputs
@@ -141,7 +143,7 @@ pub(super) fn run(
         }
         merged.sort_by_key(|(seq, _)| *seq);
         for (_, item) in merged {
-            emit(item, &names, &mut summary, observer);
+            emit(item, &names, &mut summary, observer, sinks);
         }
         // End-of-input turns once every worker's in-stream results are in: a two-way merge
         // that emits a turn only when no worker can still send one opened before it.
@@ -156,7 +158,7 @@ pub(super) fn run(
                     break;
                 }
                 if let Some((_, item)) = tails[w].pop_front() {
-                    emit(item, &names, &mut summary, observer);
+                    emit(item, &names, &mut summary, observer, sinks);
                 }
             }
         }
@@ -183,12 +185,15 @@ pub(super) fn run(
 }
 
 /// Hand one merged result to the observer.
-fn emit(item: Item, names: &[String], summary: &mut Summary, observer: &mut dyn CheckObserver) {
+fn emit(
+    item: Item,
+    names: &[String],
+    summary: &mut Summary,
+    observer: &mut dyn CheckObserver,
+    sinks: &mut SinkList<'_>,
+) {
     match item {
-        Item::Turn(report) => {
-            summary.add_turn(&report);
-            observer.turn(&report);
-        }
+        Item::Turn(report) => super::deliver(&Output::TurnClosed(report), summary, sinks),
         Item::Bad {
             input,
             line,

@@ -12,8 +12,10 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use retryscope::check::{self, BadLine, CheckObserver, CheckOptions, InputSpec, human, render};
+use retryscope::engine::sinks::At;
+use retryscope::engine::{Sink, SinkList};
 use retryscope::sink::traces::{Protocol, TraceExportConfig, TraceSink};
-use retryscope_core::correlate::CorrelatorConfig;
+use retryscope_core::correlate::{CorrelatorConfig, Output};
 use retryscope_core::cost::PriceTable;
 use retryscope_core::coverage::Sight;
 use retryscope_core::finding::Severity;
@@ -225,6 +227,8 @@ impl Export {
     }
 }
 
+/// The report on stdout (JSON lines, or text blocks), a sink of closed turns; the closing
+/// summary is written through it too.
 struct Printer {
     json: bool,
     verbose: bool,
@@ -232,15 +236,9 @@ struct Printer {
     style: render::Style,
     /// JSON lines carry attempt text only with --capture-content.
     strip_content: bool,
-    html: Option<retryscope::check::html::HtmlReport>,
-    out: io::BufWriter<io::StdoutLock<'static>>,
-    bad_shown: u64,
-    bad_total: u64,
-    max_bad_shown: u64,
+    out: io::BufWriter<io::Stdout>,
     progress: Option<ProgressBar>,
     write_error: Option<io::Error>,
-    /// Closed turns go here too when exporting traces.
-    traces: Option<TraceSink>,
 }
 
 impl Printer {
@@ -257,23 +255,7 @@ impl Printer {
         }
     }
 
-    fn warn(&self, text: &str) {
-        match &self.progress {
-            Some(bar) => bar.suspend(|| eprintln!("{text}")),
-            None => eprintln!("{text}"),
-        }
-    }
-}
-
-impl CheckObserver for Printer {
     fn turn(&mut self, report: &TurnReport) {
-        if let Some(sink) = &self.traces {
-            // Offline: wait for queue room rather than drop (until an export fails).
-            sink.submit_blocking(report);
-        }
-        if let Some(html) = &mut self.html {
-            html.add(report);
-        }
         if self.json {
             let has_content = report.output_prefix.is_some()
                 || report.attempts.iter().any(|a| a.text_prefix.is_some())
@@ -303,7 +285,55 @@ impl CheckObserver for Printer {
             self.write(&block);
         }
     }
+}
 
+impl Sink for Printer {
+    fn name(&self) -> &'static str {
+        "report"
+    }
+
+    fn deliver(&mut self, output: &Output, _at: Option<At<'_>>) {
+        if let Output::TurnClosed(report) = output {
+            self.turn(report);
+        }
+    }
+}
+
+/// Closed turns as traces, offline: waiting for room in the export queue rather than
+/// dropping (until an export fails), unlike `run`'s `TracesOut`.
+struct OfflineTraces<'a>(&'a TraceSink);
+
+impl Sink for OfflineTraces<'_> {
+    fn name(&self) -> &'static str {
+        "traces"
+    }
+
+    fn deliver(&mut self, output: &Output, _at: Option<At<'_>>) {
+        if let Output::TurnClosed(report) = output {
+            self.0.submit_blocking(report);
+        }
+    }
+}
+
+/// What the run tells about its inputs, on stderr: bad lines (the first few), refused and
+/// unreadable inputs, progress.
+struct Notes {
+    bad_shown: u64,
+    bad_total: u64,
+    max_bad_shown: u64,
+    progress: Option<ProgressBar>,
+}
+
+impl Notes {
+    fn warn(&self, text: &str) {
+        match &self.progress {
+            Some(bar) => bar.suspend(|| eprintln!("{text}")),
+            None => eprintln!("{text}"),
+        }
+    }
+}
+
+impl CheckObserver for Notes {
     fn bad_line(&mut self, bad: &BadLine) {
         self.bad_total += 1;
         if self.bad_shown < self.max_bad_shown {
@@ -428,29 +458,49 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         },
         strip_content: !(args.capture_content
             || export.as_ref().is_some_and(|e| e.capture_content)),
-        html: args
-            .html
-            .as_ref()
-            .map(|_| retryscope::check::html::HtmlReport::new(Default::default())),
-        out: io::BufWriter::with_capacity(1 << 16, io::stdout().lock()),
+        out: io::BufWriter::with_capacity(1 << 16, io::stdout()),
+        progress: progress.clone(),
+        write_error: None,
+    };
+    let mut notes = Notes {
         bad_shown: 0,
         bad_total: 0,
         max_bad_shown: args.max_bad_lines_shown,
         progress,
-        write_error: None,
-        traces,
     };
+    let mut html = args
+        .html
+        .as_ref()
+        .map(|_| retryscope::check::html::HtmlReport::new(Default::default()));
     let opts = CheckOptions {
         max_line_bytes: args.max_line_bytes,
         format: args.format,
         parallel: !args.single_thread,
     };
-    let summary = check::check(&inputs, cfg, Arc::new(prices), &opts, &mut printer);
-    if let Some(bar) = printer.progress.take() {
+    // Closed turns go to the traces first (as they did), then the HTML page, then stdout.
+    let summary = {
+        let mut sinks = SinkList::new();
+        if let Some(t) = &traces {
+            sinks.push(Box::new(OfflineTraces(t)));
+        }
+        if let Some(h) = &mut html {
+            sinks.push(Box::new(h));
+        }
+        sinks.push(Box::new(&mut printer));
+        check::check(
+            &inputs,
+            cfg,
+            Arc::new(prices),
+            &opts,
+            &mut notes,
+            &mut sinks,
+        )
+    };
+    if let Some(bar) = notes.progress.take() {
         bar.finish_and_clear();
     }
-    let traces = printer.traces.take();
-    if let (Some(file), Some(html)) = (html_file, printer.html.take()) {
+    printer.progress = None;
+    if let (Some(file), Some(html)) = (html_file, html) {
         write_html(
             file,
             args.html.as_deref().unwrap_or(std::path::Path::new("")),
@@ -458,7 +508,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
             &summary,
         )?;
     }
-    let result = report_and_status(&args, printer, &summary);
+    let result = report_and_status(&args, printer, &notes, &summary);
     // The report is out; now wait for the traces (the exit status does not depend on them).
     if let (Some(export), Some(sink)) = (export, traces) {
         export.finish(sink);
@@ -470,13 +520,14 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
 fn report_and_status(
     args: &CheckArgs,
     mut printer: Printer,
+    notes: &Notes,
     summary: &check::Summary,
 ) -> anyhow::Result<ExitCode> {
-    if printer.bad_total > printer.bad_shown {
+    if notes.bad_total > notes.bad_shown {
         eprintln!(
             "retryscope: {} more bad lines not shown ({} in all; see the summary)",
-            printer.bad_total - printer.bad_shown,
-            printer.bad_total
+            notes.bad_total - notes.bad_shown,
+            notes.bad_total
         );
     }
     let closing = if args.json {

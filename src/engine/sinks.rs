@@ -2,7 +2,9 @@
 //! findings output and its live view, traces, the live page, the NATS findings stream), and
 //! [`Sinks`], the ordered list the engine delivers to. A sink with a position (the findings
 //! file's durable length) gives it for the checkpoint under its name, and is opened again at
-//! it on resume. The implementations are in `outputs.rs`.
+//! it on resume. The implementations are in `outputs.rs`; `check`'s (its summary, the JSON
+//! or text report, the HTML page, traces sent without dropping) are in `check.rs` and
+//! `cli/check_cmd.rs`, delivered to a [`SinkList`] that borrows them.
 
 use std::collections::BTreeMap;
 
@@ -51,20 +53,45 @@ pub trait Sink: Send {
     fn finish(&mut self, _open_turns: usize) {}
 }
 
-/// The engine's sinks, delivered to in order.
-#[derive(Default)]
-pub struct Sinks {
-    list: Vec<Box<dyn Sink>>,
+/// A sink borrowed for one run (`check`'s, which the caller reads back afterwards).
+impl<S: Sink> Sink for &mut S {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+    fn deliver(&mut self, output: &Output, at: Option<At<'_>>) {
+        (**self).deliver(output, at);
+    }
+    fn checkpoint(&mut self) -> Result<Option<serde_json::Value>, SinkNotDurable> {
+        (**self).checkpoint()
+    }
+    fn round(&mut self, open_turns: usize) {
+        (**self).round(open_turns);
+    }
+    fn stopping(&mut self) {
+        (**self).stopping();
+    }
+    fn finish(&mut self, open_turns: usize) {
+        (**self).finish(open_turns);
+    }
 }
 
-impl Sinks {
+/// Sinks, delivered to in order; `'a` bounds what they may borrow.
+#[derive(Default)]
+pub struct SinkList<'a> {
+    list: Vec<Box<dyn Sink + 'a>>,
+}
+
+/// The engine's sinks: owned by it for its whole life.
+pub type Sinks = SinkList<'static>;
+
+impl<'a> SinkList<'a> {
     /// No sinks yet.
     pub fn new() -> Self {
-        Sinks::default()
+        SinkList { list: Vec::new() }
     }
 
     /// Deliver to `sink` too, after the ones already added.
-    pub fn push(&mut self, sink: Box<dyn Sink>) {
+    pub fn push(&mut self, sink: Box<dyn Sink + 'a>) {
         self.list.push(sink);
     }
 
@@ -72,9 +99,14 @@ impl Sinks {
     pub fn deliver(&mut self, out: &mut Vec<Output>, batch: Option<&str>) {
         for (index, o) in out.drain(..).enumerate() {
             let at = batch.map(|batch| At { batch, index });
-            for s in &mut self.list {
-                s.deliver(&o, at);
-            }
+            self.deliver_one(&o, at);
+        }
+    }
+
+    /// Deliver one output to every sink.
+    pub fn deliver_one(&mut self, output: &Output, at: Option<At<'_>>) {
+        for s in &mut self.list {
+            s.deliver(output, at);
         }
     }
 

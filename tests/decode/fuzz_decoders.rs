@@ -19,7 +19,9 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 use retryscope::check::{self, BadLine, CheckObserver, CheckOptions, InputSpec, render};
-use retryscope_core::correlate::CorrelatorConfig;
+use retryscope::engine::sinks::At;
+use retryscope::engine::{Sink, SinkList};
+use retryscope_core::correlate::{CorrelatorConfig, Output};
 use retryscope_core::cost::PriceTable;
 use retryscope_core::decode::Format;
 use retryscope_core::report::TurnReport;
@@ -291,7 +293,7 @@ fn no_raw_controls(text: &str) -> Result<(), String> {
     }
 }
 
-impl CheckObserver for Verify {
+impl Verify {
     fn turn(&mut self, report: &TurnReport) {
         self.turns += 1;
         let line = render::turn_json(report);
@@ -305,6 +307,24 @@ impl CheckObserver for Verify {
             panic!("{e}");
         }
     }
+}
+
+/// Every closed turn, checked as `check --json` and the text report would print it.
+impl Sink for Verify {
+    fn name(&self) -> &'static str {
+        "verify"
+    }
+    fn deliver(&mut self, output: &Output, _at: Option<At<'_>>) {
+        if let Output::TurnClosed(report) = output {
+            self.turn(report);
+        }
+    }
+}
+
+/// Bad lines' reasons carry no raw escape.
+struct Bad;
+
+impl CheckObserver for Bad {
     fn bad_line(&mut self, bad: &BadLine) {
         assert!(!bad.reason.contains('\x1b'), "{:?}", bad.reason);
     }
@@ -345,13 +365,18 @@ fn fuzz(format: Format) {
                 format,
                 ..CheckOptions::default()
             };
-            let summary = check::check(
-                &[InputSpec::Path(path)],
-                cfg,
-                Arc::new(PriceTable::builtin()),
-                &opts,
-                &mut verify,
-            );
+            let summary = {
+                let mut sinks = SinkList::new();
+                sinks.push(Box::new(&mut verify));
+                check::check(
+                    &[InputSpec::Path(path)],
+                    cfg,
+                    Arc::new(PriceTable::builtin()),
+                    &opts,
+                    &mut Bad,
+                    &mut sinks,
+                )
+            };
             let line = render::summary_json(&summary);
             let parsed: serde_json::Value = serde_json::from_str(&line)
                 .map_err(|e| TestCaseError::fail(format!("invalid summary {e}: {line}")))?;
