@@ -192,6 +192,18 @@ pub async fn collect(
         traces,
         summary: CollectSummary::default(),
     };
+    // Every checkpoint round and the stop publish the partitions' and the collector's series.
+    let publish = |owned: &mut BTreeMap<u32, Owned>, sh: &Shared<'_>| {
+        let traces = sh.traces.as_deref();
+        publish_metrics(
+            &served,
+            receiver.as_deref(),
+            owned,
+            &sh.summary,
+            partitions,
+            traces,
+        );
+    };
     let mut owned: BTreeMap<u32, Owned> = BTreeMap::new();
     let mut last_lease: Option<Instant> = None;
     let mut last_checkpoint = Instant::now();
@@ -289,14 +301,7 @@ pub async fn collect(
                     lost.push(p);
                 }
             }
-            publish_metrics(
-                &served,
-                receiver.as_deref(),
-                &mut owned,
-                &sh.summary,
-                partitions,
-                sh.traces.as_deref(),
-            );
+            publish(&mut owned, &sh);
         }
         for p in lost {
             // Dropped without a checkpoint: whoever takes it next (us too) replays from the
@@ -318,14 +323,7 @@ pub async fn collect(
             Err(e) => tracing::warn!(partition = p, error = %e, "final checkpoint failed"),
         }
     }
-    publish_metrics(
-        &served,
-        receiver.as_deref(),
-        &mut owned,
-        &sh.summary,
-        partitions,
-        sh.traces.as_deref(),
-    );
+    publish(&mut owned, &sh);
     let _ = owners.delete(member_key(&cfg.instance)).await;
     Ok(sh.summary)
 }

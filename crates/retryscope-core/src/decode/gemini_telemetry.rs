@@ -127,6 +127,12 @@ fn ts_of(record: &Value, attrs: &Value) -> Option<TimestampMs> {
 }
 
 impl Decoder {
+    /// The model call in progress on the lane `key`, if any (a response, an error or a tool
+    /// call with none open is skipped).
+    fn current(&mut self, key: &(String, String)) -> Option<&mut Call> {
+        self.lanes.get_mut(key).and_then(|l| l.cur.as_mut())
+    }
+
     fn lane_key(&self, attrs: &Value, session: &str) -> Option<(String, String)> {
         let role = s(attrs, "role").unwrap_or("main").to_owned();
         let prompt = match s(attrs, "prompt_id") {
@@ -216,11 +222,13 @@ impl Decoder {
                 let agent = family::agent_name(agent);
                 self.api_request(key, attrs, &agent, &session, ts, out);
             }
-            Kind::ApiResponse => self.api_response(&key, attrs, ts, out),
+            Kind::ApiResponse => {
+                if let Some(c) = self.current(&key) {
+                    response::api_response(c, attrs, ts, out);
+                }
+            }
             Kind::ApiError => {
-                let Some(c) = self.lanes.get_mut(&key).and_then(|l| l.cur.as_mut()) else {
-                    return;
-                };
+                let Some(c) = self.current(&key) else { return };
                 if let Some(id) = s(attrs, "response_id").filter(|id| !id.is_empty()) {
                     c.responses.push((id.to_owned(), c.attempt));
                 }
@@ -292,7 +300,9 @@ impl Decoder {
             }
             Kind::ToolCall => {
                 let key = (key.0, "main".to_owned());
-                self.tool_call(&key, attrs, ts, out);
+                if let Some(c) = self.current(&key) {
+                    tool_call::tool_call(c, attrs, ts, out);
+                }
             }
         }
     }

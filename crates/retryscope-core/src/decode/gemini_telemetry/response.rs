@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
-use super::{Call, Decoder, family, num, s, text};
+use super::{Call, family, num, s, text};
 use crate::decode::provider::owned;
 use crate::effect::canonical_args;
 use crate::event::{Event, EventKind, TimestampMs, Usage};
@@ -83,94 +83,88 @@ pub(super) fn events(
     finish
 }
 
-impl Decoder {
-    pub(super) fn api_response(
-        &mut self,
-        key: &(String, String),
-        attrs: &Value,
-        ts: Option<TimestampMs>,
-        out: &mut Vec<Event<'static>>,
-    ) {
-        let Some(c) = self.lanes.get_mut(key).and_then(|l| l.cur.as_mut()) else {
-            return;
-        };
-        if let Some(id) = s(attrs, "response_id").filter(|id| !id.is_empty()) {
-            c.responses.push((id.to_owned(), c.attempt));
-        }
-        let logged = s(attrs, "response_text");
-        let response = logged
-            .and_then(|t| serde_json::from_str::<Value>(t).ok())
-            .filter(family::is_chunks);
-        let plain = logged.filter(|_| response.is_none());
-        if let Some(t) = plain.filter(|t| !t.is_empty()) {
-            c.has_text = true;
-            out.push(Event::owned(
-                &c.turn,
-                Some(c.attempt),
-                ts,
-                EventKind::Text { text: owned(t) },
-            ));
-        }
-        let reasons = text(attrs, "finish_reasons");
-        if response.is_some() {
-            c.has_text = true;
-        }
-        let finish = match &response {
-            Some(r) => events(r, c, ts, out),
-            // A fork's plain text says nothing of the finish: settled by the next record.
-            None if plain.is_some() && reasons.is_none() => {
-                c.pending_finish = Some(ts);
-                None
-            }
-            // Prompts and responses not logged: trust the attribute.
-            None => reasons.map(|r| {
-                r.trim_matches(|ch| matches!(ch, '[' | ']' | '\'' | '"' | ' '))
-                    .rsplit(',')
-                    .next()
-                    .unwrap_or("stop")
-                    .trim_matches(|ch| matches!(ch, '\'' | '"' | ' '))
-                    .to_owned()
-            }),
-        };
-        let thoughts = num(attrs, "thoughts_token_count");
-        let usage = Usage {
-            input_tokens: num(attrs, "input_token_count") + num(attrs, "tool_token_count"),
-            output_tokens: num(attrs, "output_token_count") + thoughts,
-            cached_input_tokens: num(attrs, "cached_content_token_count"),
-            cache_write_tokens: 0,
-            reasoning_tokens: thoughts,
-        };
+pub(super) fn api_response(
+    c: &mut Call,
+    attrs: &Value,
+    ts: Option<TimestampMs>,
+    out: &mut Vec<Event<'static>>,
+) {
+    if let Some(id) = s(attrs, "response_id").filter(|id| !id.is_empty()) {
+        c.responses.push((id.to_owned(), c.attempt));
+    }
+    let logged = s(attrs, "response_text");
+    let response = logged
+        .and_then(|t| serde_json::from_str::<Value>(t).ok())
+        .filter(family::is_chunks);
+    let plain = logged.filter(|_| response.is_none());
+    if let Some(t) = plain.filter(|t| !t.is_empty()) {
+        c.has_text = true;
         out.push(Event::owned(
             &c.turn,
             Some(c.attempt),
             ts,
-            EventKind::Usage {
-                usage,
-                model: s(attrs, "model").map(owned),
-            },
+            EventKind::Text { text: owned(t) },
         ));
-        if c.pending_finish.is_some() {
-            return;
+    }
+    let reasons = text(attrs, "finish_reasons");
+    if response.is_some() {
+        c.has_text = true;
+    }
+    let finish = match &response {
+        Some(r) => events(r, c, ts, out),
+        // A fork's plain text says nothing of the finish: settled by the next record.
+        None if plain.is_some() && reasons.is_none() => {
+            c.pending_finish = Some(ts);
+            None
         }
-        match finish {
-            Some(reason) => out.push(Event::owned(
-                &c.turn,
-                Some(c.attempt),
-                ts,
-                EventKind::Finish {
-                    reason: Cow::Owned(reason),
-                },
-            )),
-            // The stream ended before its finish event (gemini-cli logs it as a response).
-            None => out.push(Event::owned(
-                &c.turn,
-                Some(c.attempt),
-                ts,
-                EventKind::Error {
-                    message: Cow::Borrowed("stream ended without a finishReason"),
-                    code: Some(Cow::Borrowed("no_finish_reason")),
-                },
-            )),
-        }
+        // Prompts and responses not logged: trust the attribute.
+        None => reasons.map(|r| {
+            r.trim_matches(|ch| matches!(ch, '[' | ']' | '\'' | '"' | ' '))
+                .rsplit(',')
+                .next()
+                .unwrap_or("stop")
+                .trim_matches(|ch| matches!(ch, '\'' | '"' | ' '))
+                .to_owned()
+        }),
+    };
+    let thoughts = num(attrs, "thoughts_token_count");
+    let usage = Usage {
+        input_tokens: num(attrs, "input_token_count") + num(attrs, "tool_token_count"),
+        output_tokens: num(attrs, "output_token_count") + thoughts,
+        cached_input_tokens: num(attrs, "cached_content_token_count"),
+        cache_write_tokens: 0,
+        reasoning_tokens: thoughts,
+    };
+    out.push(Event::owned(
+        &c.turn,
+        Some(c.attempt),
+        ts,
+        EventKind::Usage {
+            usage,
+            model: s(attrs, "model").map(owned),
+        },
+    ));
+    if c.pending_finish.is_some() {
+        return;
+    }
+    match finish {
+        Some(reason) => out.push(Event::owned(
+            &c.turn,
+            Some(c.attempt),
+            ts,
+            EventKind::Finish {
+                reason: Cow::Owned(reason),
+            },
+        )),
+        // The stream ended before its finish event (gemini-cli logs it as a response).
+        None => out.push(Event::owned(
+            &c.turn,
+            Some(c.attempt),
+            ts,
+            EventKind::Error {
+                message: Cow::Borrowed("stream ended without a finishReason"),
+                code: Some(Cow::Borrowed("no_finish_reason")),
+            },
+        )),
     }
 }
