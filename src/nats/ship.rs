@@ -26,14 +26,17 @@ use async_nats::jetstream;
 use bytes::Bytes;
 
 use super::deploy::Deploy;
-use super::partition::{ensure_events_stream, partition_of, subject};
+use super::partition::{ensure_events_stream, subject};
 use super::{LINES_HEADER, NatsError, STREAM_HEADER};
 use crate::internal_events::TailerReport;
 use crate::sink::metrics::Metrics;
 use crate::source::checkpoint_io;
 use crate::source::file::{FileCheckpoint, FileTailer, FileTailerConfig, ReadFrom};
 
+mod route;
 mod stdin;
+
+use route::{Routed, Routes};
 
 /// Name of the shipper's checkpoint (file offsets acknowledged by JetStream).
 pub const SHIP_CHECKPOINT_FILE: &str = "ship-checkpoint.json";
@@ -107,6 +110,9 @@ struct ShipState {
     /// The round being published: each file's last line in it (none after its acks).
     #[serde(default)]
     in_flight: Vec<InFlight>,
+    /// Each file's route to the partitions (since version 3; `route.rs`).
+    #[serde(default)]
+    routes: Vec<Routed>,
 }
 
 /// A file's part of the round in flight.
@@ -168,6 +174,7 @@ pub async fn ship(cfg: ShipConfig, shutdown: Arc<AtomicBool>) -> Result<ShipSumm
         partitions,
         dead_letters: 0,
     };
+    let mut routes = Routes::restore(&restored.routes, &restored.files);
     let mut acked = restored.files;
     // The round in flight at the last stop: read that far before publishing, to re-send it as
     // the same messages.
@@ -212,11 +219,22 @@ pub async fn ship(cfg: ShipConfig, shutdown: Arc<AtomicBool>) -> Result<ShipSumm
                 continue;
             }
         }
-        // A round: every line read (a replayed file's up to its in-flight end, as before).
+        // A round: every line read (a replayed file's up to its in-flight end, as before) of
+        // the files whose route is decided; a young file's wait for its head to say its format.
         let ends: HashMap<(u64, u64), u64> = restored_ends(&restored.in_flight);
-        let (round, rest): (Vec<Read>, Vec<Read>) = std::mem::take(&mut carry)
-            .into_iter()
-            .partition(|r| ends.get(&(r.dev, r.ino)).is_none_or(|e| r.end <= *e));
+        let now = std::time::Instant::now();
+        let mut waiting: Vec<(u64, u64)> = Vec::new();
+        for r in &carry {
+            let id = (r.dev, r.ino);
+            if !waiting.contains(&id) && routes.decide(&r.path, r.dev, r.ino, now).is_none() {
+                waiting.push(id);
+            }
+        }
+        let (round, rest): (Vec<Read>, Vec<Read>) =
+            std::mem::take(&mut carry).into_iter().partition(|r| {
+                !waiting.contains(&(r.dev, r.ino))
+                    && ends.get(&(r.dev, r.ino)).is_none_or(|e| r.end <= *e)
+            });
         carry = rest;
         restored.in_flight.clear();
         let max_payload = super::max_payload(&client);
@@ -242,16 +260,23 @@ pub async fn ship(cfg: ShipConfig, shutdown: Arc<AtomicBool>) -> Result<ShipSumm
         let in_flight = in_flight_of(&round);
         if n > 0 {
             if let Some(path) = &checkpoint_path {
-                save_state(path, &acked, &in_flight);
+                save_state(
+                    path,
+                    &acked,
+                    &in_flight,
+                    &routes.saved(&tailer.checkpoints()),
+                );
             }
-            let batch = batches(&round, &cfg.source_id, partitions, max_payload);
+            let part =
+                |r: &Read| routes.partition(r.dev, r.ino, &r.bytes, &cfg.source_id, partitions);
+            let batch = batches(&round, &cfg.source_id, part, max_payload);
             publish_all(&js, &batch, &shutdown).await?;
             summary.lines += n;
         }
         if n > 0 || stop {
             acked = acknowledged(tailer.checkpoints(), &carry, &acked, &in_flight);
             if let Some(path) = &checkpoint_path {
-                save_state(path, &acked, &[]);
+                save_state(path, &acked, &[], &routes.saved(&tailer.checkpoints()));
             }
         }
         if stop {
@@ -358,7 +383,12 @@ fn acknowledged(
 /// The messages of a round: per file and partition, in order, up to [`BATCH_LINES`] lines and
 /// [`BATCH_BYTES`] (or the server's largest message) each. The same lines always make the
 /// same messages (a re-sent round is dropped by its ids).
-fn batches(round: &[Read], source_id: &str, partitions: u32, max_payload: usize) -> Vec<Pending> {
+fn batches(
+    round: &[Read],
+    source_id: &str,
+    partition: impl Fn(&Read) -> u32,
+    max_payload: usize,
+) -> Vec<Pending> {
     let limit = BATCH_BYTES.min(max_payload.saturating_sub(ENVELOPE)).max(1);
     // Open batches by (file, partition), in the order they were opened.
     struct Open<'a> {
@@ -370,7 +400,7 @@ fn batches(round: &[Read], source_id: &str, partitions: u32, max_payload: usize)
     let mut open: HashMap<(u64, u64, u32), usize> = HashMap::new();
     let mut out = Vec::new();
     for r in round {
-        let key = (r.dev, r.ino, partition_of(&r.bytes, partitions));
+        let key = (r.dev, r.ino, partition(r));
         let i = *open.entry(key).or_insert_with(|| {
             order.push(Open {
                 partition: key.2,
@@ -486,7 +516,7 @@ fn load_state(path: &std::path::Path, reset: bool) -> Result<ShipState, NatsErro
                     return Ok(ShipState {
                         version: 1,
                         files,
-                        in_flight: Vec::new(),
+                        ..ShipState::default()
                     });
                 }
                 Err(_) => e.to_string(),
@@ -516,11 +546,17 @@ fn load_state(path: &std::path::Path, reset: bool) -> Result<ShipState, NatsErro
     Ok(ShipState::default())
 }
 
-fn save_state(path: &std::path::Path, files: &[FileCheckpoint], in_flight: &[InFlight]) {
+fn save_state(
+    path: &std::path::Path,
+    files: &[FileCheckpoint],
+    in_flight: &[InFlight],
+    routes: &[Routed],
+) {
     let state = ShipState {
-        version: 2,
+        version: 3,
         files: files.to_vec(),
         in_flight: in_flight.to_vec(),
+        routes: routes.to_vec(),
     };
     let written = serde_json::to_vec(&state)
         .map_err(std::io::Error::other)
@@ -538,6 +574,7 @@ fn save_state(path: &std::path::Path, files: &[FileCheckpoint], in_flight: &[InF
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nats::partition::partition_of;
 
     fn read(ino: u64, end: u64, turn: &str, pad: usize) -> Read {
         let line = format!(
@@ -570,8 +607,18 @@ mod tests {
         for i in 0..2_500u64 {
             round.push(read(1 + i % 2, 100 * (i + 1), &format!("t{}", i % 7), 40));
         }
-        let a = batches(&round, "host", 4, 64 * 1024);
-        let b = batches(&round, "host", 4, 64 * 1024);
+        let a = batches(
+            &round,
+            "host",
+            |r: &Read| partition_of(&r.bytes, 4),
+            64 * 1024,
+        );
+        let b = batches(
+            &round,
+            "host",
+            |r: &Read| partition_of(&r.bytes, 4),
+            64 * 1024,
+        );
         assert_eq!(ids(&a), ids(&b), "a re-sent round has the same ids");
         let lines: usize = a
             .iter()

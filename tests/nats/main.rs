@@ -17,6 +17,7 @@ mod otlp_receiver;
 #[path = "../proxy/proxy_support/mod.rs"]
 mod proxy_support;
 mod receiver;
+mod spread;
 #[path = "../common/tls_receiver.rs"]
 mod tls_receiver;
 mod traces;

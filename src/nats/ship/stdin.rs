@@ -9,6 +9,8 @@ use std::time::Duration;
 use async_nats::jetstream;
 use bytes::Bytes;
 
+use crate::nats::partition::partition_of;
+
 use super::{
     BATCH_LINES, ENVELOPE, NatsError, Read, STDIN_DEV, STDIN_PARTIAL_WAIT, ShipConfig, ShipSummary,
     batches, publish_all,
@@ -75,7 +77,12 @@ pub(super) async fn ship_stdin(
             }
             continue;
         }
-        let batch = batches(&round, &cfg.source_id, partitions, max_payload);
+        let batch = batches(
+            &round,
+            &cfg.source_id,
+            |r: &Read| partition_of(&r.bytes, partitions),
+            max_payload,
+        );
         publish_all(js, &batch, &shutdown).await?;
         summary.lines += round.len() as u64;
     }
