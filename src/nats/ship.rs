@@ -386,7 +386,7 @@ fn acknowledged(
 fn batches(
     round: &[Read],
     source_id: &str,
-    partition: impl Fn(&Read) -> u32,
+    mut partition: impl FnMut(&Read) -> u32,
     max_payload: usize,
 ) -> Vec<Pending> {
     let limit = BATCH_BYTES.min(max_payload.saturating_sub(ENVELOPE)).max(1);

@@ -56,6 +56,9 @@ pub(in crate::nats) struct Routes {
     decided: HashMap<(u64, u64), FileRoute>,
     /// Files whose head has not decided yet: since when their lines wait.
     waiting: HashMap<(u64, u64), Instant>,
+    /// The partition of each [`FileRoute::Stream`] file, once computed (the source id and the
+    /// partition count do not change while a shipper runs).
+    stream_partition: HashMap<(u64, u64), u32>,
 }
 
 impl Routes {
@@ -69,7 +72,7 @@ impl Routes {
         }
         Routes {
             decided,
-            waiting: HashMap::new(),
+            ..Routes::default()
         }
     }
 
@@ -94,7 +97,7 @@ impl Routes {
 
     /// The partition of `line` of the file `(dev, ino)` (decided), shipped by `source_id`.
     pub(in crate::nats) fn partition(
-        &self,
+        &mut self,
         dev: u64,
         ino: u64,
         line: &[u8],
@@ -104,7 +107,9 @@ impl Routes {
         match self.decided.get(&(dev, ino)) {
             Some(FileRoute::Joined) => JOINED_PARTITION,
             Some(FileRoute::Stream) => {
-                partition_of_stream(&format!("{source_id}/{dev}.{ino}"), partitions)
+                *self.stream_partition.entry((dev, ino)).or_insert_with(|| {
+                    partition_of_stream(&format!("{source_id}/{dev}.{ino}"), partitions)
+                })
             }
             Some(FileRoute::ByTurn) | None => partition_of(line, partitions),
         }
@@ -116,6 +121,7 @@ impl Routes {
             files.iter().map(|f| (f.dev, f.ino)).collect();
         self.decided.retain(|id, _| tracked.contains(id));
         self.waiting.retain(|id, _| tracked.contains(id));
+        self.stream_partition.retain(|id, _| tracked.contains(id));
         let mut v: Vec<Routed> = self
             .decided
             .iter()
