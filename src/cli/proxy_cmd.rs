@@ -105,6 +105,67 @@ pub struct ProxyArgs {
     capture_content: bool,
     #[command(flatten)]
     limits: super::limits_args::LimitArgs,
+    /// Publish the proxy's lines to this NATS server's JetStream (by turn, as `ship` does)
+    /// instead of correlating them here: the cluster's `run --nats` collectors correlate
+    /// them, with every other host's (docs/scaling.md).
+    #[arg(long, value_name = "URL")]
+    nats_publish: Option<String>,
+    #[command(flatten)]
+    nats_deploy: super::nats_args::NatsArgs,
+    /// With --nats-publish: this host's name in message ids [default: the host name].
+    #[arg(long, value_name = "NAME", requires = "nats_publish")]
+    source_id: Option<String>,
+    /// With --nats-publish: partitions, when this proxy creates the events stream.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 16,
+        requires = "nats_publish"
+    )]
+    partitions: u32,
+}
+
+/// Where the proxy's lines go with --nats-publish.
+struct Publish {
+    deploy: retryscope::nats::deploy::Deploy,
+    source_id: String,
+    partitions: u32,
+}
+
+impl ProxyArgs {
+    /// The cluster to publish to, or why the flags ask for what only a local engine does
+    /// (exit 2: never ignored).
+    fn publish(&self) -> anyhow::Result<Option<Publish>> {
+        let Some(url) = &self.nats_publish else {
+            if let Some(flag) = self.nats_deploy.any_given() {
+                anyhow::bail!("{flag} applies to --nats-publish, which is not given");
+            }
+            return Ok(None);
+        };
+        let local = [
+            (self.data_dir.is_some(), "--data-dir"),
+            (self.findings_out.is_some(), "--findings-out"),
+            (self.otlp_endpoint.is_some(), "--otlp-endpoint"),
+            (self.idle_timeout_secs.is_some(), "--idle-timeout-secs"),
+            (self.max_attempts.is_some(), "--max-attempts"),
+            (!self.read_only_tools.is_empty(), "--read-only-tools"),
+            (self.prices.is_some(), "--prices"),
+        ];
+        if let Some((_, flag)) = local.iter().find(|(given, _)| *given) {
+            anyhow::bail!(
+                "{flag} configures the correlation, which with --nats-publish happens on the \
+                 cluster's collectors: give it to `run --nats` there"
+            );
+        }
+        Ok(Some(Publish {
+            deploy: self.nats_deploy.deploy(url)?,
+            source_id: self
+                .source_id
+                .clone()
+                .unwrap_or_else(|| super::common::host_name("host")),
+            partitions: self.partitions.max(1),
+        }))
+    }
 }
 
 fn merge(args: &ProxyArgs) -> anyhow::Result<RunConfig> {
@@ -185,13 +246,20 @@ fn merge(args: &ProxyArgs) -> anyhow::Result<RunConfig> {
 }
 
 pub fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
+    let publish = match args.publish() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("retryscope: error: {e:#}");
+            return Ok(ExitCode::from(2));
+        }
+    };
     let cfg = merge(&args)?;
     let traces = super::common::trace_config(&cfg)?;
     let runtime = super::common::runtime(2, "retryscope-proxy")?;
     runtime.block_on(async move {
         let telemetry = retryscope::telemetry::init(traces.as_ref())
             .context("starting logging and self-telemetry")?;
-        let result = serve(cfg, traces).await;
+        let result = serve(cfg, traces, publish).await;
         match tokio::task::spawn_blocking(move || telemetry.shutdown(Duration::from_secs(10))).await
         {
             Ok(Ok(())) => {}
@@ -202,7 +270,11 @@ pub fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-async fn serve(cfg: RunConfig, traces: Option<TraceExportConfig>) -> anyhow::Result<ExitCode> {
+async fn serve(
+    cfg: RunConfig,
+    traces: Option<TraceExportConfig>,
+    publish: Option<Publish>,
+) -> anyhow::Result<ExitCode> {
     super::common::raise_fd_limit();
     let metrics = Arc::new(Metrics::new(cfg.labels.clone()).context("registering metrics")?);
     let metrics_listener = tokio::net::TcpListener::bind(&cfg.metrics_addr)
@@ -308,6 +380,13 @@ async fn serve(cfg: RunConfig, traces: Option<TraceExportConfig>) -> anyhow::Res
         tracing::info!("shutting down: closing open turns, flushing sinks");
         signal_flag.store(true, Ordering::SeqCst);
     });
+    if let Some(publish) = publish {
+        return publish_lines(
+            publish, &cfg, rx, ready, shutdown, stop_tx, proxy, proxy_task,
+        )
+        .await
+        .map(|()| ExitCode::SUCCESS);
+    }
     let engine = Engine::new(cfg, Sources::default(), metrics.clone(), traces).with_feed(rx);
     let engine_shutdown = shutdown.clone();
     let (summary, traces) =
@@ -335,4 +414,67 @@ async fn serve(cfg: RunConfig, traces: Option<TraceExportConfig>) -> anyhow::Res
         anyhow::bail!("the final checkpoint could not be written");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--nats-publish`: the proxy's lines go to JetStream instead of an engine. Ready once the
+/// events stream is there; at the signal the proxy stops taking requests first, then what it
+/// wrote is published (the feed ends when the proxy is gone), within 10 s.
+#[allow(clippy::too_many_arguments)]
+async fn publish_lines(
+    publish: Publish,
+    cfg: &RunConfig,
+    rx: std::sync::mpsc::Receiver<retryscope::run::FeedItem>,
+    ready: Arc<AtomicBool>,
+    shutdown: Arc<AtomicBool>,
+    stop_tx: tokio::sync::watch::Sender<bool>,
+    proxy: Arc<Proxy>,
+    proxy_task: tokio::task::JoinHandle<()>,
+) -> anyhow::Result<()> {
+    let feed = retryscope::nats::ship::FeedShip {
+        source_id: publish.source_id,
+        name: "proxy",
+        max_line_bytes: cfg.max_line_bytes,
+        poll_interval: Duration::from_millis(20),
+    };
+    // The publisher stops on its own flag: the signal stops the proxy, and the publisher
+    // drains what the proxy wrote until the feed ends.
+    let drained = Arc::new(AtomicBool::new(false));
+    let publisher = tokio::spawn({
+        let drained = drained.clone();
+        async move {
+            retryscope::nats::ship::publish_feed(
+                &publish.deploy,
+                feed,
+                publish.partitions,
+                Duration::from_secs(300),
+                rx,
+                ready,
+                drained,
+            )
+            .await
+        }
+    });
+    while !shutdown.load(Ordering::SeqCst) && !publisher.is_finished() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = stop_tx.send(true);
+    let _ = proxy_task.await;
+    let lost = proxy.feed_lost();
+    drop(proxy);
+    let stopping = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        drained.store(true, Ordering::SeqCst);
+    });
+    let summary = publisher
+        .await
+        .context("the publisher panicked")?
+        .context("publishing the proxy's lines to JetStream")?;
+    stopping.abort();
+    tracing::info!(
+        lines = summary.lines,
+        dead_letters = summary.dead_letters,
+        lines_lost = lost,
+        "stopped"
+    );
+    Ok(())
 }

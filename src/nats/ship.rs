@@ -33,9 +33,11 @@ use crate::sink::metrics::Metrics;
 use crate::source::checkpoint_io;
 use crate::source::file::{FileCheckpoint, FileTailer, FileTailerConfig, ReadFrom};
 
+mod feed;
 mod route;
-mod stdin;
 
+pub(crate) use feed::ship_feed;
+pub use feed::{FeedShip, publish_feed};
 use route::{Routed, Routes};
 
 /// Name of the shipper's checkpoint (file offsets acknowledged by JetStream).
@@ -90,8 +92,9 @@ pub const BATCH_LINES: usize = 1_000;
 /// Bytes of lines per message, at most (and the server's largest message, less the envelope).
 const BATCH_BYTES: usize = 512 * 1024;
 
-/// The device number that marks stdin's lines in a round (their `ino` is the shipper's start
-/// time and their `end` the line number): no file has it.
+/// The device number that marks a feed's lines in a round (stdin's, the proxy's: their path is
+/// the feed's name, their `ino` the shipper's start time and their `end` the line number): no
+/// file has it.
 const STDIN_DEV: u64 = u64::MAX;
 
 /// How long stdin stays quiet before a last line without its newline is shipped (a file's
@@ -156,7 +159,14 @@ pub async fn ship(cfg: ShipConfig, shutdown: Arc<AtomicBool>) -> Result<ShipSumm
         ensure_events_stream(&js, cfg.partitions, cfg.duplicate_window, &cfg.nats).await?;
     tracing::info!(partitions, "shipping to JetStream");
     if cfg.stdin {
-        return stdin::ship_stdin(&cfg, &js, &client, partitions, shutdown).await;
+        let feed = FeedShip {
+            source_id: cfg.source_id.clone(),
+            name: "stdin",
+            max_line_bytes: cfg.max_line_bytes,
+            poll_interval: cfg.poll_interval,
+        };
+        let rx = crate::run::start_feeds(true, None, shutdown.clone());
+        return ship_feed(&feed, &js, &client, partitions, rx, shutdown).await;
     }
     let mut tailer = FileTailer::new(
         FileTailerConfig {
@@ -443,7 +453,12 @@ fn message(lines: Vec<&Read>, source_id: &str, partition: u32) -> Pending {
     }
     let mut headers = HeaderMap::new();
     let id = if last.dev == STDIN_DEV {
-        format!("{source_id}/stdin.{}/{}", last.ino, last.end)
+        format!(
+            "{source_id}/{}.{}/{}",
+            last.path.display(),
+            last.ino,
+            last.end
+        )
     } else {
         format!("{source_id}/{}.{}/{}", last.dev, last.ino, last.end)
     };

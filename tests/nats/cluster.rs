@@ -597,3 +597,40 @@ fn a_collector_refuses_flags_it_cannot_honour() {
         );
     }
 }
+
+/// `proxy --nats-publish` leaves correlation to the cluster: a flag that configures a local
+/// engine is refused (exit 2, naming it and where it belongs), as is a NATS flag without
+/// `--nats-publish`; nothing is started.
+#[test]
+fn a_publishing_proxy_refuses_what_only_a_local_engine_does() {
+    let url = format!("nats://127.0.0.1:{}", free_port());
+    let upstream = "http://127.0.0.1:9";
+    for (flags, said) in [
+        (
+            vec!["--nats-publish", &url, "--findings-out", "x"],
+            "--findings-out",
+        ),
+        (
+            vec!["--nats-publish", &url, "--data-dir", "/tmp/x"],
+            "--data-dir",
+        ),
+        (
+            vec!["--nats-publish", &url, "--max-attempts", "3"],
+            "--max-attempts",
+        ),
+        (vec!["--nats-ca", "/tmp/ca.pem"], "--nats-ca"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_retryscope"))
+            .args(["proxy", "--upstream", upstream, "--listen", "127.0.0.1:0"])
+            .args(&flags)
+            .stdin(Stdio::null())
+            .output()
+            .expect("proxy");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {err}");
+        assert!(
+            err.contains(said) && err.contains("--nats-publish"),
+            "{flags:?}: {err}"
+        );
+    }
+}

@@ -97,6 +97,9 @@ enum Source {
     /// `run --nats --otlp-listen`: the collector's receiver publishes the POSTed bodies into
     /// the events stream; the fixture's other files are shipped beside them.
     NatsOtlp,
+    /// `retryscope proxy --nats-publish` in front of the mock upstream: the proxy's lines
+    /// published into the events stream, `run --nats` collecting.
+    ProxyNats,
 }
 
 /// Pairs that differ from `check` today because of a product bug, each run by the ignored
@@ -183,6 +186,9 @@ impl Fixture {
         }
         if nats {
             s.push(Source::Nats);
+            if self.proxy.is_some() {
+                s.push(Source::ProxyNats);
+            }
             if self.otlp.is_some() {
                 s.push(Source::NatsOtlp);
             }
@@ -353,7 +359,8 @@ fn expected(checked: &harness::Checked, fx: &Fixture, source: Source) -> Seen {
     // The proxy sees the wire, not the display: a splice only the missing render reset shows
     // is `check`'s, not the proxy's (the module doc).
     let shown = |f: &serde_json::Value| {
-        source != Source::Proxy || !(f["kind"] == "spliced_text" && f["evidence"] == "no_reset")
+        let wire_only = matches!(source, Source::Proxy | Source::ProxyNats);
+        !(wire_only && f["kind"] == "spliced_text" && f["evidence"] == "no_reset")
     };
     let mut findings = BTreeMap::new();
     let mut ids = Vec::new();
@@ -364,7 +371,7 @@ fn expected(checked: &harness::Checked, fx: &Fixture, source: Source) -> Seen {
         ids.push(id_of(f, fx.stream_named));
     }
     ids.sort();
-    if source != Source::Proxy {
+    if !matches!(source, Source::Proxy | Source::ProxyNats) {
         assert_eq!(
             findings,
             checked.counts("findings"),
@@ -482,19 +489,35 @@ fn start(fx: &Fixture, i: usize, source: Source, rt: &tokio::runtime::Runtime) -
             (pair.metrics, pair._procs) = (port, vec![p]);
         }
         Source::Proxy => {
-            let stream = fx.proxy.clone().expect("a provider fixture");
-            let mock = rt.block_on(proxy_support::Mock::start(vec![stream.clone()], None));
             let findings = findings.display().to_string();
-            let (child, _log, addr, metrics) = proxy_support::spawn_proxy(
-                mock.addr,
+            let (p, mock, metrics) = proxy_pair(
+                fx,
+                &tag,
+                rt,
                 &["--findings-out", &findings, "--idle-timeout-secs", "1"],
             );
-            let p = Proc::adopt("retryscope proxy", child);
-            let request = proxy_support::request_for(&stream.path, "hello");
-            let got = rt.block_on(proxy_support::post(addr, &stream.path, &request, &[]));
-            assert_eq!(got.status, 200, "{tag}");
-            assert!(got.body == stream.body(), "{tag}: the body passes whole");
-            (pair.metrics, pair._mock, pair._procs) = (metrics.port(), Some(mock), vec![p]);
+            (pair.metrics, pair._mock, pair._procs) = (metrics, Some(mock), vec![p]);
+        }
+        Source::ProxyNats => {
+            let (server, url) = server_in(&work);
+            let (collector, port) = collector_with(
+                &work,
+                &url,
+                "conformance",
+                "4",
+                "500",
+                &["--idle-timeout-secs", "1"],
+            );
+            let publish = ["--nats-publish", &url, "--source-id", "px"];
+            let (proxy, mock, _) = proxy_pair(
+                fx,
+                &tag,
+                rt,
+                &[&publish[..], &["--partitions", PARTITIONS]].concat(),
+            );
+            pair.findings = work.join("conformance-findings.jsonl");
+            (pair.metrics, pair.nats, pair._mock) = (port, Some(url), Some(mock));
+            pair._procs = vec![proxy, collector, server];
         }
         Source::Nats | Source::NatsOtlp => {
             let receiving = source == Source::NatsOtlp;
@@ -539,6 +562,25 @@ fn start(fx: &Fixture, i: usize, source: Source, rt: &tokio::runtime::Runtime) -
         }
     }
     pair
+}
+
+/// `retryscope proxy` with `extra` flags in front of a mock replaying `fx`'s recorded body,
+/// and one request through it: the proxy, the mock, and the proxy's metrics port.
+fn proxy_pair(
+    fx: &Fixture,
+    tag: &str,
+    rt: &tokio::runtime::Runtime,
+    extra: &[&str],
+) -> (Proc, proxy_support::Mock, u16) {
+    let stream = fx.proxy.clone().expect("a provider fixture");
+    let mock = rt.block_on(proxy_support::Mock::start(vec![stream.clone()], None));
+    let (child, _log, addr, metrics) = proxy_support::spawn_proxy(mock.addr, extra);
+    let p = Proc::adopt("retryscope proxy", child);
+    let request = proxy_support::request_for(&stream.path, "hello");
+    let got = rt.block_on(proxy_support::post(addr, &stream.path, &request, &[]));
+    assert_eq!(got.status, 200, "{tag}");
+    assert!(got.body == stream.body(), "{tag}: the body passes whole");
+    (p, mock, metrics.port())
 }
 
 /// The last 40 lines of a process's log, for a failure message.

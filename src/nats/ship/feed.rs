@@ -1,5 +1,6 @@
-//! `retryscope ship -`: standard input shipped in messages like a file's, without a position
-//! to checkpoint (see [`ship_stdin`]).
+//! Lines without a position to checkpoint, shipped in messages like a file's: standard input
+//! (`retryscope ship -`) and the proxy's own lines (`retryscope proxy --nats-publish`), both
+//! read from the engine's feed channel (see [`ship_feed`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,28 +13,43 @@ use bytes::Bytes;
 use crate::nats::partition::partition_of;
 
 use super::{
-    BATCH_LINES, ENVELOPE, NatsError, Read, STDIN_DEV, STDIN_PARTIAL_WAIT, ShipConfig, ShipSummary,
-    batches, publish_all,
+    BATCH_LINES, ENVELOPE, NatsError, Read, STDIN_DEV, STDIN_PARTIAL_WAIT, ShipSummary, batches,
+    publish_all,
 };
+use crate::run::FeedItem;
 
-/// Ship standard input until it ends, in messages like a file's ([`batches`]: per
-/// partition, up to [`BATCH_LINES`] lines). Lines have no position to checkpoint: their ids
-/// (`<source id>/stdin.<start ms>/<line number>`) only make a batch re-published after a
-/// failed publish harmless; a restarted shipper reads a new stdin. A last line without its
-/// newline is shipped once the pipe has been quiet for [`STDIN_PARTIAL_WAIT`] (as a file's),
-/// and ends its record.
-pub(super) async fn ship_stdin(
-    cfg: &ShipConfig,
+/// What a feed is shipped as.
+#[derive(Debug, Clone)]
+pub struct FeedShip {
+    /// This host's identity, part of every message id and stream name.
+    pub source_id: String,
+    /// The feed's name in them: `stdin`, `proxy`.
+    pub name: &'static str,
+    /// Longest line shipped (of bytes split into lines here).
+    pub max_line_bytes: usize,
+    /// Pause between polls with nothing new.
+    pub poll_interval: Duration,
+}
+
+/// Ship the feed `rx` until it ends (or `shutdown`), in messages like a file's ([`batches`]:
+/// per partition of each line's turn id, partition 0 without one, up to [`BATCH_LINES`]
+/// lines). Lines have no position to checkpoint: their ids (`<source id>/<name>.<start
+/// ms>/<line number>`) only make a batch re-published after a failed publish harmless; a
+/// restarted shipper reads a new feed. Bytes (stdin) are split into lines here: a last line
+/// without its newline is shipped once the pipe has been quiet for [`STDIN_PARTIAL_WAIT`] (as
+/// a file's), and ends its record; lines (the proxy's) are shipped as they are.
+pub(crate) async fn ship_feed(
+    cfg: &FeedShip,
     js: &jetstream::Context,
     client: &async_nats::Client,
     partitions: u32,
+    rx: std::sync::mpsc::Receiver<FeedItem>,
     shutdown: Arc<AtomicBool>,
 ) -> Result<ShipSummary, NatsError> {
-    use crate::run::{FeedItem, PipeLine, PipeLines, start_feeds};
+    use crate::run::{PipeLine, PipeLines};
     use std::sync::mpsc::TryRecvError;
     /// Lines read per round, at most.
     const MAX_ROUND: usize = 16 * BATCH_LINES;
-    let rx = start_feeds(true, None, shutdown.clone());
     let mut pipe = PipeLines::new(cfg.max_line_bytes, STDIN_PARTIAL_WAIT);
     let nonce = crate::nats::wall_ms().max(0) as u64;
     let mut number = 0u64;
@@ -45,7 +61,8 @@ pub(super) async fn ship_stdin(
     let mut ended = false;
     while !ended && !shutdown.load(Ordering::SeqCst) {
         let max_payload = crate::nats::max_payload(client);
-        let mut lines = StdinLines {
+        let mut lines = FeedLines {
+            name: cfg.name,
             round: Vec::new(),
             number: &mut number,
             dead_letters: &mut summary.dead_letters,
@@ -58,12 +75,13 @@ pub(super) async fn ship_stdin(
                 Ok(FeedItem::Bytes { bytes, .. }) => {
                     pipe.push(&bytes, std::time::Instant::now(), &mut on)
                 }
+                Ok(FeedItem::Line { bytes, .. }) => on(PipeLine::Line(&bytes)),
+                Ok(FeedItem::TooLong { len, .. }) => on(PipeLine::TooLong(len)),
                 Ok(FeedItem::End { .. }) | Err(TryRecvError::Disconnected) => {
                     pipe.end(&mut on);
                     ended = true;
                     break;
                 }
-                Ok(_) => {}
                 Err(TryRecvError::Empty) => {
                     pipe.quiet(std::time::Instant::now(), &mut on);
                     break;
@@ -89,8 +107,9 @@ pub(super) async fn ship_stdin(
     Ok(summary)
 }
 
-/// One round of stdin's lines, as [`Read`]s (see [`STDIN_DEV`]).
-struct StdinLines<'a> {
+/// One round of a feed's lines, as [`Read`]s (see [`STDIN_DEV`]).
+struct FeedLines<'a> {
+    name: &'static str,
     round: Vec<Read>,
     /// Lines so far (the last one's number).
     number: &'a mut u64,
@@ -99,7 +118,7 @@ struct StdinLines<'a> {
     nonce: u64,
 }
 
-impl StdinLines<'_> {
+impl FeedLines<'_> {
     fn take(&mut self, line: crate::run::PipeLine<'_>) {
         use crate::run::PipeLine;
         *self.number += 1;
@@ -108,9 +127,10 @@ impl StdinLines<'_> {
             PipeLine::Unterminated(b) => (b, true),
             PipeLine::TooLong(len) => {
                 tracing::warn!(
+                    feed = self.name,
                     line = *self.number,
                     bytes = len,
-                    "stdin line too long; skipped"
+                    "line too long; skipped"
                 );
                 return;
             }
@@ -118,10 +138,11 @@ impl StdinLines<'_> {
         if bytes.len() + ENVELOPE > self.max_payload {
             *self.dead_letters += 1;
             tracing::warn!(
+                feed = self.name,
                 line = *self.number,
                 bytes = bytes.len(),
                 max_payload = self.max_payload,
-                "stdin line larger than the server's largest message: not shipped (a dead letter)"
+                "line larger than the server's largest message: not shipped (a dead letter)"
             );
             return;
         }
@@ -135,11 +156,35 @@ impl StdinLines<'_> {
 
     fn push(&mut self, bytes: &[u8]) {
         self.round.push(Read {
-            path: PathBuf::from("stdin"),
+            path: PathBuf::from(self.name),
             dev: STDIN_DEV,
             ino: self.nonce,
             end: *self.number,
             bytes: Bytes::copy_from_slice(bytes),
         });
     }
+}
+
+/// Connect to the deployment, create the events stream if there is none (with `partitions`
+/// and `duplicate_window`), set `ready`, and ship the feed `rx` until it ends (or
+/// `shutdown`): `retryscope proxy --nats-publish` runs this for the proxy's lines.
+pub async fn publish_feed(
+    deploy: &crate::nats::deploy::Deploy,
+    feed: FeedShip,
+    partitions: u32,
+    duplicate_window: Duration,
+    rx: std::sync::mpsc::Receiver<FeedItem>,
+    ready: Arc<AtomicBool>,
+    shutdown: Arc<AtomicBool>,
+) -> Result<ShipSummary, NatsError> {
+    let client = deploy
+        .connect(&format!("retryscope-{} {}", feed.name, feed.source_id))
+        .await?;
+    let js = jetstream::new(client.clone());
+    let partitions =
+        crate::nats::partition::ensure_events_stream(&js, partitions, duplicate_window, deploy)
+            .await?;
+    tracing::info!(partitions, feed = feed.name, "publishing to JetStream");
+    ready.store(true, Ordering::SeqCst);
+    ship_feed(&feed, &js, &client, partitions, rx, shutdown).await
 }
