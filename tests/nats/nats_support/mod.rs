@@ -231,11 +231,31 @@ pub fn log_text(d: &Path, name: &str) -> String {
     std::fs::read_to_string(d.join(format!("{name}.log"))).unwrap_or_default()
 }
 
-/// A fresh `nats-server` with its store and log in `d`, and its URL.
+/// A fresh `nats-server` with its store and log in `d`, and its URL. The port `free_port`
+/// picked can be taken by another process before the server binds it (every process of a
+/// test asks the kernel for ports at once); then what answers on it is not this server, which
+/// has exited: it is started again on another port.
 pub fn server_in(d: &Path) -> (Proc, String) {
-    let port = free_port();
-    let server = nats_server(port, &d.join("js"), &d.join("nats.log"));
-    (server, format!("nats://127.0.0.1:{port}"))
+    for _ in 0..5 {
+        let port = free_port();
+        let mut server = nats_server(port, &d.join("js"), &d.join("nats.log"));
+        if server.child.try_wait().ok().flatten().is_none() && greets_as_nats(port) {
+            return (server, format!("nats://127.0.0.1:{port}"));
+        }
+        let _ = server.child.kill();
+    }
+    panic!("no nats-server could listen on a free port (5 tries)");
+}
+
+/// Whether what listens on `port` greets as a NATS server does (an `INFO` line).
+fn greets_as_nats(port: u16) -> bool {
+    use std::io::Read;
+    let Ok(mut c) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut head = [0u8; 4];
+    c.read_exact(&mut head).is_ok() && &head == b"INFO"
 }
 
 /// A refund run twice: attempt 0 streams `pad` characters of text, runs the tool and breaks
