@@ -24,7 +24,30 @@ pub fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
 }
 
+/// A free loopback port for a child process to listen on.
+///
+/// Below the kernel's ephemeral range (32768 and up by default), and never the same twice in
+/// one test process: a port the kernel gave out for `:0` and took back is the next `:0`
+/// bind's too, and the processes a test starts bind `:0` for their other listeners, so two
+/// of them could end up on one port (seen: a pair's scrape read another pair's `run`, whose
+/// port it had been handed first).
 pub fn free_port() -> u16 {
+    use std::sync::Mutex;
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    // A start that differs between test processes run at once (by pid), then every port.
+    let span = 32768 - 20000;
+    let start = (std::process::id() as usize * 7919) % span;
+    for i in 0..span {
+        let port = (20000 + (start + i * 97) % span) as u16;
+        if given.contains(&port) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push(port);
+            return port;
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
