@@ -286,7 +286,7 @@ pub async fn ship(cfg: ShipConfig, shutdown: Arc<AtomicBool>) -> Result<ShipSumm
         if n > 0 || stop {
             acked = acknowledged(tailer.checkpoints(), &carry, &acked, &in_flight);
             if let Some(path) = &checkpoint_path {
-                save_state(path, &acked, &[], &routes.saved(&tailer.checkpoints()));
+                save_state(path, &acked, &[], &routes.saved(&acked));
             }
         }
         if stop {
