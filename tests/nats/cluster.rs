@@ -583,14 +583,7 @@ fn a_collector_refuses_flags_it_cannot_honour() {
         (vec!["--data-dir", "/tmp/x"], "--data-dir"),
         (vec!["--output", "human"], "--output human"),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_retryscope"))
-            .args(["run", "--nats", &url])
-            .args(&flags)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run --nats");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{flags:?}: {err}");
+        let err = refused(&["run", "--nats", &url], &flags);
         assert!(
             err.contains("with --nats") && err.contains(said),
             "{flags:?}: {err}"
@@ -620,17 +613,24 @@ fn a_publishing_proxy_refuses_what_only_a_local_engine_does() {
         ),
         (vec!["--nats-ca", "/tmp/ca.pem"], "--nats-ca"),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_retryscope"))
-            .args(["proxy", "--upstream", upstream, "--listen", "127.0.0.1:0"])
-            .args(&flags)
-            .stdin(Stdio::null())
-            .output()
-            .expect("proxy");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{flags:?}: {err}");
+        let proxy = ["proxy", "--upstream", upstream, "--listen", "127.0.0.1:0"];
+        let err = refused(&proxy, &flags);
         assert!(
             err.contains(said) && err.contains("--nats-publish"),
             "{flags:?}: {err}"
         );
     }
+}
+
+/// The command `args` with `flags` exits 2 without starting; its stderr.
+fn refused(args: &[&str], flags: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_retryscope"))
+        .args(args)
+        .args(flags)
+        .stdin(Stdio::null())
+        .output()
+        .expect("retryscope");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{flags:?}: {err}");
+    err
 }
