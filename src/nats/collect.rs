@@ -27,7 +27,13 @@
 //! one a deposed owner holds, so that owner's next checkpoint fails), pulls through a consumer
 //! of its own lease epoch (`retryscope-p<N>-e<lease revision>`; the others of the partition are
 //! deleted), and every owner stops fetching and checkpointing a partition once its lease could
-//! have ended by its own monotonic clock. A delivery missing from the consumer's sequence (a
+//! have ended by its own monotonic clock. No wall clocks are compared between collectors:
+//! another's lease or membership has ended when its key's revision stood still for a lease as
+//! this instance observed it ([`super::lease::Observer`]).
+//!
+//! Each owned partition is tended by its own task ([`super::tend`]), so the partitions of one
+//! instance are read, correlated and checkpointed concurrently; this loop keeps the membership
+//! and the leases, starts and ends the tasks, and serves the sum of their metrics. A delivery missing from the consumer's sequence (a
 //! fetch abandoned mid-way, a deposed owner's pull) makes the partition be taken again from its
 //! checkpoint rather than correlated with a gap.
 //!
@@ -44,18 +50,19 @@
 //! instance's own and are set on top of that sum ([`Metrics::set_cluster`]).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, kv};
-use bytes::Bytes;
-use futures_util::StreamExt;
 
 use super::FINDINGS_STREAM;
 use super::deploy::Deploy;
-use super::owned::{Owned, await_acks, checkpoint, keep_time, poll, take};
+use super::lease::Observer;
+use super::membership::{claim_name, fair_share, heartbeat, member_key};
+use super::owned::take;
 use super::partition::ensure_findings_stream;
+use super::tend::{Ended, LeaseClock, Order, Tended};
 use super::{EVENTS_STREAM, NatsError, lease, state, wall_ms};
 use crate::sink::findings::FindingsSink;
 use crate::sink::metrics::{ClusterStats, Metrics};
@@ -114,9 +121,24 @@ pub struct CollectSummary {
 /// Finding acknowledgements awaited together (async-nats allows 5,000 in flight and blocks a
 /// publish past that).
 pub const MAX_ACKS_IN_FLIGHT: usize = 1_024;
-pub(super) struct Shared<'a> {
+
+/// What the instance's partition tasks count, together.
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    pub(super) messages: AtomicU64,
+    pub(super) checkpoints: AtomicU64,
+    pub(super) checkpoint_failures: AtomicU64,
+    pub(super) publish_failures: AtomicU64,
+    pub(super) dead_letters: AtomicU64,
+    pub(super) replayed_unpublished: AtomicU64,
+}
+
+/// What every partition of the instance uses: the connection, the buckets and streams, the
+/// configuration, the instance's own outputs and counters. Cloned into each partition's task.
+#[derive(Clone)]
+pub(super) struct Shared {
     pub(super) js: jetstream::Context,
-    pub(super) cfg: &'a CollectConfig,
+    pub(super) cfg: Arc<CollectConfig>,
     pub(super) prices: Arc<PriceTable>,
     pub(super) states: kv::Store,
     pub(super) events: jetstream::stream::Stream,
@@ -127,7 +149,7 @@ pub(super) struct Shared<'a> {
     pub(super) findings: Arc<Mutex<FindingsSink>>,
     /// Closed turns exported as traces (`--otlp-endpoint`), as `run` does.
     pub(super) traces: Option<Arc<TraceSink>>,
-    pub(super) summary: CollectSummary,
+    pub(super) counters: Arc<Counters>,
 }
 
 /// Collect until `shutdown`; `served` receives the sum of the owned partitions' metrics (and
@@ -143,6 +165,7 @@ pub async fn collect(
     shutdown: Arc<AtomicBool>,
     ready: Arc<AtomicBool>,
 ) -> Result<CollectSummary, NatsError> {
+    let cfg = Arc::new(cfg);
     let client = cfg
         .nats
         .connect(&format!("retryscope-run {}", cfg.instance))
@@ -180,9 +203,9 @@ pub async fn collect(
     });
     ready.store(true, Ordering::SeqCst);
     tracing::info!(partitions, instance = %cfg.instance, "collecting from JetStream");
-    let mut sh = Shared {
+    let sh = Shared {
         js: js.clone(),
-        cfg: &cfg,
+        cfg: cfg.clone(),
         prices,
         states,
         events,
@@ -190,358 +213,229 @@ pub async fn collect(
         client,
         findings,
         traces,
-        summary: CollectSummary::default(),
+        counters: Arc::default(),
     };
-    // Every checkpoint round and the stop publish the partitions' and the collector's series.
-    let publish = |owned: &mut BTreeMap<u32, Owned>, sh: &Shared<'_>| {
-        let traces = sh.traces.as_deref();
-        publish_metrics(
-            &served,
-            receiver.as_deref(),
-            owned,
-            &sh.summary,
-            partitions,
-            traces,
-        );
+    let mut inst = Instance {
+        sh,
+        owners,
+        me,
+        observer: Observer::default(),
+        owned: BTreeMap::new(),
+        takeovers: 0,
+        partitions,
     };
-    let mut owned: BTreeMap<u32, Owned> = BTreeMap::new();
+    // Every few rounds and at the stop: the partitions' and the collector's series.
+    let publish = |inst: &Instance| {
+        publish_metrics(&served, receiver.as_deref(), inst);
+    };
     let mut last_lease: Option<Instant> = None;
-    let mut last_checkpoint = Instant::now();
+    let mut last_publish = Instant::now();
     let started = Instant::now();
-    let first =
-        (retryscope_core::fasthash::fnv1a(cfg.instance.as_bytes()) % u64::from(partitions)) as u32;
+    let round = (cfg.lease / 8).clamp(Duration::from_millis(10), Duration::from_millis(250));
     while !shutdown.load(Ordering::SeqCst) {
         if last_lease.is_none_or(|t| t.elapsed() >= cfg.lease / 4) {
             last_lease = Some(Instant::now());
-            let members = heartbeat(&owners, &cfg, &me).await;
-            renew_all(&mut sh, &owners, &cfg, &me, &mut owned).await;
+            let members = heartbeat(&inst.owners, &mut inst.observer, &cfg, &inst.me).await;
+            inst.renew_all().await;
             let share = fair_share(partitions, &members, &cfg.instance);
-            // More than a fair share (a peer joined): hand the excess over, checkpointed.
-            while owned.len() as u32 > share {
-                let Some((p, mut o)) = owned.pop_last() else {
-                    break;
-                };
-                match checkpoint(&mut sh, p, &mut o).await {
-                    Ok(()) => tracing::info!(partition = p, "handed partition over"),
-                    Err(e) => {
-                        sh.summary.checkpoint_failures += 1;
-                        tracing::warn!(partition = p, error = %e,
-                            "handover checkpoint failed; the next owner replays from the stored one");
-                    }
-                }
-                // Released either way: the partition is no longer read here.
-                let _ = lease::renew(&owners, p, &me, o.lease_rev, Duration::ZERO, 0).await;
-            }
+            inst.hand_over_excess(share).await;
             // Peers that start together see each other before anyone takes partitions.
-            let settled = started.elapsed() >= cfg.lease / 2;
-            for i in 0..if settled { partitions } else { 0 } {
-                if owned.len() as u32 >= share {
-                    break;
+            if started.elapsed() >= cfg.lease / 2 {
+                inst.take_up_to(share).await;
+            }
+        }
+        inst.reap().await;
+        if last_publish.elapsed() >= cfg.checkpoint_every {
+            last_publish = Instant::now();
+            publish(&inst);
+        }
+        tokio::time::sleep(round).await;
+    }
+    // Orderly stop: checkpoint everything, then free the leases for the others at once.
+    let owned = std::mem::take(&mut inst.owned);
+    let ends = owned.into_iter().map(|(p, t)| async move {
+        let rev = t.lease_rev;
+        (p, rev, t.end(Order::Checkpoint).await)
+    });
+    for (p, rev, ended) in futures_util::future::join_all(ends).await {
+        if ended == Ended::Checkpointed {
+            let _ = lease::renew(&inst.owners, p, &inst.me, rev, Duration::ZERO, wall_ms()).await;
+        }
+    }
+    publish(&inst);
+    let _ = inst.owners.delete(member_key(&cfg.instance)).await;
+    Ok(inst.summary())
+}
+
+/// One collector's view of the cluster: what it owns and how it judges the others.
+struct Instance {
+    sh: Shared,
+    owners: kv::Store,
+    /// This process's owner id (instance name and incarnation).
+    me: String,
+    /// The revisions of others' leases and memberships, as this instance saw them.
+    observer: Observer,
+    owned: BTreeMap<u32, Tended>,
+    takeovers: u64,
+    partitions: u32,
+}
+
+impl Instance {
+    /// Renew every owned lease; a partition whose lease is not ours any more is dropped.
+    async fn renew_all(&mut self) {
+        let lease = self.sh.cfg.lease;
+        let mut lost = Vec::new();
+        for (&p, t) in self.owned.iter_mut() {
+            let asked = Instant::now();
+            match lease::renew(&self.owners, p, &self.me, t.lease_rev, lease, wall_ms()).await {
+                Some(rev) => {
+                    t.lease_rev = rev;
+                    // Counted from before the request: the others' view of the lease starts
+                    // later.
+                    t.lease.extend(asked + lease * 7 / 8);
                 }
-                let p = (first + i) % partitions;
-                if owned.contains_key(&p) {
-                    continue;
-                }
-                let asked = Instant::now();
-                match lease::acquire(&owners, p, &me, cfg.lease, wall_ms()).await {
-                    Ok(Some(rev)) => match take(&mut sh, p, rev, asked + cfg.lease * 7 / 8).await {
+                None => lost.push(p),
+            }
+        }
+        for p in lost {
+            tracing::warn!(partition = p, "lease lost; partition given up");
+            if let Some(t) = self.owned.remove(&p) {
+                t.end(Order::Drop).await;
+            }
+        }
+    }
+
+    /// More than a fair share (a peer joined): hand the excess over, checkpointed.
+    async fn hand_over_excess(&mut self, share: u32) {
+        while self.owned.len() as u32 > share {
+            let Some((p, t)) = self.owned.pop_last() else {
+                break;
+            };
+            let rev = t.lease_rev;
+            if t.end(Order::Checkpoint).await == Ended::Checkpointed {
+                tracing::info!(partition = p, "handed partition over");
+            }
+            // Released either way: the partition is no longer read here (a failed last
+            // checkpoint is logged; the next owner replays from the stored one).
+            let _ = lease::renew(&self.owners, p, &self.me, rev, Duration::ZERO, wall_ms()).await;
+        }
+    }
+
+    /// Take free or expired partitions up to `share`, starting at this instance's own place
+    /// in the ring. Every partition not owned here is read, so that the age of every lease's
+    /// revision is known by the time this instance may need it.
+    async fn take_up_to(&mut self, share: u32) {
+        let cfg = self.sh.cfg.clone();
+        let first = (retryscope_core::fasthash::fnv1a(cfg.instance.as_bytes())
+            % u64::from(self.partitions)) as u32;
+        for i in 0..self.partitions {
+            let p = (first + i) % self.partitions;
+            if self.owned.contains_key(&p) {
+                continue;
+            }
+            let asked = Instant::now();
+            let want = (self.owned.len() as u32) < share;
+            let acquired = if want {
+                lease::acquire(
+                    &self.owners,
+                    &mut self.observer,
+                    p,
+                    &self.me,
+                    cfg.lease,
+                    wall_ms(),
+                )
+                .await
+            } else {
+                lease::observe(&self.owners, &mut self.observer, p)
+                    .await
+                    .map(|()| None)
+            };
+            match acquired {
+                Ok(Some(rev)) => {
+                    let clock = LeaseClock::new(asked + cfg.lease * 7 / 8);
+                    match take(&self.sh, p, rev, clock).await {
                         Ok(o) => {
-                            sh.summary.takeovers += 1;
+                            self.takeovers += 1;
                             tracing::info!(
                                 partition = p,
                                 from_seq = o.source.seq,
                                 "took partition"
                             );
-                            owned.insert(p, o);
+                            self.owned
+                                .insert(p, Tended::start(self.sh.clone(), p, o, rev));
                         }
                         Err(e) => {
                             tracing::warn!(partition = p, error = %e, "cannot take partition")
                         }
-                    },
-                    Ok(None) => {}
-                    Err(e) => tracing::warn!(error = %e, "lease check failed"),
-                }
-            }
-        }
-        let mut busy = false;
-        let mut lost = Vec::new();
-        for (&p, o) in owned.iter_mut() {
-            // A fetch lost in a server restart may never be answered. Bounded by the lease: a
-            // loop stuck longer would keep serving the metrics of partitions taken over.
-            let polled = tokio::time::timeout(cfg.lease, poll(&mut sh, p, o))
-                .await
-                .unwrap_or_else(|_| Err(NatsError::new("fetching", "timed out")));
-            match polled {
-                Ok(0) => {
-                    if let Err(e) = keep_time(&mut sh, p, o).await {
-                        tracing::warn!(partition = p, error = %e, "cannot keep the partition's clock");
                     }
                 }
-                Ok(_) => busy = true,
-                Err(e) => {
-                    tracing::warn!(partition = p, error = %e, "reading partition failed");
-                    lost.push(p);
-                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "lease check failed"),
             }
         }
-        if last_checkpoint.elapsed() >= cfg.checkpoint_every {
-            last_checkpoint = Instant::now();
-            // What a new owner would replay had this instance died just now.
-            sh.summary.checkpoint_lag = owned
+    }
+
+    /// Forget the partitions whose task ended by itself (a read or a checkpoint failed): the
+    /// lease is kept, so this instance (or, once it lapses, another) takes the partition
+    /// again from its stored checkpoint.
+    async fn reap(&mut self) {
+        let ended: Vec<u32> = self
+            .owned
+            .iter()
+            .filter(|(_, t)| t.ended())
+            .map(|(&p, _)| p)
+            .collect();
+        for p in ended {
+            if let Some(t) = self.owned.remove(&p) {
+                t.end(Order::Drop).await;
+            }
+        }
+    }
+
+    fn summary(&self) -> CollectSummary {
+        let c = &self.sh.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        CollectSummary {
+            messages: get(&c.messages),
+            checkpoints: get(&c.checkpoints),
+            checkpoint_failures: get(&c.checkpoint_failures),
+            takeovers: self.takeovers,
+            publish_failures: get(&c.publish_failures),
+            checkpoint_lag: self
+                .owned
                 .values()
-                .map(|o| o.source.seq.saturating_sub(o.stored))
-                .sum();
-            for (&p, o) in owned.iter_mut() {
-                let done = tokio::time::timeout(cfg.lease, checkpoint(&mut sh, p, o))
-                    .await
-                    .unwrap_or_else(|_| Err(NatsError::new("checkpointing", "timed out")));
-                if let Err(e) = done {
-                    sh.summary.checkpoint_failures += 1;
-                    tracing::warn!(partition = p, error = %e, "checkpoint failed; giving the partition up");
-                    lost.push(p);
-                }
-            }
-            publish(&mut owned, &sh);
-        }
-        for p in lost {
-            // Dropped without a checkpoint: whoever takes it next (us too) replays from the
-            // stored one, and reads which findings were published past it.
-            if let Some(mut o) = owned.remove(&p) {
-                settle_acks(&mut sh, p, &mut o).await;
-            }
-        }
-        if !busy {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-    // Orderly stop: checkpoint everything, then free the leases for the others at once.
-    for (&p, o) in owned.iter_mut() {
-        match checkpoint(&mut sh, p, o).await {
-            Ok(()) => {
-                let _ = lease::renew(&owners, p, &me, o.lease_rev, Duration::ZERO, 0).await;
-            }
-            Err(e) => tracing::warn!(partition = p, error = %e, "final checkpoint failed"),
-        }
-    }
-    publish(&mut owned, &sh);
-    let _ = owners.delete(member_key(&cfg.instance)).await;
-    Ok(sh.summary)
-}
-
-/// How long after its lease ended a dead member's key is removed (by any live member).
-const EXPIRED_MEMBER_GRACE_MS: i64 = 60_000;
-
-fn member_key(instance: &str) -> String {
-    let clean: String = instance
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    format!("member.{clean}")
-}
-
-/// Refuse to run beside a live collector of the same name. A member key of this name left by
-/// another process is watched for two heartbeat intervals: renewed meanwhile (its revision
-/// moved, by another process), it is a live duplicate; not renewed, it was this instance's
-/// previous run (killed), and the name is this run's. The server's revisions decide, not
-/// clocks.
-async fn claim_name(
-    owners: &kv::Store,
-    cfg: &CollectConfig,
-    me: &str,
-    shutdown: &AtomicBool,
-) -> Result<(), NatsError> {
-    let key = member_key(&cfg.instance);
-    let read = |e: async_nats::jetstream::kv::EntryError| NatsError::new("reading members", e);
-    let Some(first) = owners.entry(&key).await.map_err(read)? else {
-        return Ok(());
-    };
-    if first.operation != kv::Operation::Put {
-        return Ok(());
-    }
-    let watch = cfg.lease / 2;
-    tracing::info!(instance = %cfg.instance, wait_ms = watch.as_millis() as u64,
-        "another process used this instance name; checking that it is gone");
-    let until = Instant::now() + watch;
-    while Instant::now() < until && !shutdown.load(Ordering::SeqCst) {
-        tokio::time::sleep(Duration::from_millis(100).min(watch)).await;
-        if let Some(now) = owners.entry(&key).await.map_err(read)?
-            && now.revision != first.revision
-            && now.operation == kv::Operation::Put
-            && serde_json::from_slice::<lease::Lease>(&now.value).is_ok_and(|l| l.owner != me)
-        {
-            return Err(NatsError::new(
-                "joining the collectors",
-                format!(
-                    "another live collector is named `{}`: give each one its own --instance",
-                    cfg.instance
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// This instance's share of `partitions` among the live `members` (instance names, this one
-/// included): ⌊P/M⌋ each, and one more for the first P mod M names in order, so every
-/// partition has an owner and no member idles while another holds two more than it (with
-/// ⌈P/M⌉ for all, 16 partitions left the fifth of 5 collectors with none).
-fn fair_share(partitions: u32, members: &[String], me: &str) -> u32 {
-    let m = (members.len() as u32).max(1);
-    let rank = members.iter().filter(|n| n.as_str() < me).count() as u32;
-    partitions / m + u32::from(rank < partitions % m)
-}
-
-/// Renew this instance's membership; the names of the live members, sorted (this one always
-/// among them).
-async fn heartbeat(owners: &kv::Store, cfg: &CollectConfig, me: &str) -> Vec<String> {
-    let now = wall_ms();
-    let until = now + i64::try_from(cfg.lease.as_millis()).unwrap_or(i64::MAX);
-    let value = serde_json::to_vec(&lease::Lease {
-        owner: me.to_string(),
-        until_ms: until,
-    })
-    .unwrap_or_default();
-    if let Err(e) = owners
-        .put(member_key(&cfg.instance), Bytes::from(value))
-        .await
-    {
-        tracing::warn!(error = %e, "membership heartbeat failed");
-    }
-    let mut live = vec![cfg.instance.clone()];
-    if let Ok(mut keys) = owners.keys().await {
-        let mut names = Vec::new();
-        while let Some(Ok(k)) = keys.next().await {
-            if k.starts_with("member.") {
-                names.push(k);
-            }
-        }
-        for k in names {
-            if let Ok(Some(v)) = owners.get(&k).await
-                && let Ok(l) = serde_json::from_slice::<lease::Lease>(&v)
-            {
-                if l.until_ms > now {
-                    let name = lease::instance_of(&l.owner);
-                    if name != cfg.instance {
-                        live.push(name.to_string());
-                    }
-                } else if l.until_ms + EXPIRED_MEMBER_GRACE_MS <= now {
-                    // A member that died without a goodbye: its key would stay forever.
-                    let _ = owners.purge(&k).await;
-                }
-            }
-        }
-    }
-    live.sort();
-    live.dedup();
-    live
-}
-
-/// Before a partition is dropped: let the findings in flight land (or fail), so that the next
-/// owner's reading of what was published is complete.
-async fn settle_acks(sh: &mut Shared<'_>, p: u32, o: &mut Owned) {
-    let settled = tokio::time::timeout(Duration::from_secs(5), await_acks(sh, o)).await;
-    if !matches!(settled, Ok(Ok(()))) {
-        tracing::warn!(
-            partition = p,
-            "findings in flight not acknowledged before the partition was dropped"
-        );
-    }
-}
-
-async fn renew_all(
-    sh: &mut Shared<'_>,
-    owners: &kv::Store,
-    cfg: &CollectConfig,
-    me: &str,
-    owned: &mut BTreeMap<u32, Owned>,
-) {
-    let mut lost = Vec::new();
-    for (&p, o) in owned.iter_mut() {
-        let asked = Instant::now();
-        match lease::renew(owners, p, me, o.lease_rev, cfg.lease, wall_ms()).await {
-            Some(rev) => {
-                o.lease_rev = rev;
-                // Counted from before the request: the others' view of the lease starts later.
-                o.lease_until = asked + cfg.lease * 7 / 8;
-            }
-            None => lost.push(p),
-        }
-    }
-    for p in lost {
-        tracing::warn!(partition = p, "lease lost; partition given up");
-        if let Some(mut o) = owned.remove(&p) {
-            settle_acks(sh, p, &mut o).await;
+                .map(|t| t.lag.load(Ordering::Relaxed))
+                .sum(),
+            dead_letters: get(&c.dead_letters),
+            replayed_unpublished: get(&c.replayed_unpublished),
         }
     }
 }
 
 /// Serve the sum of the owned partitions' metrics, and this instance's cluster series.
-fn publish_metrics(
-    served: &Metrics,
-    receiver: Option<&Metrics>,
-    owned: &mut BTreeMap<u32, Owned>,
-    summary: &CollectSummary,
-    partitions: u32,
-    traces: Option<&TraceSink>,
-) {
-    for o in owned.values() {
-        o.core.publish_stats();
-    }
-    let snaps: Vec<_> = owned
+fn publish_metrics(served: &Metrics, receiver: Option<&Metrics>, inst: &Instance) {
+    let snaps: Vec<_> = inst
+        .owned
         .values()
-        .map(|o| o.core.metrics.snapshot())
+        .map(|t| t.metrics.snapshot())
         .chain(receiver.map(Metrics::snapshot))
         .collect();
     let sum = crate::sink::metrics::sum_snapshots(&snaps);
     if let Err(e) = served.restore(&sum) {
         tracing::warn!(error = %e, "cannot publish partition metrics");
     }
-    served.set_cluster(&cluster_stats(owned, summary, partitions));
-    if let Some(t) = traces {
+    let s = inst.summary();
+    served.set_cluster(&ClusterStats {
+        partitions: inst.partitions,
+        owned: inst.owned.len() as u32,
+        takeovers: s.takeovers,
+        checkpoint_lag: s.checkpoint_lag,
+        publish_failures: s.publish_failures,
+        checkpoint_writes: s.checkpoints,
+        checkpoint_failures: s.checkpoint_failures,
+        dead_letters: s.dead_letters,
+    });
+    if let Some(t) = inst.sh.traces.as_deref() {
         crate::engine::outputs::set_trace_stats(served, t);
-    }
-}
-
-/// The instance's cluster series from what it owns and what it did.
-fn cluster_stats(
-    owned: &BTreeMap<u32, Owned>,
-    summary: &CollectSummary,
-    partitions: u32,
-) -> ClusterStats {
-    ClusterStats {
-        partitions,
-        owned: owned.len() as u32,
-        takeovers: summary.takeovers,
-        checkpoint_lag: summary.checkpoint_lag,
-        publish_failures: summary.publish_failures,
-        checkpoint_writes: summary.checkpoints,
-        checkpoint_failures: summary.checkpoint_failures,
-        dead_letters: summary.dead_letters,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::fair_share;
-
-    #[test]
-    fn every_partition_has_an_owner_and_no_member_idles() {
-        for (p, m) in [(16u32, 5usize), (16, 3), (8, 8), (4, 6), (1, 2), (16, 1)] {
-            let names: Vec<String> = (0..m).map(|i| format!("c{i}")).collect();
-            let shares: Vec<u32> = names.iter().map(|n| fair_share(p, &names, n)).collect();
-            assert_eq!(shares.iter().sum::<u32>(), p, "{p} over {m}: {shares:?}");
-            let (lo, hi) = (shares.iter().min(), shares.iter().max());
-            assert!(hi.zip(lo).is_some_and(|(h, l)| h - l <= 1), "{shares:?}");
-        }
-        // Five collectors on 16 partitions: 4, 3, 3, 3, 3 (⌈16/5⌉ for all left one with none).
-        let names: Vec<String> = ["a", "b", "c", "d", "e"].map(String::from).into();
-        let shares: Vec<u32> = names.iter().map(|n| fair_share(16, &names, n)).collect();
-        assert_eq!(shares, vec![4, 3, 3, 3, 3]);
     }
 }

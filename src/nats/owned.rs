@@ -5,6 +5,7 @@
 //! findings stream's sink handed over), and checkpointing it.
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
@@ -19,6 +20,7 @@ use super::collect::{MAX_ACKS_IN_FLIGHT, Shared};
 use super::partition::subject;
 use super::partition_source::{Fetched, FindingsStreamOut, Outgoing, PartitionSource};
 use super::state::PartitionState;
+use super::tend::LeaseClock;
 use super::{LINES_HEADER, NatsError, STREAM_HEADER, TICK_HEADER, state};
 use crate::engine::outputs::{MetricsOut, SharedFindingsOut, TracesOut};
 use crate::engine::{Core, IngestState, LiveSource, Restored, ShardedIngest, Sinks};
@@ -37,10 +39,9 @@ fn fetch_wait(lease: Duration) -> Duration {
 }
 
 pub(super) struct Owned {
-    pub(super) lease_rev: u64,
-    /// Past this instant the lease may have ended for the others (it was renewed at most a
+    /// Past its instant the lease may have ended for the others (it was renewed at most a
     /// lease earlier, by this instance's monotonic clock): no fetch, no checkpoint.
-    pub(super) lease_until: Instant,
+    pub(super) lease: LeaseClock,
     pub(super) stored_state: state::Stored,
     /// The partition's engine: its ingest path and sinks (its metrics, the local findings
     /// output, traces, the findings stream).
@@ -71,14 +72,7 @@ pub(super) struct Owned {
 
 impl Owned {
     pub(super) fn lease_held(&self) -> Result<(), NatsError> {
-        if Instant::now() < self.lease_until {
-            Ok(())
-        } else {
-            Err(NatsError::new(
-                "holding the partition",
-                "its lease was not renewed in time",
-            ))
-        }
+        self.lease.held()
     }
 }
 
@@ -86,10 +80,10 @@ impl Owned {
 /// findings are already published past the checkpoint, and start a consumer of this lease
 /// epoch right after the checkpoint.
 pub(super) async fn take(
-    sh: &mut Shared<'_>,
+    sh: &Shared,
     p: u32,
     lease_rev: u64,
-    lease_until: Instant,
+    lease: LeaseClock,
 ) -> Result<Owned, NatsError> {
     let loaded = state::load(&sh.states, p).await?;
     let metrics = Arc::new(
@@ -185,8 +179,7 @@ pub(super) async fn take(
         );
     }
     Ok(Owned {
-        lease_rev,
-        lease_until,
+        lease,
         stored_state,
         core,
         source,
@@ -280,7 +273,7 @@ async fn published_since(
 }
 
 /// Correlate what partition `p` has waiting; the number of messages taken.
-pub(super) async fn poll(sh: &mut Shared<'_>, p: u32, o: &mut Owned) -> Result<usize, NatsError> {
+pub(super) async fn poll(sh: &Shared, p: u32, o: &mut Owned) -> Result<usize, NatsError> {
     // Small enough that one round over the owned partitions stays well inside a lease: the
     // leases are renewed between rounds.
     const BATCH: usize = 200;
@@ -334,8 +327,10 @@ pub(super) async fn poll(sh: &mut Shared<'_>, p: u32, o: &mut Owned) -> Result<u
         });
     }
     let fetched = o.source.fetched.len();
-    let polled = o.source.poll(&mut o.core, 0);
-    sh.summary.messages += polled.lines;
+    let polled = cpu(|| o.source.poll(&mut o.core, 0));
+    sh.counters
+        .messages
+        .fetch_add(polled.lines, Ordering::Relaxed);
     if polled.lines > 0 {
         o.last_line = Instant::now();
     }
@@ -343,10 +338,20 @@ pub(super) async fn poll(sh: &mut Shared<'_>, p: u32, o: &mut Owned) -> Result<u
     Ok(fetched)
 }
 
+/// Correlation is CPU work: on a multi-thread runtime it runs in place of a worker thread that
+/// tokio replaces meanwhile, so the instance's lease loop and the other partitions' tasks are
+/// never starved by a partition with a large batch.
+fn cpu<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
 /// Publish a clock message into partition `p` when it has been quiet for a second and a tick
 /// could still change something: for the idle timeout and the join's wait past its last
 /// line, and while it holds open turns (see `partition_source.rs`).
-pub(super) async fn keep_time(sh: &mut Shared<'_>, p: u32, o: &mut Owned) -> Result<(), NatsError> {
+pub(super) async fn keep_time(sh: &Shared, p: u32, o: &mut Owned) -> Result<(), NatsError> {
     let since_line = o.last_line.elapsed();
     let idle_ms = sh.cfg.correlator.idle_timeout_ms.unwrap_or(0).max(0) as u64;
     let window = Duration::from_millis(idle_ms)
@@ -373,12 +378,14 @@ pub(super) async fn keep_time(sh: &mut Shared<'_>, p: u32, o: &mut Owned) -> Res
 /// Publish what the findings stream's sink handed over, with its deterministic id: not those
 /// a replay finds already published, and not one over the server's largest message (a dead
 /// letter, in the local output only).
-async fn publish(sh: &mut Shared<'_>, p: u32, o: &mut Owned) -> Result<(), NatsError> {
+async fn publish(sh: &Shared, p: u32, o: &mut Owned) -> Result<(), NatsError> {
     // Headers, subject and protocol line: what a message carries besides the body.
     const ENVELOPE: usize = 512;
     while let Ok(out) = o.outbox.try_recv() {
         if o.published.remove(&out.id) {
-            sh.summary.replayed_unpublished += 1;
+            sh.counters
+                .replayed_unpublished
+                .fetch_add(1, Ordering::Relaxed);
             continue;
         }
         let body = out
@@ -386,7 +393,7 @@ async fn publish(sh: &mut Shared<'_>, p: u32, o: &mut Owned) -> Result<(), NatsE
             .map_err(|e| NatsError::new("encoding a finding", e))?;
         let max_payload = super::max_payload(&sh.client);
         if body.len() + ENVELOPE > max_payload {
-            sh.summary.dead_letters += 1;
+            sh.counters.dead_letters.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
                 partition = p,
                 id = %out.id,
@@ -409,7 +416,7 @@ async fn publish(sh: &mut Shared<'_>, p: u32, o: &mut Owned) -> Result<(), NatsE
             )
             .await
             .map_err(|e| {
-                sh.summary.publish_failures += 1;
+                sh.counters.publish_failures.fetch_add(1, Ordering::Relaxed);
                 NatsError::new("publishing a finding", e)
             })?;
         o.findings_in_flight.push(ack);
@@ -422,10 +429,10 @@ async fn publish(sh: &mut Shared<'_>, p: u32, o: &mut Owned) -> Result<(), NatsE
 
 /// Wait for every finding acknowledgement in flight; the last findings sequence is kept for
 /// the checkpoint.
-pub(super) async fn await_acks(sh: &mut Shared<'_>, o: &mut Owned) -> Result<(), NatsError> {
+pub(super) async fn await_acks(sh: &Shared, o: &mut Owned) -> Result<(), NatsError> {
     for ack in o.findings_in_flight.drain(..) {
         let ack = ack.await.map_err(|e| {
-            sh.summary.publish_failures += 1;
+            sh.counters.publish_failures.fetch_add(1, Ordering::Relaxed);
             NatsError::new("waiting for a finding's acknowledgement", e)
         })?;
         o.findings_seq = o.findings_seq.max(ack.sequence);
@@ -457,11 +464,7 @@ fn partition_state(
 }
 
 /// Store the partition's state with the sequence it covers, then acknowledge.
-pub(super) async fn checkpoint(
-    sh: &mut Shared<'_>,
-    p: u32,
-    o: &mut Owned,
-) -> Result<(), NatsError> {
+pub(super) async fn checkpoint(sh: &Shared, p: u32, o: &mut Owned) -> Result<(), NatsError> {
     if o.source.seq == o.stored {
         return Ok(());
     }
@@ -492,7 +495,7 @@ pub(super) async fn checkpoint(
     );
     o.stored_state = state::save(&sh.states, p, &s, &o.stored_state).await?;
     o.stored = o.source.seq;
-    sh.summary.checkpoints += 1;
+    sh.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
     if let Some(m) = o.source.last_msg.take()
         && let Err(e) = m.ack().await
     {

@@ -2,6 +2,7 @@
 //!
 //! One test binary per area (one link step each): each module was its own binary before.
 
+mod clocks;
 mod cluster;
 mod conformance;
 mod deploy;

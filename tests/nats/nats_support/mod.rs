@@ -41,9 +41,17 @@ pub fn nats_server_with(port: u16, store: &Path, log: &Path, extra: &[&str]) -> 
 }
 
 pub fn retryscope(name: &str, args: &[&str], log: &Path) -> Proc {
+    retryscope_env(name, args, log, &[])
+}
+
+/// [`retryscope`] with `env` set (e.g. a faked wall clock).
+pub fn retryscope_env(name: &str, args: &[&str], log: &Path, env: &[(&str, &str)]) -> Proc {
     Proc::spawn(
         name,
-        Command::new(bin()).args(args).env("RUST_LOG", "info"),
+        Command::new(bin())
+            .args(args)
+            .env("RUST_LOG", "info")
+            .envs(env.iter().copied()),
         log,
     )
 }
@@ -144,6 +152,19 @@ pub fn collector_with(
     checkpoint_ms: &str,
     extra: &[&str],
 ) -> (Proc, u16) {
+    collector_env(d, url, name, lease_secs, checkpoint_ms, extra, &[])
+}
+
+/// [`collector_with`] with `env` set.
+pub fn collector_env(
+    d: &Path,
+    url: &str,
+    name: &str,
+    lease_secs: &str,
+    checkpoint_ms: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Proc, u16) {
     let mport = free_port();
     let findings = d
         .join(format!("{name}-findings.jsonl"))
@@ -164,7 +185,7 @@ pub fn collector_with(
     let addr = format!("127.0.0.1:{mport}");
     args.extend([addr.as_str(), "--findings-out", findings.as_str()]);
     args.extend(extra);
-    let p = retryscope(name, &args, &d.join(format!("{name}.log")));
+    let p = retryscope_env(name, &args, &d.join(format!("{name}.log")), env);
     (p, mport)
 }
 

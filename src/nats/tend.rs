@@ -1,0 +1,210 @@
+//! The task that tends one owned partition of `run --nats`: it polls the partition, keeps its
+//! clock and checkpoints it on its own schedule, concurrently with the instance's other
+//! partitions, until the instance tells it to hand the partition over, to drop it (lease lost)
+//! or to stop, or until the partition fails (a read or a checkpoint), which ends it too.
+//!
+//! The instance's loop (`collect.rs`) keeps the leases: it renews them and moves each
+//! partition's [`LeaseClock`] on, and the task checks that clock before every fetch and
+//! checkpoint ([`super::owned`]), so a partition whose lease could have ended is neither read
+//! nor checkpointed even while the loop is busy.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::NatsError;
+use super::collect::Shared;
+use super::owned::{Owned, await_acks, checkpoint, keep_time, poll};
+use crate::sink::metrics::Metrics;
+
+/// Until when a partition's lease is certainly still this instance's, by its monotonic clock
+/// (7/8 of a lease past the last renewal request): moved on by the instance's loop at each
+/// renewal, read by the partition's task before each fetch and checkpoint.
+#[derive(Debug, Clone)]
+pub(super) struct LeaseClock(Arc<Mutex<Instant>>);
+
+impl LeaseClock {
+    pub(super) fn new(until: Instant) -> Self {
+        LeaseClock(Arc::new(Mutex::new(until)))
+    }
+
+    pub(super) fn until(&self) -> Instant {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn extend(&self, until: Instant) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = until;
+    }
+
+    /// Whether the lease is still held now.
+    pub(super) fn held(&self) -> Result<(), NatsError> {
+        if Instant::now() < self.until() {
+            Ok(())
+        } else {
+            Err(NatsError::new(
+                "holding the partition",
+                "its lease was not renewed in time",
+            ))
+        }
+    }
+}
+
+/// What the instance asks of a partition's task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Order {
+    /// Go on.
+    Run,
+    /// Checkpoint and end (a peer takes the partition over, or the instance stops).
+    Checkpoint,
+    /// End without a checkpoint: the lease is lost; let the findings in flight land.
+    Drop,
+}
+
+/// How a partition's task ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ended {
+    /// Checkpointed as asked: the lease may be released.
+    Checkpointed,
+    /// Without a checkpoint (dropped, or failed): the next owner replays from the stored one.
+    Lost,
+}
+
+/// The instance's side of a partition's task.
+pub(super) struct Tended {
+    /// The lease's revision, for renewals and the release.
+    pub(super) lease_rev: u64,
+    pub(super) lease: LeaseClock,
+    /// The partition's metrics (its share of what the instance serves).
+    pub(super) metrics: Arc<Metrics>,
+    /// Messages correlated and not yet covered by a stored checkpoint.
+    pub(super) lag: Arc<AtomicU64>,
+    order: watch::Sender<Order>,
+    task: JoinHandle<Ended>,
+}
+
+impl Tended {
+    /// Start tending partition `p`, just taken.
+    pub(super) fn start(sh: Shared, p: u32, o: Owned, lease_rev: u64) -> Self {
+        let (order, orders) = watch::channel(Order::Run);
+        let lease = o.lease.clone();
+        let metrics = o.core.metrics.clone();
+        let lag = Arc::new(AtomicU64::new(0));
+        let task = tokio::spawn(tend(sh, p, o, orders, lag.clone()));
+        Tended {
+            lease_rev,
+            lease,
+            metrics,
+            lag,
+            order,
+            task,
+        }
+    }
+
+    /// Whether the task ended by itself (the partition failed).
+    pub(super) fn ended(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Tell the task to end as `order` says, and wait until it has.
+    pub(super) async fn end(self, order: Order) -> Ended {
+        let _ = self.order.send(order);
+        self.task.await.unwrap_or(Ended::Lost)
+    }
+}
+
+/// Poll, keep time and checkpoint partition `p` until told otherwise or until it fails.
+async fn tend(
+    sh: Shared,
+    p: u32,
+    mut o: Owned,
+    mut orders: watch::Receiver<Order>,
+    lag: Arc<AtomicU64>,
+) -> Ended {
+    let cfg = sh.cfg.clone();
+    let mut last_checkpoint = Instant::now();
+    loop {
+        let order = *orders.borrow_and_update();
+        match order {
+            Order::Run => {}
+            Order::Checkpoint => return final_checkpoint(&sh, p, &mut o).await,
+            Order::Drop => {
+                settle_acks(&sh, p, &mut o).await;
+                return Ended::Lost;
+            }
+        }
+        // A fetch lost in a server restart may never be answered: bounded by the lease.
+        let polled = tokio::time::timeout(cfg.lease, poll(&sh, p, &mut o))
+            .await
+            .unwrap_or_else(|_| Err(NatsError::new("fetching", "timed out")));
+        let idle = match polled {
+            Ok(0) => {
+                if let Err(e) = keep_time(&sh, p, &mut o).await {
+                    tracing::warn!(partition = p, error = %e, "cannot keep the partition's clock");
+                }
+                true
+            }
+            Ok(_) => false,
+            Err(e) => {
+                tracing::warn!(partition = p, error = %e, "reading partition failed");
+                settle_acks(&sh, p, &mut o).await;
+                return Ended::Lost;
+            }
+        };
+        if last_checkpoint.elapsed() >= cfg.checkpoint_every {
+            last_checkpoint = Instant::now();
+            // What a new owner would replay had this instance died just now.
+            lag.store(o.source.seq.saturating_sub(o.stored), Ordering::Relaxed);
+            let done = tokio::time::timeout(cfg.lease, checkpoint(&sh, p, &mut o))
+                .await
+                .unwrap_or_else(|_| Err(NatsError::new("checkpointing", "timed out")));
+            if let Err(e) = done {
+                sh.counters
+                    .checkpoint_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(partition = p, error = %e, "checkpoint failed; giving the partition up");
+                settle_acks(&sh, p, &mut o).await;
+                return Ended::Lost;
+            }
+        }
+        if idle {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+                _ = orders.changed() => {}
+            }
+        }
+    }
+}
+
+/// The checkpoint of a partition handed over or of an instance stopping.
+async fn final_checkpoint(sh: &Shared, p: u32, o: &mut Owned) -> Ended {
+    let done = tokio::time::timeout(sh.cfg.lease, checkpoint(sh, p, o))
+        .await
+        .unwrap_or_else(|_| Err(NatsError::new("checkpointing", "timed out")));
+    match done {
+        Ok(()) => Ended::Checkpointed,
+        Err(e) => {
+            sh.counters
+                .checkpoint_failures
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(partition = p, error = %e,
+                "last checkpoint failed; the next owner replays from the stored one");
+            settle_acks(sh, p, o).await;
+            Ended::Lost
+        }
+    }
+}
+
+/// Before a partition is dropped: let the findings in flight land (or fail), so that the next
+/// owner's reading of what was published is complete.
+async fn settle_acks(sh: &Shared, p: u32, o: &mut Owned) {
+    let settled = tokio::time::timeout(Duration::from_secs(5), await_acks(sh, o)).await;
+    if !matches!(settled, Ok(Ok(()))) {
+        tracing::warn!(
+            partition = p,
+            "findings in flight not acknowledged before the partition was dropped"
+        );
+    }
+}
