@@ -187,4 +187,17 @@ mod tests {
         assert_eq!(url_auth("nats://127.0.0.1:4222"), None);
         assert_eq!(url_auth("127.0.0.1:4222"), None);
     }
+
+    #[test]
+    fn a_refused_login_is_told_from_a_server_not_reachable() {
+        use async_nats::{ConnectError, ConnectErrorKind as Kind};
+        assert_eq!(
+            refusal(&ConnectError::new(Kind::AuthorizationViolation)).as_deref(),
+            Some("authorization violation")
+        );
+        assert!(refusal(&ConnectError::new(Kind::Authentication)).is_some());
+        for kind in [Kind::Io, Kind::TimedOut, Kind::Dns, Kind::Tls] {
+            assert_eq!(refusal(&ConnectError::new(kind)), None, "{kind:?}");
+        }
+    }
 }

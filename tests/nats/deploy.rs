@@ -102,6 +102,18 @@ fn a_tls_server_with_users_is_reached_with_the_ca_and_a_user_in_the_url() {
     assert_eq!(got, expected);
     assert!(owned(mport) > 0.0);
     assert!(!findings_file(&d.join("c1-findings.jsonl")).is_empty());
+    // A wrong password: the server's refusal stops the shipper (it retried it for ever).
+    let wrong = d.join("wrong");
+    std::fs::create_dir_all(&wrong).expect("dir");
+    let bad_url = format!("nats://collector:wrong@127.0.0.1:{port}");
+    let mut refused = shipper_with(&wrong, &bad_url, &log, "4", &["--nats-ca", &ca]);
+    let status = refused.wait_exit(Duration::from_secs(30));
+    let said = log_text(&wrong, "ship");
+    assert!(status.is_some_and(|s| !s.success()), "{status:?}: {said}");
+    assert!(
+        said.contains("the server refused the credentials"),
+        "{said}"
+    );
 }
 
 #[test]
