@@ -435,6 +435,7 @@ async fn publish_lines(
         name: "proxy",
         max_line_bytes: cfg.max_line_bytes,
         poll_interval: Duration::from_millis(20),
+        by_head: false,
     };
     // The publisher stops on its own flag: the signal stops the proxy, and the publisher
     // drains what the proxy wrote until the feed ends.

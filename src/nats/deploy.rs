@@ -77,19 +77,23 @@ impl Deploy {
 
     /// Connect with a name (shown in the server's connection list); the client reconnects by
     /// itself when the server goes away. A credentials or certificate file that cannot be
-    /// read is an error here, before any connection is tried.
+    /// read is an error here, before any connection is tried; so is a server that refuses
+    /// the credentials (a user it does not know, a wrong password): that is the server's
+    /// answer, and asking again would get the same. A server not reachable yet is waited for:
+    /// the client returned keeps trying by itself, as after a disconnect.
     pub async fn connect(&self, name: &str) -> Result<async_nats::Client, NatsError> {
-        let mut opts = async_nats::ConnectOptions::new()
-            .name(name)
-            .retry_on_initial_connect();
-        if let Some(creds) = &self.creds {
-            opts = opts.credentials_file(creds).await.map_err(|e| {
-                NatsError::new(
-                    "reading the NATS credentials file",
-                    format!("{}: {e}", creds.display()),
-                )
-            })?;
-        }
+        let creds = match &self.creds {
+            Some(path) => {
+                let text = tokio::fs::read_to_string(path).await.map_err(|e| {
+                    NatsError::new(
+                        "reading the NATS credentials file",
+                        format!("{}: {e}", path.display()),
+                    )
+                })?;
+                Some((path, text))
+            }
+            None => None,
+        };
         for (what, path) in [("CA", self.ca.as_ref())].into_iter().chain(
             self.client_cert
                 .iter()
@@ -104,23 +108,65 @@ impl Deploy {
                 ));
             }
         }
-        if let Some(auth) = url_auth(&self.url) {
-            opts = match auth {
-                UrlAuth::UserPassword(user, password) => opts.user_and_password(user, password),
-                UrlAuth::Token(token) => opts.token(token),
-            };
+        let options = || -> Result<async_nats::ConnectOptions, NatsError> {
+            let mut opts = async_nats::ConnectOptions::new().name(name);
+            if let Some((path, text)) = &creds {
+                opts = opts.credentials(text).map_err(|e| {
+                    NatsError::new(
+                        "reading the NATS credentials file",
+                        format!("{}: {e}", path.display()),
+                    )
+                })?;
+            }
+            if let Some(auth) = url_auth(&self.url) {
+                opts = match auth {
+                    UrlAuth::UserPassword(user, password) => opts.user_and_password(user, password),
+                    UrlAuth::Token(token) => opts.token(token),
+                };
+            }
+            if let Some(ca) = &self.ca {
+                opts = opts.add_root_certificates(ca.clone()).require_tls(true);
+            }
+            if let Some((cert, key)) = &self.client_cert {
+                opts = opts
+                    .add_client_certificate(cert.clone(), key.clone())
+                    .require_tls(true);
+            }
+            Ok(opts)
+        };
+        // Once, to hear the server's answer: a client that retries on its own keeps retrying
+        // a refusal too (for ever, quietly), so a command given a user the server does not
+        // know would hang.
+        let e = match options()?.connect(self.url.as_str()).await {
+            Ok(client) => return Ok(client),
+            Err(e) => e,
+        };
+        if let Some(reason) = refusal(&e) {
+            return Err(NatsError::new(
+                "connecting to NATS",
+                format!(
+                    "the server refused the credentials ({reason}); check --nats-creds or the \
+                     user in the URL"
+                ),
+            ));
         }
-        if let Some(ca) = &self.ca {
-            opts = opts.add_root_certificates(ca.clone()).require_tls(true);
-        }
-        if let Some((cert, key)) = &self.client_cert {
-            opts = opts
-                .add_client_certificate(cert.clone(), key.clone())
-                .require_tls(true);
-        }
-        opts.connect(self.url.as_str())
+        tracing::warn!(error = %e, url = %self.url, "NATS not reachable yet; waiting for it");
+        options()?
+            .retry_on_initial_connect()
+            .connect(self.url.as_str())
             .await
             .map_err(|e| NatsError::new("connecting to NATS", e))
+    }
+}
+
+/// The server's reason, if `e` is its refusal of the credentials.
+fn refusal(e: &async_nats::ConnectError) -> Option<String> {
+    use async_nats::ConnectErrorKind as Kind;
+    match e.kind() {
+        Kind::AuthorizationViolation | Kind::Authentication => Some(
+            std::error::Error::source(e).map_or_else(|| e.kind().to_string(), |s| s.to_string()),
+        ),
+        _ => None,
     }
 }
 
@@ -140,5 +186,18 @@ mod tests {
         );
         assert_eq!(url_auth("nats://127.0.0.1:4222"), None);
         assert_eq!(url_auth("127.0.0.1:4222"), None);
+    }
+
+    #[test]
+    fn a_refused_login_is_told_from_a_server_not_reachable() {
+        use async_nats::{ConnectError, ConnectErrorKind as Kind};
+        assert_eq!(
+            refusal(&ConnectError::new(Kind::AuthorizationViolation)).as_deref(),
+            Some("authorization violation")
+        );
+        assert!(refusal(&ConnectError::new(Kind::Authentication)).is_some());
+        for kind in [Kind::Io, Kind::TimedOut, Kind::Dns, Kind::Tls] {
+            assert_eq!(refusal(&ConnectError::new(kind)), None, "{kind:?}");
+        }
     }
 }

@@ -164,6 +164,7 @@ pub async fn ship(cfg: ShipConfig, shutdown: Arc<AtomicBool>) -> Result<ShipSumm
             name: "stdin",
             max_line_bytes: cfg.max_line_bytes,
             poll_interval: cfg.poll_interval,
+            by_head: true,
         };
         let rx = crate::run::start_feeds(true, None, shutdown.clone());
         return ship_feed(&feed, &js, &client, partitions, rx, shutdown).await;

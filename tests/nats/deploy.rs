@@ -1,6 +1,7 @@
 //! Issue 26, production shape: a NATS server with TLS and users, reached with `--nats-ca` and a
-//! user in the URL; one name per live collector; the replicas and retention of what
-//! retryscope creates. Real nats-server processes, as in `cluster.rs`.
+//! user in the URL; a server in operator mode (JWT accounts), reached with `--nats-creds`;
+//! one name per live collector; the replicas and retention of what retryscope creates. Real
+//! nats-server processes, as in `cluster.rs`.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -101,6 +102,18 @@ fn a_tls_server_with_users_is_reached_with_the_ca_and_a_user_in_the_url() {
     assert_eq!(got, expected);
     assert!(owned(mport) > 0.0);
     assert!(!findings_file(&d.join("c1-findings.jsonl")).is_empty());
+    // A wrong password: the server's refusal stops the shipper (it retried it for ever).
+    let wrong = d.join("wrong");
+    std::fs::create_dir_all(&wrong).expect("dir");
+    let bad_url = format!("nats://collector:wrong@127.0.0.1:{port}");
+    let mut refused = shipper_with(&wrong, &bad_url, &log, "4", &["--nats-ca", &ca]);
+    let status = refused.wait_exit(Duration::from_secs(30));
+    let said = log_text(&wrong, "ship");
+    assert!(status.is_some_and(|s| !s.success()), "{status:?}: {said}");
+    assert!(
+        said.contains("the server refused the credentials"),
+        "{said}"
+    );
 }
 
 #[test]
@@ -275,4 +288,211 @@ fn five_collectors_on_sixteen_partitions_each_own_some() {
         vec![3.0, 3.0, 3.0, 3.0, 4.0],
         "partitions owned per collector"
     );
+}
+
+/// A NATS operator-mode trust chain made as `nsc` makes one: an operator, accounts it signs
+/// and users they sign, as JWTs signed with nkeys (the claim layout of nats-io/jwt v2:
+/// `header.claims.signature`, each part base64url without padding, the signature ed25519 over
+/// the first two parts).
+mod operator_mode {
+    use nkeys::KeyPair;
+    use serde_json::{Value, json};
+    use sha2::Digest as _;
+
+    fn b64(bytes: &[u8]) -> String {
+        data_encoding::BASE64URL_NOPAD.encode(bytes)
+    }
+
+    /// A JWT of the claims `nats` about `subject`, signed by `issuer`.
+    fn jwt(issuer: &KeyPair, subject: &str, name: &str, nats: Value) -> String {
+        let header = b64(br#"{"typ":"JWT","alg":"ed25519-nkey"}"#);
+        let iat = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs();
+        let mut claims = json!({
+            "iat": iat,
+            "iss": issuer.public_key(),
+            "name": name,
+            "sub": subject,
+            "nats": nats,
+        });
+        // The id: a hash of the claims without it (SHA-512/256, base32), as nats-io/jwt has it.
+        let hash = sha2::Sha512_256::digest(claims.to_string().as_bytes());
+        claims["jti"] = data_encoding::BASE32_NOPAD.encode(&hash).into();
+        let signed = format!("{header}.{}", b64(claims.to_string().as_bytes()));
+        let signature = issuer.sign(signed.as_bytes()).expect("sign");
+        format!("{signed}.{}", b64(&signature))
+    }
+
+    /// An operator: its key and its self-signed JWT.
+    pub fn operator(name: &str) -> (KeyPair, String) {
+        let key = KeyPair::new_operator();
+        let token = jwt(
+            &key,
+            &key.public_key(),
+            name,
+            json!({"type": "operator", "version": 2}),
+        );
+        (key, token)
+    }
+
+    /// An account signed by `operator`, with JetStream enabled if `jetstream`: its key and JWT.
+    pub fn account(operator: &KeyPair, name: &str, jetstream: bool) -> (KeyPair, String) {
+        let key = KeyPair::new_account();
+        let mut limits = json!({
+            "subs": -1, "data": -1, "payload": -1,
+            "imports": -1, "exports": -1, "wildcards": true, "conn": -1, "leaf": -1,
+        });
+        if jetstream {
+            for k in ["mem_storage", "disk_storage", "streams", "consumer"] {
+                limits[k] = json!(-1);
+            }
+        }
+        let token = jwt(
+            operator,
+            &key.public_key(),
+            name,
+            json!({
+                "limits": limits,
+                "default_permissions": {"pub": {}, "sub": {}},
+                "type": "account",
+                "version": 2,
+            }),
+        );
+        (key, token)
+    }
+
+    /// A user of `account` (signed with the account's own key, so no `issuer_account`),
+    /// allowed to publish and subscribe anywhere, as a credentials file's text.
+    pub fn user_creds(account: &KeyPair, name: &str) -> String {
+        let key = KeyPair::new_user();
+        let token = jwt(
+            account,
+            &key.public_key(),
+            name,
+            json!({
+                "pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1,
+                "type": "user", "version": 2,
+            }),
+        );
+        let seed = key.seed().expect("seed");
+        format!(
+            "-----BEGIN NATS USER JWT-----\n{token}\n------END NATS USER JWT------\n\n\
+             ************************* IMPORTANT *************************\n\
+             NKEY Seed printed below can be used to sign and prove identity.\n\
+             NKEYs are sensitive and should be treated as secrets.\n\n\
+             -----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n\n\
+             *************************************************************\n"
+        )
+    }
+}
+
+/// Issue 26: `--nats-creds` against a server in operator mode (JWT accounts, the memory
+/// resolver): a shipper and a collector log in with a user's credentials file, and the
+/// findings stream holds what `check` finds; a user of an account the server does not know is
+/// refused, and `ship` and `run` stop with the server's reason instead of retrying forever.
+#[test]
+fn an_operator_mode_server_is_reached_with_a_creds_file_and_a_stranger_is_refused() {
+    if !have_nats_server() {
+        return;
+    }
+    let d = tempfile::tempdir().expect("tmp");
+    let d = d.path();
+    let (operator, operator_jwt) = operator_mode::operator("retryscope-test");
+    let (system, system_jwt) = operator_mode::account(&operator, "SYS", false);
+    let (app, app_jwt) = operator_mode::account(&operator, "APP", true);
+    let creds = d.join("app.creds");
+    let creds_text = operator_mode::user_creds(&app, "retryscope");
+    std::fs::write(&creds, &creds_text).expect("creds");
+    // A user of another operator's account: well formed, unknown to this server.
+    let (other, _) = operator_mode::operator("elsewhere");
+    let (stranger_account, _) = operator_mode::account(&other, "STRANGER", true);
+    let stranger = d.join("stranger.creds");
+    std::fs::write(
+        &stranger,
+        operator_mode::user_creds(&stranger_account, "stranger"),
+    )
+    .expect("creds");
+    let conf = d.join("nats.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "operator: {operator_jwt}\n\
+             system_account: {sys}\n\
+             resolver: MEMORY\n\
+             resolver_preload: {{\n  {sys}: {system_jwt}\n  {app_pk}: {app_jwt}\n}}\n",
+            sys = system.public_key(),
+            app_pk = app.public_key(),
+        ),
+    )
+    .expect("conf");
+    let port = free_port();
+    let _server = nats_server_with(
+        port,
+        &d.join("js"),
+        &d.join("nats.log"),
+        &["-c", &conf.display().to_string()],
+    );
+    let url = format!("nats://127.0.0.1:{port}");
+    let creds_arg = creds.display().to_string();
+
+    let log = d.join("agent.jsonl");
+    let (first, second) = refund_log("jwt", 20, 10);
+    append(&log, &first);
+    append(&log, &second);
+
+    // Refused: the stranger's shipper and collector stop, saying why.
+    let stranger_dir = d.join("stranger");
+    std::fs::create_dir_all(&stranger_dir).expect("dir");
+    let stranger_arg = ["--nats-creds", &stranger.display().to_string()].map(String::from);
+    let stranger_arg: Vec<&str> = stranger_arg.iter().map(String::as_str).collect();
+    let ship = shipper_with(&stranger_dir, &url, &log, "2", &stranger_arg);
+    let (run, _) = collector_with(&stranger_dir, &url, "c1", "2", "100", &stranger_arg);
+    for (name, mut p) in [("ship", ship), ("c1", run)] {
+        let status = p.wait_exit(Duration::from_secs(30));
+        let said = log_text(&stranger_dir, name);
+        assert!(
+            status.is_some_and(|s| !s.success()),
+            "{name} with an unknown user must stop with an error, not retry: {status:?}\n{said}"
+        );
+        assert!(
+            said.contains("refused") && said.contains("authorization violation"),
+            "{name} says the server refused the credentials, and its reason: {said}"
+        );
+    }
+
+    let empty = d.join("empty.jsonl");
+    std::fs::write(&empty, "").expect("empty");
+    let (expected, _) = check(&log, &empty);
+    assert!(!expected.is_empty());
+    let _ship = shipper_with(d, &url, &log, "4", &["--nats-creds", &creds_arg]);
+    let (_c, mport) = collector_with(d, &url, "c1", "2", "100", &["--nats-creds", &creds_arg]);
+    // The findings stream, read back as the same user.
+    let stream = || {
+        let options = async_nats::ConnectOptions::new()
+            .credentials(&creds_text)
+            .expect("creds parse");
+        let mut got = findings_in_stream_using(&url, options);
+        got.sort();
+        got
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while stream().len() < expected.len() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // A moment more: a duplicate would arrive after the count was reached.
+    std::thread::sleep(Duration::from_millis(1500));
+    let got = stream();
+    assert_eq!(
+        got.len(),
+        expected.len(),
+        "the collector with --nats-creds finds what check finds (ship: {}; collector: {}; \
+         server: {})",
+        log_text(d, "ship"),
+        log_text(d, "c1"),
+        log_text(d, "nats")
+    );
+    assert_eq!(got, expected);
+    assert!(owned(mport) > 0.0);
 }

@@ -1,6 +1,7 @@
 //! Lines without a position to checkpoint, shipped in messages like a file's: standard input
-//! (`retryscope ship -`) and the proxy's own lines (`retryscope proxy --nats-publish`), both
-//! read from the engine's feed channel (see [`ship_feed`]).
+//! (`retryscope ship -`), routed as a file is by the format its head says (`route.rs`), and
+//! the proxy's own lines (`retryscope proxy --nats-publish`), native, by turn; both read from
+//! the engine's feed channel (see [`ship_feed`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use bytes::Bytes;
 
 use crate::nats::partition::partition_of;
 
+use super::route::PipeRoute;
 use super::{
     BATCH_LINES, ENVELOPE, NatsError, Read, STDIN_DEV, STDIN_PARTIAL_WAIT, ShipSummary, batches,
     publish_all,
@@ -29,15 +31,23 @@ pub struct FeedShip {
     pub max_line_bytes: usize,
     /// Pause between polls with nothing new.
     pub poll_interval: Duration,
+    /// Route the feed as a file is routed, by the format its head says (stdin: anything may
+    /// be piped in), as one stream named `<source id>:<name>`; otherwise each line by its
+    /// turn id, partition 0 without one (the proxy's lines are its own native events).
+    pub by_head: bool,
 }
 
 /// Ship the feed `rx` until it ends (or `shutdown`), in messages like a file's ([`batches`]:
-/// per partition of each line's turn id, partition 0 without one, up to [`BATCH_LINES`]
-/// lines). Lines have no position to checkpoint: their ids (`<source id>/<name>.<start
-/// ms>/<line number>`) only make a batch re-published after a failed publish harmless; a
-/// restarted shipper reads a new feed. Bytes (stdin) are split into lines here: a last line
-/// without its newline is shipped once the pipe has been quiet for [`STDIN_PARTIAL_WAIT`] (as
-/// a file's), and ends its record; lines (the proxy's) are shipped as they are.
+/// per partition, up to [`BATCH_LINES`] lines). With [`FeedShip::by_head`] the partitions
+/// are a file's (native lines by turn id; what may feed the session joiner to partition 0;
+/// any other format whole to the partition of `<source id>:<name>`), and lines wait, at most
+/// `route::HOLD`, while the head read so far does not say the format; otherwise each line
+/// goes by its turn id, partition 0 without one. Lines have no position to checkpoint: their
+/// ids (`<source id>/<name>.<start ms>/<line number>`) only make a batch re-published after a
+/// failed publish harmless; a restarted shipper reads a new feed. Bytes (stdin) are split
+/// into lines here: a last line without its newline is shipped once the pipe has been quiet
+/// for [`STDIN_PARTIAL_WAIT`] (as a file's), and ends its record; lines (the proxy's) are
+/// shipped as they are.
 pub(crate) async fn ship_feed(
     cfg: &FeedShip,
     js: &jetstream::Context,
@@ -58,8 +68,14 @@ pub(crate) async fn ship_feed(
         partitions,
         dead_letters: 0,
     };
+    let mut route = cfg
+        .by_head
+        .then(|| PipeRoute::new(&format!("{}:{}", cfg.source_id, cfg.name), partitions));
+    // Lines read while the route waits for the head to decide.
+    let mut held: Vec<Read> = Vec::new();
     let mut ended = false;
-    while !ended && !shutdown.load(Ordering::SeqCst) {
+    loop {
+        let stop = ended || shutdown.load(Ordering::SeqCst);
         let max_payload = crate::nats::max_payload(client);
         let mut lines = FeedLines {
             name: cfg.name,
@@ -71,9 +87,16 @@ pub(crate) async fn ship_feed(
         };
         while lines.round.len() < MAX_ROUND {
             let mut on = |line: PipeLine<'_>| lines.take(line);
+            if stop {
+                break;
+            }
             match rx.try_recv() {
                 Ok(FeedItem::Bytes { bytes, .. }) => {
-                    pipe.push(&bytes, std::time::Instant::now(), &mut on)
+                    let now = std::time::Instant::now();
+                    if let Some(route) = &mut route {
+                        route.read(&bytes, now);
+                    }
+                    pipe.push(&bytes, now, &mut on)
                 }
                 Ok(FeedItem::Line { bytes, .. }) => on(PipeLine::Line(&bytes)),
                 Ok(FeedItem::TooLong { len, .. }) => on(PipeLine::TooLong(len)),
@@ -88,23 +111,29 @@ pub(crate) async fn ship_feed(
                 }
             }
         }
-        let round = lines.round;
-        if round.is_empty() {
+        held.extend(lines.round);
+        // At the end (or a stop) the head read so far decides: nothing read is left behind.
+        let decided = route
+            .as_mut()
+            .is_none_or(|r| r.decide(std::time::Instant::now(), stop || ended).is_some());
+        if held.is_empty() || !decided {
+            if stop {
+                return Ok(summary);
+            }
             if !ended {
                 tokio::time::sleep(cfg.poll_interval.min(Duration::from_millis(20))).await;
             }
             continue;
         }
-        let batch = batches(
-            &round,
-            &cfg.source_id,
-            |r: &Read| partition_of(&r.bytes, partitions),
-            max_payload,
-        );
+        let round = std::mem::take(&mut held);
+        let partition = |r: &Read| match &route {
+            Some(route) => route.partition(&r.bytes, partitions),
+            None => partition_of(&r.bytes, partitions),
+        };
+        let batch = batches(&round, &cfg.source_id, partition, max_payload);
         publish_all(js, &batch, &shutdown).await?;
         summary.lines += round.len() as u64;
     }
-    Ok(summary)
 }
 
 /// One round of a feed's lines, as [`Read`]s (see [`STDIN_DEV`]).

@@ -1,5 +1,6 @@
 //! Which partitions a shipped file's lines go to, decided once per file from its format and
-//! kept in the shipper's checkpoint, so that a stream is never split between partitions.
+//! kept in the shipper's checkpoint, so that a stream is never split between partitions; and
+//! standard input's (`ship -`), decided the same way from the head of the pipe.
 //!
 //! A collector can read a stream only where all of it arrives: a provider's SSE, an agent's
 //! own output or a telemetry file is decoded with state carried from line to line. Native
@@ -15,6 +16,10 @@
 //! collector's ingest path uses). While a young file's head does not decide yet, its lines
 //! wait, at most [`HOLD`]; then the best guess decides. A file shipped before routes were
 //! kept (a checkpoint without them) stays on partition 0, where its earlier lines went.
+//! Standard input has no file to read again: [`PipeRoute`] keeps the first bytes read from
+//! the pipe as its head, and the same decision ([`route_of_head`]) and wait apply; its
+//! identity is `<source id>:stdin`, and having no checkpoint, its route is decided afresh
+//! by every shipper.
 
 use std::collections::HashMap;
 use std::io::Read as _;
@@ -104,15 +109,12 @@ impl Routes {
         source_id: &str,
         partitions: u32,
     ) -> u32 {
-        match self.decided.get(&(dev, ino)) {
-            Some(FileRoute::Joined) => JOINED_PARTITION,
-            Some(FileRoute::Stream) => {
-                *self.stream_partition.entry((dev, ino)).or_insert_with(|| {
-                    partition_of_stream(&format!("{source_id}/{dev}.{ino}"), partitions)
-                })
-            }
-            Some(FileRoute::ByTurn) | None => partition_of(line, partitions),
-        }
+        let route = self.decided.get(&(dev, ino)).copied();
+        partition_by(route, line, partitions, || {
+            *self.stream_partition.entry((dev, ino)).or_insert_with(|| {
+                partition_of_stream(&format!("{source_id}/{dev}.{ino}"), partitions)
+            })
+        })
     }
 
     /// The routes to checkpoint: those of `files` (the others' files are gone).
@@ -152,8 +154,82 @@ fn sniff_file(path: &Path, dev: u64, ino: u64, force: bool) -> Option<FileRoute>
         None if force => return Some(FileRoute::Joined),
         None => return None,
     }
-    let sniffed = decode::detect::sniff(&head, force)?;
-    Some(route_of(sniffed))
+    route_of_head(&head, force)
+}
+
+/// The route the head of a stream says, once it decides (or `force`: the best guess).
+fn route_of_head(head: &[u8], force: bool) -> Option<FileRoute> {
+    decode::detect::sniff(head, force).map(route_of)
+}
+
+/// The partition of `line` of a stream routed `route` (`None`: not decided, as by turn), of
+/// which `stream` is the partition of its identity.
+fn partition_by(
+    route: Option<FileRoute>,
+    line: &[u8],
+    partitions: u32,
+    stream: impl FnOnce() -> u32,
+) -> u32 {
+    match route {
+        Some(FileRoute::Joined) => JOINED_PARTITION,
+        Some(FileRoute::Stream) => stream(),
+        Some(FileRoute::ByTurn) | None => partition_of(line, partitions),
+    }
+}
+
+/// The route of standard input, decided from the first bytes read from the pipe as a file's
+/// is from the head of the file.
+#[derive(Debug)]
+pub(in crate::nats) struct PipeRoute {
+    /// The partition of the pipe's identity (`<source id>:stdin`), for [`FileRoute::Stream`].
+    stream_partition: u32,
+    /// The first bytes read, up to the sniffing budget.
+    head: Vec<u8>,
+    /// Since when lines wait for the head to decide.
+    since: Option<Instant>,
+    decided: Option<FileRoute>,
+}
+
+impl PipeRoute {
+    /// The route of the pipe known as `identity` (its stream name in the messages).
+    pub(in crate::nats) fn new(identity: &str, partitions: u32) -> Self {
+        PipeRoute {
+            stream_partition: partition_of_stream(identity, partitions),
+            head: Vec::new(),
+            since: None,
+            decided: None,
+        }
+    }
+
+    /// Bytes as read from the pipe, at `now`: the head, until the route is decided.
+    pub(in crate::nats) fn read(&mut self, bytes: &[u8], now: Instant) {
+        if self.decided.is_some() || bytes.is_empty() {
+            return;
+        }
+        self.since.get_or_insert(now);
+        let room = decode::detect::SNIFF_BYTES.saturating_sub(self.head.len());
+        self.head.extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+
+    /// The route, deciding it once the head says (or after [`HOLD`], or at the pipe's `end`:
+    /// the best guess); `None` while lines should wait.
+    pub(in crate::nats) fn decide(&mut self, now: Instant, end: bool) -> Option<FileRoute> {
+        if self.decided.is_none() {
+            let waited = self
+                .since
+                .is_some_and(|since| now.duration_since(since) >= HOLD);
+            self.decided = route_of_head(&self.head, end || waited);
+            if self.decided.is_some() {
+                self.head = Vec::new();
+            }
+        }
+        self.decided
+    }
+
+    /// The partition of `line` (as by turn until the route is decided).
+    pub(in crate::nats) fn partition(&self, line: &[u8], partitions: u32) -> u32 {
+        partition_by(self.decided, line, partitions, || self.stream_partition)
+    }
 }
 
 /// The route of a stream sniffed as `sniffed`.
@@ -217,6 +293,74 @@ mod tests {
             }
             assert_eq!(route_of_file(&path), Some(want), "{rel}");
         }
+    }
+
+    #[test]
+    fn a_pipe_is_routed_as_a_file_of_its_format() {
+        for rel in [
+            "examples/bookstore/naive.jsonl",
+            "tests/fixtures/providers/openai-chat/id-change-splice.sse",
+            "tests/fixtures/agents/gemini-cli/after-tool-reset/stream.jsonl",
+            "tests/fixtures/agents/claude-code/after-tool-reset/stream.jsonl",
+            "tests/fixtures/agents/codex/after-tool-reset/exec.jsonl",
+        ] {
+            let path = repo(rel);
+            let bytes = std::fs::read(&path).expect("fixture");
+            let mut pipe = PipeRoute::new("h:stdin", 16);
+            let t0 = Instant::now();
+            // As reads return it: a few bytes at a time, deciding after each read.
+            let mut route = None;
+            for chunk in bytes.chunks(97) {
+                pipe.read(chunk, t0);
+                route = route.or(pipe.decide(t0, false));
+            }
+            let route = route.or(pipe.decide(t0, true));
+            assert_eq!(route, route_of_file(&path), "{rel}");
+        }
+        // Its partitions: a stream's all on its identity's; what feeds the joiner on 0; native
+        // lines by turn.
+        let mut pipe = PipeRoute::new("h:stdin", 16);
+        let sse = std::fs::read(repo(
+            "tests/fixtures/providers/openai-chat/id-change-splice.sse",
+        ))
+        .expect("fixture");
+        pipe.read(&sse, Instant::now());
+        assert_eq!(pipe.decide(Instant::now(), true), Some(FileRoute::Stream));
+        let stream = partition_of_stream("h:stdin", 16);
+        for line in [&b"data: [DONE]"[..], br#"{"turn":"t-7","type":"text"}"#] {
+            assert_eq!(pipe.partition(line, 16), stream);
+        }
+        let line = br#"{"turn":"t-7","type":"text"}"#;
+        let mut native = PipeRoute::new("h:stdin", 16);
+        native.read(line, Instant::now());
+        native.read(b"\n", Instant::now());
+        assert_eq!(native.decide(Instant::now(), true), Some(FileRoute::ByTurn));
+        assert_eq!(native.partition(line, 16), partition_of(line, 16));
+        let mut joined = PipeRoute::new("h:stdin", 16);
+        joined.decided = Some(FileRoute::Joined);
+        assert_eq!(joined.partition(line, 16), JOINED_PARTITION);
+    }
+
+    #[test]
+    fn a_pipe_waits_for_its_head_then_the_best_guess_decides() {
+        let mut pipe = PipeRoute::new("h:stdin", 16);
+        let t0 = Instant::now();
+        // An SSE event's name alone does not say whose stream it is yet.
+        pipe.read(b"event: message_start\n", t0);
+        assert_eq!(pipe.decide(t0, false), None);
+        assert_eq!(pipe.decide(t0 + HOLD / 2, false), None);
+        let route = pipe.decide(t0 + HOLD, false);
+        assert!(route.is_some(), "decided once it has waited {HOLD:?}");
+        // Decided once: what is read later does not change it.
+        pipe.read(
+            b"{\"turn\":\"t\",\"type\":\"turn_start\",\"v\":1}\n",
+            t0 + HOLD,
+        );
+        assert_eq!(pipe.decide(t0 + 2 * HOLD, true), route);
+        // The end of the pipe decides at once.
+        let mut ended = PipeRoute::new("h:stdin", 16);
+        ended.read(b"event: message_start\n", t0);
+        assert!(ended.decide(t0, true).is_some());
     }
 
     #[test]
