@@ -5,6 +5,7 @@
 mod cluster;
 mod conformance;
 mod deploy;
+mod faults;
 #[path = "../common/harness.rs"]
 mod harness;
 mod joined;
