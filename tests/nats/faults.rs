@@ -24,7 +24,7 @@
 //! prints the missing and extra findings (with their turns' partitions) and keeps the folder
 //! with every process's log; `RETRYSCOPE_KEEP_NATS_TEST=1` keeps it always.
 //!
-//! Heavy (about a minute and a half with the debug binary on two cores): `.ci/run` runs it
+//! Heavy (under a minute with the debug binary on two shared cores): `.ci/run` runs it
 //! with `--ignored` on nats-server 2.9 and 2.15.
 
 use crate::nats_support::*;
@@ -141,6 +141,23 @@ fn open_block() -> (Vec<Value>, Vec<Value>) {
     (first, second)
 }
 
+/// The offset host A's shipper has checkpointed (`data` its data dir), as soon as it is past
+/// `before` (polled every millisecond: a round of the tailer takes longer than that).
+fn first_progress(data: &Path, before: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let offset = shipped_offset(data);
+        if offset > before {
+            return offset;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the shipper shipped nothing in 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// The temporary folder, kept (with its path printed) when the test fails or
 /// `RETRYSCOPE_KEEP_NATS_TEST` is set. Declared first, so it is dropped after the processes.
 struct Folder(Option<tempfile::TempDir>);
@@ -200,6 +217,22 @@ fn difference(got: &[String], expected: &[String]) -> String {
         describe(minus(expected, got)),
         describe(minus(got, expected)),
     )
+}
+
+/// Each partition's owner and stored checkpoint (its sequence and open turns; "unreadable"
+/// when the server finds no head for it), for the failure message.
+fn checkpoints(url: &str) -> String {
+    (0..PARTITIONS)
+        .map(|p| {
+            let owner = partition_owner(url, p).unwrap_or_default();
+            let state = partition_state(url, p).map_or("unreadable".to_string(), |s| {
+                let open = s["correlator"]["turns"].as_array().map_or(0, Vec::len);
+                format!("seq {} with {open} open turns", s["seq"])
+            });
+            format!("p{p}: owner {owner}, checkpoint {state}")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 struct Collector {
@@ -300,21 +333,14 @@ fn the_findings_stream_equals_check_through_collector_shipper_and_server_kills()
         let before = shipped_offset(&host_a.join("data"));
         append(&log_a, &a);
         append(&log_b, &b);
+        let data_a = host_a.join("data");
         if r == SHIPPER_KILL_ROUND {
             // SIGKILL host A's shipper mid-file: once it has checkpointed part of the round
             // (the tailer reads at most 4 MiB at a time), before the rest.
             let len = std::fs::metadata(&log_a).expect("log A").len();
-            let mut offset = before;
-            wait_for(
-                "host A's shipper to ship part of the round",
-                Duration::from_secs(30),
-                || {
-                    offset = shipped_offset(&host_a.join("data"));
-                    offset > before
-                },
-            );
+            let offset = first_progress(&data_a, before);
             drop(ship_a);
-            let offset = offset.max(shipped_offset(&host_a.join("data")));
+            let offset = offset.max(shipped_offset(&data_a));
             eprintln!(
                 "[{:?}] SIGKILLed host A's shipper at offset {offset} of {len}",
                 started.elapsed()
@@ -324,6 +350,18 @@ fn the_findings_stream_equals_check_through_collector_shipper_and_server_kills()
                 "the shipper was killed mid-file ({offset} of {len})"
             );
             ship_a = host_shipper(&host_a, &url, "hostA", &parts, "ship-2");
+        }
+        if r == SERVER_KILL_ROUND {
+            // SIGKILL the server (no clean shutdown) while the round flows: once host A's
+            // shipper has had part of it acknowledged, with host B's still to come and the
+            // collectors correlating and publishing; then start it again on the same store.
+            first_progress(&data_a, before);
+            drop(server.take());
+            server = Some(nats_server(port, &store, &d.join("nats-2.log")));
+            eprintln!(
+                "[{:?}] SIGKILLed and restarted nats-server",
+                started.elapsed()
+            );
         }
         wait_shipped(&log_a, &host_a.join("data"));
         std::thread::sleep(LAG);
@@ -336,16 +374,6 @@ fn the_findings_stream_equals_check_through_collector_shipper_and_server_kills()
             collectors.push(start(killed_name, &format!("{killed_name}-restarted")));
             restarted = true;
             eprintln!("[{:?}] restarted {killed_name}", started.elapsed());
-        }
-        if r == SERVER_KILL_ROUND {
-            // SIGKILL the server (no clean shutdown) and start it again on the same store,
-            // while the collectors hold, correlate and publish this round.
-            drop(server.take());
-            server = Some(nats_server(port, &store, &d.join("nats-2.log")));
-            eprintln!(
-                "[{:?}] SIGKILLed and restarted nats-server",
-                started.elapsed()
-            );
         }
     }
     assert!(
@@ -397,11 +425,16 @@ fn the_findings_stream_equals_check_through_collector_shipper_and_server_kills()
         )
     };
     let want = (turns, expected.len() as f64);
+    // Until the stream and the metrics reach check's totals, or stop moving for 30 s short of
+    // them (a stuck partition: the failure below says which).
     let (mut count, mut summed) = (0, (0.0, 0.0));
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while Instant::now() < deadline {
-        count = findings_count(&url);
-        summed = totals(&collectors);
+    let mut moved = Instant::now();
+    while moved.elapsed() < Duration::from_secs(30) {
+        let now = (findings_count(&url), totals(&collectors));
+        if now != (count, summed) {
+            (count, summed) = now;
+            moved = Instant::now();
+        }
         if count >= expected.len() as u64 && summed == want {
             break;
         }
@@ -418,8 +451,9 @@ fn the_findings_stream_equals_check_through_collector_shipper_and_server_kills()
     );
     assert!(
         got == expected,
-        "the findings stream against check\n{}",
-        difference(&got, &expected)
+        "the findings stream against check\n{}\n{}",
+        difference(&got, &expected),
+        checkpoints(&url)
     );
     assert_eq!(
         totals(&collectors),
