@@ -352,9 +352,10 @@ fn the_findings_stream_equals_check_through_collector_shipper_and_server_kills()
             ship_a = host_shipper(&host_a, &url, "hostA", &parts, "ship-2");
         }
         if r == SERVER_KILL_ROUND {
-            // SIGKILL the server (no clean shutdown) while the round flows: once host A's
-            // shipper has had part of it acknowledged, with host B's still to come and the
-            // collectors correlating and publishing; then start it again on the same store.
+            // SIGKILL the server (no clean shutdown) while the round flows: as soon as host A's
+            // shipper has had (some of) it acknowledged, with host B's half still to come and
+            // the collectors correlating, checkpointing and publishing; then start it again on
+            // the same store.
             first_progress(&data_a, before);
             drop(server.take());
             server = Some(nats_server(port, &store, &d.join("nats-2.log")));
