@@ -164,13 +164,13 @@ struct Folder(Option<tempfile::TempDir>);
 
 impl Drop for Folder {
     fn drop(&mut self) {
-        if std::thread::panicking() || std::env::var_os("RETRYSCOPE_KEEP_NATS_TEST").is_some() {
-            if let Some(dir) = self.0.take() {
-                eprintln!(
-                    "kept the test folder with every log: {}",
-                    dir.keep().display()
-                );
-            }
+        let keep =
+            std::thread::panicking() || std::env::var_os("RETRYSCOPE_KEEP_NATS_TEST").is_some();
+        if keep && let Some(dir) = self.0.take() {
+            eprintln!(
+                "kept the test folder with every log: {}",
+                dir.keep().display()
+            );
         }
     }
 }
@@ -249,7 +249,7 @@ fn the_findings_stream_equals_check_through_collector_shipper_and_server_kills()
     }
     let started = Instant::now();
     let folder = Folder(Some(tempfile::tempdir().expect("tempdir")));
-    let d: &Path = &folder.0.as_ref().expect("folder").path().to_path_buf();
+    let d: &Path = folder.0.as_ref().expect("folder").path();
     let (host_a, host_b) = (d.join("hostA"), d.join("hostB"));
     for h in [&host_a, &host_b] {
         std::fs::create_dir_all(h.join("logs")).expect("mkdir");
