@@ -131,7 +131,7 @@ pub async fn load(store: &kv::Store, p: u32) -> Result<Loaded, NatsError> {
         .await
         .map_err(|e| NatsError::new("reading a partition checkpoint", e))?;
     let Some(e) = entry else {
-        return Ok(Loaded::default());
+        return absent_head(p, last_in_history(store, p).await?);
     };
     if e.operation != kv::Operation::Put {
         return Ok(Loaded {
@@ -151,6 +151,68 @@ pub async fn load(store: &kv::Store, p: u32) -> Result<Loaded, NatsError> {
         head: Some(e.value),
         chunks,
     })
+}
+
+/// The revision of the last entry the bucket's stream holds for partition `p`'s head, read
+/// through a consumer (which scans the stream, not the server's per-key index). A consumer
+/// says at once how many messages it has waiting: none for a partition never checkpointed, so
+/// that case costs one request, not a fetch's expiry.
+async fn last_in_history(store: &kv::Store, p: u32) -> Result<Option<u64>, NatsError> {
+    use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
+    use futures_util::StreamExt;
+    let what = "reading a partition checkpoint's history";
+    let reader: PullConsumer = store
+        .stream
+        .create_consumer(pull::Config {
+            filter_subject: format!("{}{}", store.prefix, super::lease::key(p)),
+            deliver_policy: DeliverPolicy::LastPerSubject,
+            ack_policy: AckPolicy::None,
+            inactive_threshold: std::time::Duration::from_secs(30),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| NatsError::new(what, e))?;
+    let name = reader.cached_info().name.clone();
+    let mut last = None;
+    if reader.cached_info().num_pending > 0 {
+        let mut batch = reader
+            .fetch()
+            .max_messages(1)
+            .expires(std::time::Duration::from_secs(1))
+            .messages()
+            .await
+            .map_err(|e| NatsError::new(what, e))?;
+        while let Some(m) = batch.next().await {
+            let m = m.map_err(|e| NatsError::new(what, e))?;
+            if let Ok(info) = m.info() {
+                last = Some(info.stream_sequence);
+            }
+        }
+    }
+    let _ = store.stream.delete_consumer(&name).await;
+    Ok(last)
+}
+
+/// What a head the server does not find means, given the last revision its history holds for
+/// the key: nothing (a partition never checkpointed), or a checkpoint the server has and
+/// cannot read by key. nats-server 2.9.10 loses a key's index in a crash (SIGKILL, power
+/// loss; nats-io/nats-server#4643): the history still holds the head, a read by key finds
+/// nothing and every compare-and-set on it fails. Starting the partition over from nothing
+/// would overwrite its checkpoint with an empty one and lose every finding since the stream's
+/// start (`tests/nats/faults.rs` saw it), so the take fails, saying why.
+fn absent_head(p: u32, in_history: Option<u64>) -> Result<Loaded, NatsError> {
+    match in_history {
+        None => Ok(Loaded::default()),
+        Some(revision) => Err(NatsError::new(
+            "reading a partition checkpoint",
+            format!(
+                "partition {p}'s checkpoint is in the bucket's history (revision {revision}) but \
+                 the server cannot read it by its key: nats-server 2.9 loses a key's index in a \
+                 crash; restart it with 2.10 or later, which reads the same store. The \
+                 partition is not started over from nothing"
+            ),
+        )),
+    }
 }
 
 async fn read_chunks(store: &kv::Store, p: u32, r: &ChunkRef) -> Result<PartitionState, NatsError> {
@@ -291,4 +353,24 @@ fn rand_u64() -> u64 {
     h.write_i64(super::wall_ms());
     h.write_u32(std::process::id());
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_head_the_server_cannot_read_but_its_history_holds_is_never_taken_for_none() {
+        // Never checkpointed: an empty state from the stream's start.
+        let fresh = absent_head(3, None).expect("a fresh partition");
+        assert!(fresh.state.is_none() && fresh.revision == 0);
+        // nats-server 2.9's lost index after a crash: refused, with the reason.
+        let e = absent_head(3, Some(41)).err().expect("refused");
+        let text = e.to_string();
+        assert!(
+            text.contains("partition 3") && text.contains("revision 41"),
+            "{text}"
+        );
+        assert!(text.contains("2.10 or later"), "{text}");
+    }
 }

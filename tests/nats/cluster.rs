@@ -86,24 +86,7 @@ fn turns_split_across_hosts_are_correlated_once_across_failover_and_a_server_res
     let store = d.join("jetstream");
     let mut server = Some(nats_server(port, &store, &d.join("nats-1.log")));
 
-    let shipper = |host: &Path, id: &str| {
-        retryscope(
-            id,
-            &[
-                "ship",
-                &format!("{}/logs/*.jsonl", host.display()),
-                "--nats",
-                &url,
-                "--data-dir",
-                &host.join("data").display().to_string(),
-                "--source-id",
-                id,
-                "--partitions",
-                PARTITIONS,
-            ],
-            &host.join("ship.log"),
-        )
-    };
+    let shipper = |host: &Path, id: &str| host_shipper(host, &url, id, PARTITIONS, "ship");
     let collector = |name: &str, checkpoint_ms: &str| collector(d, &url, name, "2", checkpoint_ms);
     // Both logs exist before the shippers start (an empty file is fine).
     append::<&str>(&log_a, &[]);

@@ -6,6 +6,7 @@ mod clocks;
 mod cluster;
 mod conformance;
 mod deploy;
+mod faults;
 #[path = "../common/harness.rs"]
 mod harness;
 mod joined;

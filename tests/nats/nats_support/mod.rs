@@ -152,10 +152,10 @@ pub fn collector_with(
     checkpoint_ms: &str,
     extra: &[&str],
 ) -> (Proc, u16) {
-    collector_env(d, url, name, lease_secs, checkpoint_ms, extra, &[])
+    collector_logged(d, url, name, name, lease_secs, checkpoint_ms, extra, &[])
 }
 
-/// [`collector_with`] with `env` set.
+/// [`collector_with`] with `env` set (e.g. a faked wall clock).
 pub fn collector_env(
     d: &Path,
     url: &str,
@@ -165,9 +165,26 @@ pub fn collector_env(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> (Proc, u16) {
+    collector_logged(d, url, name, name, lease_secs, checkpoint_ms, extra, env)
+}
+
+/// [`collector_env`] writing its log and findings as `<log_name>.log` and
+/// `<log_name>-findings.jsonl` in `d`: a collector restarted under its instance name keeps
+/// the first run's log.
+#[allow(clippy::too_many_arguments)]
+pub fn collector_logged(
+    d: &Path,
+    url: &str,
+    name: &str,
+    log_name: &str,
+    lease_secs: &str,
+    checkpoint_ms: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Proc, u16) {
     let mport = free_port();
     let findings = d
-        .join(format!("{name}-findings.jsonl"))
+        .join(format!("{log_name}-findings.jsonl"))
         .display()
         .to_string();
     let mut args = vec![
@@ -185,8 +202,76 @@ pub fn collector_env(
     let addr = format!("127.0.0.1:{mport}");
     args.extend([addr.as_str(), "--findings-out", findings.as_str()]);
     args.extend(extra);
-    let p = retryscope_env(name, &args, &d.join(format!("{name}.log")), env);
+    let p = retryscope_env(name, &args, &d.join(format!("{log_name}.log")), env);
     (p, mport)
+}
+
+/// A shipper on a "host" folder: it ships `<host>/logs/*.jsonl` with its checkpoint in
+/// `<host>/data` as `source_id`, logging to `<host>/<log_name>.log`.
+pub fn host_shipper(
+    host: &Path,
+    url: &str,
+    source_id: &str,
+    partitions: &str,
+    log_name: &str,
+) -> Proc {
+    retryscope(
+        source_id,
+        &[
+            "ship",
+            &format!("{}/logs/*.jsonl", host.display()),
+            "--nats",
+            url,
+            "--data-dir",
+            &host.join("data").display().to_string(),
+            "--source-id",
+            source_id,
+            "--partitions",
+            partitions,
+        ],
+        &host.join(format!("{log_name}.log")),
+    )
+}
+
+/// Send `p` the signal `sig` (`STOP`, `CONT`, ...).
+pub fn signal(p: &Proc, sig: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{sig}"), &p.child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{sig} {}", p.child.id());
+}
+
+/// Partition `p`'s stored checkpoint as JSON (a chunked one's chunks joined), if there is
+/// one and it could be read whole (a chunk replaced while it was read gives `None`).
+pub fn partition_state(url: &str, p: u32) -> Option<serde_json::Value> {
+    with_js(url, async |js| {
+        let kv = js.get_key_value("retryscope_state").await.ok()?;
+        let head = kv.get(format!("p{p}")).await.ok()??;
+        let head: serde_json::Value = serde_json::from_slice(&head).ok()?;
+        let Some(chunked) = head.get("chunked") else {
+            return Some(head);
+        };
+        let generation = chunked["generation"].as_str()?;
+        let mut bytes = Vec::new();
+        for i in 0..chunked["parts"].as_u64()? {
+            let part = kv.get(format!("p{p}.c.{generation}.{i}")).await.ok()??;
+            bytes.extend_from_slice(&part);
+        }
+        serde_json::from_slice(&bytes).ok()
+    })
+}
+
+/// The instance name that holds partition `p`'s lease (expired or not), if any.
+pub fn partition_owner(url: &str, p: u32) -> Option<String> {
+    with_js(url, async |js| {
+        let kv = js.get_key_value("retryscope_owners").await.ok()?;
+        let lease = kv.get(format!("p{p}")).await.ok()??;
+        let lease: serde_json::Value = serde_json::from_slice(&lease).ok()?;
+        // `<instance>#<incarnation>` (src/nats/lease.rs)
+        let owner = lease["owner"].as_str()?;
+        Some(owner.split('#').next().unwrap_or(owner).to_string())
+    })
 }
 
 /// A shipper of `log` (its data dir beside it) into `partitions` partitions.
