@@ -365,7 +365,9 @@ mod tests {
         let fresh = absent_head(3, None).expect("a fresh partition");
         assert!(fresh.state.is_none() && fresh.revision == 0);
         // nats-server 2.9's lost index after a crash: refused, with the reason.
-        let e = absent_head(3, Some(41)).err().expect("refused");
+        let Err(e) = absent_head(3, Some(41)) else {
+            panic!("a head the history holds was taken for none");
+        };
         let text = e.to_string();
         assert!(
             text.contains("partition 3") && text.contains("revision 41"),
