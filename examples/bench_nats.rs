@@ -21,7 +21,10 @@
 //!   from the line written to its finding on `retryscope.findings.>` (it includes the
 //!   shipper's 100 ms poll and the collectors' settle time).
 
-use std::io::{Read, Write};
+#[path = "support/scrape.rs"]
+mod scrape;
+use scrape::{scrape, value};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -254,22 +257,6 @@ fn bench_run(dir: &Path, staged: &Path, events: u64) -> Result<f64, Error> {
     let _ = child.kill();
     let _ = child.wait();
     result
-}
-
-fn scrape(port: u16) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    Some(body)
-}
-
-fn value(text: &str, series: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(series))
-        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
-        .sum()
 }
 
 fn runtime(name: &str) -> std::io::Result<tokio::runtime::Runtime> {

@@ -16,6 +16,9 @@
 //!   accepted and refused. Default bounds (100,000 open turns); every session is new, so what
 //!   memory holds beyond the queue is open turns and sessions' decoder state.
 
+#[path = "support/scrape.rs"]
+mod scrape;
+use scrape::scrape;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -46,15 +49,6 @@ fn binary() -> PathBuf {
         .and_then(|p| p.parent())
         .expect("target dir")
         .join("retryscope")
-}
-
-fn scrape(port: u16) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    Some(body)
 }
 
 fn value(text: &str, series: &str) -> f64 {

@@ -12,8 +12,11 @@
 //!   `retryscope_retries_total`), over 30 samples;
 //! - resident memory with 100,000 open turns.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+#[path = "support/scrape.rs"]
+mod scrape;
+use scrape::{scrape, value};
+use std::io::Write;
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -25,22 +28,6 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port")
-}
-
-fn scrape(port: u16) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    Some(body)
-}
-
-fn value(text: &str, series: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(series))
-        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
-        .sum()
 }
 
 fn binary() -> PathBuf {

@@ -72,8 +72,8 @@ fn collectors_an_hour_apart_share_the_partitions_and_fail_over_as_if_their_clock
     append(&log, &first);
     let ship = shipper(d, &url, &log, "9");
     let (c1, p1) = collector(d, &url, "c1", "3", "200");
-    let (c2, p2) = collector_env(d, &url, "c2", "3", "200", &[], &skewed("+3600"));
-    let (c3, p3) = collector_env(d, &url, "c3", "3", "200", &[], &skewed("-3600"));
+    let (c2, p2) = collector_logged(d, &url, "c2", "c2", "3", "200", &[], &skewed("+3600"));
+    let (c3, p3) = collector_logged(d, &url, "c3", "c3", "3", "200", &[], &skewed("-3600"));
 
     let shares = settled(&[p1, p2, p3], 9.0, Duration::from_secs(60));
     assert_eq!(

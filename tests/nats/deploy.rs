@@ -76,22 +76,18 @@ fn a_tls_server_with_users_is_reached_with_the_ca_and_a_user_in_the_url() {
     let (_c, mport) = collector_with(d, &url, "c1", "2", "100", &["--nats-ca", &ca]);
     // The findings stream is the exactly-once record (a collector's own --findings-out may
     // repeat what a partition retaken under load replays), read over TLS with the user.
-    let stream = || {
-        let options = async_nats::ConnectOptions::new()
+    let options = || {
+        async_nats::ConnectOptions::new()
             .add_root_certificates(pki.ca_file())
             .require_tls(true)
-            .user_and_password("collector".into(), "s3cret".into());
-        let mut got = findings_in_stream_using(&format!("nats://127.0.0.1:{port}"), options);
-        got.sort();
-        got
+            .user_and_password("collector".into(), "s3cret".into())
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while stream().len() < expected.len() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    // A moment more: a duplicate would arrive after the count was reached.
-    std::thread::sleep(Duration::from_millis(1500));
-    let got = stream();
+    let got = settled_findings_using(
+        &format!("nats://127.0.0.1:{port}"),
+        options,
+        expected.len(),
+        Duration::from_secs(60),
+    );
     assert_eq!(
         got.len(),
         expected.len(),
@@ -469,21 +465,12 @@ fn an_operator_mode_server_is_reached_with_a_creds_file_and_a_stranger_is_refuse
     let _ship = shipper_with(d, &url, &log, "4", &["--nats-creds", &creds_arg]);
     let (_c, mport) = collector_with(d, &url, "c1", "2", "100", &["--nats-creds", &creds_arg]);
     // The findings stream, read back as the same user.
-    let stream = || {
-        let options = async_nats::ConnectOptions::new()
+    let options = || {
+        async_nats::ConnectOptions::new()
             .credentials(&creds_text)
-            .expect("creds parse");
-        let mut got = findings_in_stream_using(&url, options);
-        got.sort();
-        got
+            .expect("creds parse")
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while stream().len() < expected.len() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    // A moment more: a duplicate would arrive after the count was reached.
-    std::thread::sleep(Duration::from_millis(1500));
-    let got = stream();
+    let got = settled_findings_using(&url, options, expected.len(), Duration::from_secs(60));
     assert_eq!(
         got.len(),
         expected.len(),

@@ -155,22 +155,9 @@ pub fn collector_with(
     collector_logged(d, url, name, name, lease_secs, checkpoint_ms, extra, &[])
 }
 
-/// [`collector_with`] with `env` set (e.g. a faked wall clock).
-pub fn collector_env(
-    d: &Path,
-    url: &str,
-    name: &str,
-    lease_secs: &str,
-    checkpoint_ms: &str,
-    extra: &[&str],
-    env: &[(&str, &str)],
-) -> (Proc, u16) {
-    collector_logged(d, url, name, name, lease_secs, checkpoint_ms, extra, env)
-}
-
-/// [`collector_env`] writing its log and findings as `<log_name>.log` and
-/// `<log_name>-findings.jsonl` in `d`: a collector restarted under its instance name keeps
-/// the first run's log.
+/// [`collector_with`] writing its log and findings as `<log_name>.log` and
+/// `<log_name>-findings.jsonl` in `d` (a collector restarted under its instance name keeps
+/// the first run's log), with `env` set (e.g. a faked wall clock).
 #[allow(clippy::too_many_arguments)]
 pub fn collector_logged(
     d: &Path,
@@ -408,6 +395,27 @@ pub fn refund_log(
         second.extend(b);
     }
     (first, second)
+}
+
+/// The findings stream read with `options()` (sorted), once it holds `n` findings or `limit`
+/// has passed, and a moment more: a duplicate would arrive after the count was reached.
+pub fn settled_findings_using(
+    url: &str,
+    options: impl Fn() -> async_nats::ConnectOptions,
+    n: usize,
+    limit: Duration,
+) -> Vec<String> {
+    let read = || {
+        let mut got = findings_in_stream_using(url, options());
+        got.sort();
+        got
+    };
+    let deadline = Instant::now() + limit;
+    while read().len() < n && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    read()
 }
 
 /// Wait until the findings stream holds `n` findings, then compare them with `expected`.
