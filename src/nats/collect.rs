@@ -31,7 +31,7 @@
 //! another's lease or membership has ended when its key's revision stood still for a lease as
 //! this instance observed it ([`super::lease::Observer`]).
 //!
-//! Each owned partition is tended by its own task ([`super::tend`]), so the partitions of one
+//! Each owned partition is tended by its own task (`nats/tend.rs`), so the partitions of one
 //! instance are read, correlated and checkpointed concurrently; this loop keeps the membership
 //! and the leases, starts and ends the tasks, and serves the sum of their metrics. A delivery missing from the consumer's sequence (a
 //! fetch abandoned mid-way, a deposed owner's pull) makes the partition be taken again from its
