@@ -329,7 +329,7 @@ fn a_folder_contributes_its_logs_not_its_source_files() {
     assert_eq!(
         stderr(&out),
         format!(
-            "retryscope: skipped 8 files in the given folders that do not look like logs (the \
+            "retryscope: skipped 9 files in the given folders that do not look like logs (the \
              first line is neither a JSON object nor a server-sent event): {base}/bench_check.rs, \
              {base}/bench_floor.rs, {base}/bench_nats.rs, {base}/bench_open_turns.rs, \
              {base}/bench_otlp.rs, …\n"
