@@ -274,8 +274,8 @@ async fn published_since(
 
 /// Correlate what partition `p` has waiting; the number of messages taken.
 pub(super) async fn poll(sh: &Shared, p: u32, o: &mut Owned) -> Result<usize, NatsError> {
-    // Small enough that one round over the owned partitions stays well inside a lease: the
-    // leases are renewed between rounds.
+    // Up to 200 messages (each up to 1,000 lines) a poll: the partition's task checks its
+    // orders and its checkpoint time between polls.
     const BATCH: usize = 200;
     o.lease_held()?;
     let mut batch = o
