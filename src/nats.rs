@@ -65,6 +65,55 @@ pub fn max_payload(client: &async_nats::Client) -> usize {
     }
 }
 
+/// Hand `each` every message a consumer made with `config` (ack none, removed after) on
+/// `stream` has waiting when it is made, and no more: a consumer says at once how many (none
+/// costs one request, not a fetch's expiry), and a fetch that knows how many wait is answered
+/// at once, its expiry only ending a request lost in a server restart. A consumer scans the
+/// stream, not the server's per-subject index (see `state.rs` on nats-server 2.9).
+pub(crate) async fn read_pending(
+    stream: &async_nats::jetstream::stream::Stream,
+    config: async_nats::jetstream::consumer::pull::Config,
+    what: &'static str,
+    mut each: impl FnMut(&async_nats::jetstream::Message),
+) -> Result<(), NatsError> {
+    use async_nats::jetstream::consumer::{AckPolicy, PullConsumer, pull};
+    use futures_util::StreamExt;
+    let reader: PullConsumer = stream
+        .create_consumer(pull::Config {
+            ack_policy: AckPolicy::None,
+            inactive_threshold: std::time::Duration::from_secs(60),
+            ..config
+        })
+        .await
+        .map_err(|e| NatsError::new(what, e))?;
+    let mut pending = reader.cached_info().num_pending;
+    while pending > 0 {
+        let mut batch = reader
+            .fetch()
+            .max_messages(usize::try_from(pending).unwrap_or(1_000).min(1_000))
+            .expires(std::time::Duration::from_secs(1))
+            .messages()
+            .await
+            .map_err(|e| NatsError::new(what, e))?;
+        let mut n = 0u64;
+        while let Some(m) = batch.next().await {
+            let m = m.map_err(|e| NatsError::new(what, e))?;
+            n += 1;
+            each(&m);
+        }
+        if n == 0 {
+            return Err(NatsError::new(
+                what,
+                format!("{pending} messages could not be read"),
+            ));
+        }
+        pending = pending.saturating_sub(n);
+    }
+    let name = reader.cached_info().name.clone();
+    let _ = stream.delete_consumer(&name).await;
+    Ok(())
+}
+
 /// CPU work of a partition (correlating a batch, encoding a checkpoint): on a multi-thread
 /// runtime it runs in place of a worker thread that tokio replaces meanwhile, so the
 /// instance's lease loop and the other partitions' tasks are never starved by a partition

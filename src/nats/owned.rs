@@ -26,9 +26,6 @@ use crate::engine::outputs::{MetricsOut, SharedFindingsOut, TracesOut};
 use crate::engine::{Core, IngestState, LiveSource, Restored, ShardedIngest, Sinks};
 use crate::sink::metrics::Metrics;
 
-/// Expiry of a fetch that knows how many messages wait (reading published findings): the
-/// server answers at once with them, and a request lost in a restart ends by itself.
-const FETCH_EXPIRES: Duration = Duration::from_secs(1);
 /// How long a partition's fetch may wait for its next delivery before the batch is left. The
 /// fetch is no-wait (a live server answers at once, with messages or with none; an expiry
 /// would make 2.9 hold an empty fetch until it ends), so only a request lost in a server
@@ -223,52 +220,24 @@ async fn published_since(
     p: u32,
     after: u64,
 ) -> Result<(HashSet<String>, u64), NatsError> {
-    let reader: PullConsumer = findings
-        .create_consumer(pull::Config {
-            filter_subject: format!("retryscope.findings.{p}"),
-            deliver_policy: DeliverPolicy::ByStartSequence {
-                start_sequence: after + 1,
-            },
-            ack_policy: AckPolicy::None,
-            inactive_threshold: Duration::from_secs(60),
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| NatsError::new("reading published findings", e))?;
+    let config = pull::Config {
+        filter_subject: format!("retryscope.findings.{p}"),
+        deliver_policy: DeliverPolicy::ByStartSequence {
+            start_sequence: after + 1,
+        },
+        ..Default::default()
+    };
     let mut ids = HashSet::new();
     let mut last = after;
-    // What the stream held for the subject when the reader was made: read that much, no more
-    // (a fetch of an empty consumer waits for its expiry).
-    let mut pending = reader.cached_info().num_pending;
-    while pending > 0 {
-        let mut batch = reader
-            .fetch()
-            .max_messages(usize::try_from(pending).unwrap_or(1_000).min(1_000))
-            .expires(FETCH_EXPIRES)
-            .messages()
-            .await
-            .map_err(|e| NatsError::new("reading published findings", e))?;
-        let mut n = 0u64;
-        while let Some(m) = batch.next().await {
-            let m = m.map_err(|e| NatsError::new("reading published findings", e))?;
-            n += 1;
-            if let Ok(info) = m.info() {
-                last = last.max(info.stream_sequence);
-            }
-            if let Some(id) = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")) {
-                ids.insert(id.as_str().to_string());
-            }
+    super::read_pending(findings, config, "reading published findings", |m| {
+        if let Ok(info) = m.info() {
+            last = last.max(info.stream_sequence);
         }
-        if n == 0 {
-            return Err(NatsError::new(
-                "reading published findings",
-                format!("{pending} of them could not be read"),
-            ));
+        if let Some(id) = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")) {
+            ids.insert(id.as_str().to_string());
         }
-        pending = pending.saturating_sub(n);
-    }
-    let name = reader.cached_info().name.clone();
-    let _ = findings.delete_consumer(&name).await;
+    })
+    .await?;
     Ok((ids, last))
 }
 

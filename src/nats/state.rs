@@ -158,38 +158,20 @@ pub async fn load(store: &kv::Store, p: u32) -> Result<Loaded, NatsError> {
 /// says at once how many messages it has waiting: none for a partition never checkpointed, so
 /// that case costs one request, not a fetch's expiry.
 async fn last_in_history(store: &kv::Store, p: u32) -> Result<Option<u64>, NatsError> {
-    use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
-    use futures_util::StreamExt;
-    let what = "reading a partition checkpoint's history";
-    let reader: PullConsumer = store
-        .stream
-        .create_consumer(pull::Config {
-            filter_subject: format!("{}{}", store.prefix, super::lease::key(p)),
-            deliver_policy: DeliverPolicy::LastPerSubject,
-            ack_policy: AckPolicy::None,
-            inactive_threshold: std::time::Duration::from_secs(30),
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| NatsError::new(what, e))?;
-    let name = reader.cached_info().name.clone();
+    use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+    let config = pull::Config {
+        filter_subject: format!("{}{}", store.prefix, super::lease::key(p)),
+        deliver_policy: DeliverPolicy::LastPerSubject,
+        ..Default::default()
+    };
     let mut last = None;
-    if reader.cached_info().num_pending > 0 {
-        let mut batch = reader
-            .fetch()
-            .max_messages(1)
-            .expires(std::time::Duration::from_secs(1))
-            .messages()
-            .await
-            .map_err(|e| NatsError::new(what, e))?;
-        while let Some(m) = batch.next().await {
-            let m = m.map_err(|e| NatsError::new(what, e))?;
-            if let Ok(info) = m.info() {
-                last = Some(info.stream_sequence);
-            }
+    let what = "reading a partition checkpoint's history";
+    super::read_pending(&store.stream, config, what, |m| {
+        if let Ok(info) = m.info() {
+            last = Some(info.stream_sequence);
         }
-    }
-    let _ = store.stream.delete_consumer(&name).await;
+    })
+    .await?;
     Ok(last)
 }
 

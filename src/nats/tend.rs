@@ -130,7 +130,10 @@ async fn tend(
         let order = *orders.borrow_and_update();
         match order {
             Order::Run => {}
-            Order::Checkpoint => return final_checkpoint(&sh, p, &mut o).await,
+            Order::Checkpoint => {
+                let why = "last checkpoint failed; the next owner replays from the stored one";
+                return checkpoint_or_give_up(&sh, p, &mut o, why).await;
+            }
             Order::Drop => {
                 settle_acks(&sh, p, &mut o).await;
                 return Ended::Lost;
@@ -158,17 +161,12 @@ async fn tend(
             let began = Instant::now();
             // What a new owner would replay had this instance died just now.
             lag.store(o.source.seq.saturating_sub(o.stored), Ordering::Relaxed);
-            let done = tokio::time::timeout(cfg.lease, checkpoint(&sh, p, &mut o))
-                .await
-                .unwrap_or_else(|_| Err(NatsError::new("checkpointing", "timed out")));
+            let kept =
+                checkpoint_or_give_up(&sh, p, &mut o, "checkpoint failed; giving the partition up")
+                    .await;
             last_checkpoint = Instant::now();
             every = checkpoint_interval(cfg.checkpoint_every, last_checkpoint - began);
-            if let Err(e) = done {
-                sh.counters
-                    .checkpoint_failures
-                    .fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(partition = p, error = %e, "checkpoint failed; giving the partition up");
-                settle_acks(&sh, p, &mut o).await;
+            if kept == Ended::Lost {
                 return Ended::Lost;
             }
         }
@@ -196,8 +194,9 @@ fn checkpoint_interval(configured: Duration, took: Duration) -> Duration {
         .min(LONGEST_INTERVAL.max(configured))
 }
 
-/// The checkpoint of a partition handed over or of an instance stopping.
-async fn final_checkpoint(sh: &Shared, p: u32, o: &mut Owned) -> Ended {
+/// Checkpoint partition `p` (bounded by a lease); when that fails, count it, say `why` and
+/// let the findings in flight land, for the partition to be given up.
+async fn checkpoint_or_give_up(sh: &Shared, p: u32, o: &mut Owned, why: &str) -> Ended {
     let done = tokio::time::timeout(sh.cfg.lease, checkpoint(sh, p, o))
         .await
         .unwrap_or_else(|_| Err(NatsError::new("checkpointing", "timed out")));
@@ -207,8 +206,7 @@ async fn final_checkpoint(sh: &Shared, p: u32, o: &mut Owned) -> Ended {
             sh.counters
                 .checkpoint_failures
                 .fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(partition = p, error = %e,
-                "last checkpoint failed; the next owner replays from the stored one");
+            tracing::warn!(partition = p, error = %e, "{why}");
             settle_acks(sh, p, o).await;
             Ended::Lost
         }
