@@ -56,6 +56,23 @@ fn url_auth(urls: &str) -> Option<UrlAuth> {
     })
 }
 
+/// The URLs as they may be logged: without a user, password or token (which a URL may carry).
+fn without_secrets(urls: &str) -> String {
+    urls.split(',')
+        .map(|u| match url::Url::parse(u.trim()) {
+            Ok(mut u) if !u.cannot_be_a_base() => {
+                let _ = u.set_username("");
+                let _ = u.set_password(None);
+                u.to_string()
+            }
+            // Not a URL with a host (`host:4222`): shown as it is unless it may hold a secret.
+            _ if !u.contains('@') => u.trim().to_string(),
+            _ => "(a URL that could not be read)".to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Shipped lines are needed until every partition's checkpoint has passed them.
 pub const DEFAULT_EVENTS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Findings are the cluster's output, read by people and alerting.
@@ -150,7 +167,8 @@ impl Deploy {
                 ),
             ));
         }
-        tracing::warn!(error = %e, url = %self.url, "NATS not reachable yet; waiting for it");
+        tracing::warn!(error = %e, url = %without_secrets(&self.url),
+            "NATS not reachable yet; waiting for it");
         options()?
             .retry_on_initial_connect()
             .connect(self.url.as_str())
@@ -186,6 +204,21 @@ mod tests {
         );
         assert_eq!(url_auth("nats://127.0.0.1:4222"), None);
         assert_eq!(url_auth("127.0.0.1:4222"), None);
+    }
+
+    #[test]
+    fn a_logged_url_carries_no_password_or_token() {
+        let logged = without_secrets("nats://collector:s3cret@10.0.0.1:4222, tls://tok3n@b:4222");
+        assert!(
+            !logged.contains("s3cret") && !logged.contains("tok3n"),
+            "{logged}"
+        );
+        assert!(
+            logged.contains("10.0.0.1:4222") && logged.contains("b:4222"),
+            "{logged}"
+        );
+        assert_eq!(without_secrets("127.0.0.1:4222"), "127.0.0.1:4222");
+        assert!(!without_secrets("user:pw@host:4222").contains("pw"));
     }
 
     #[test]
