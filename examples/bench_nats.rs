@@ -25,7 +25,7 @@
 
 #[path = "support/scrape.rs"]
 mod scrape;
-use scrape::{scrape, value};
+use scrape::{retryscope_binary, scrape, spawn_run, value};
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -221,33 +221,26 @@ fn with_server<T>(
     result
 }
 
-/// `retryscope run` (the release binary beside this example) tailing a copy of the log that
-/// appears once it runs: events per second until its metrics show every event read.
+/// `retryscope run` (the release binary beside this example) tailing a file the log is appended
+/// to once it runs: events per second until its metrics show every event read.
 fn bench_run(dir: &Path, staged: &Path, events: u64) -> Result<f64, Error> {
-    let bin: PathBuf = std::env::current_exe()?
-        .parent()
-        .and_then(Path::parent)
-        .map(|d| d.join("retryscope"))
-        .ok_or("no binary folder")?;
-    let logs = dir.join("run-logs");
-    std::fs::create_dir_all(&logs)?;
+    // The log exists (empty) before `run` starts and is appended to, as bench_run does: `run`
+    // is timed reading, not finding a file that appears.
+    let log = dir.join("run.jsonl");
+    std::fs::write(&log, b"")?;
     let port = free_port()?;
-    let mut child = Command::new(&bin)
-        .arg("run")
-        .arg(format!("{}/*.jsonl", logs.display()))
-        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
-        .args(["--findings-out", "", "--idle-timeout-secs", "3600"])
-        .args(["--max-open-turns", "200000"])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("{}: {e} (cargo build --release first)", bin.display()))?;
+    let mut child = spawn_run(log.as_os_str(), port, &[]).map_err(|e| {
+        format!(
+            "{}: {e} (cargo build --release first)",
+            retryscope_binary().display()
+        )
+    })?;
     let result = (|| {
         wait_port(port, "retryscope run")?;
-        std::fs::copy(staged, dir.join("run-copy"))?;
+        let mut from = std::fs::File::open(staged)?;
+        let mut to = std::fs::OpenOptions::new().append(true).open(&log)?;
         let started = Instant::now();
-        std::fs::rename(dir.join("run-copy"), logs.join("agent.jsonl"))?;
+        std::io::copy(&mut from, &mut to)?;
         loop {
             let read = scrape(port)
                 .map(|m| value(&m, "retryscope_events_read_total{"))

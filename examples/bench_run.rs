@@ -14,11 +14,11 @@
 
 #[path = "support/scrape.rs"]
 mod scrape;
-use scrape::{scrape, value};
+use scrape::{scrape, spawn_run, value};
 use std::io::Write;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use retryscope::demo::{Fleet, FleetConfig};
@@ -30,25 +30,9 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-fn binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().join("retryscope")
-}
-
 fn start(log: &Path, port: u16, workers: Option<&str>) -> Child {
-    let mut cmd = Command::new(binary());
-    cmd.arg("run").arg(log);
-    if let Some(w) = workers {
-        cmd.args(["--workers", w]);
-    }
-    let child = cmd
-        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
-        .args(["--findings-out", "", "--idle-timeout-secs", "3600"])
-        .args(["--max-open-turns", "200000"])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
+    let extra = workers.map(|w| vec!["--workers", w]).unwrap_or_default();
+    let child = spawn_run(log.as_os_str(), port, &extra)
         .expect("build the release binary first: cargo build --release");
     let deadline = Instant::now() + Duration::from_secs(10);
     while scrape(port).is_none() {
