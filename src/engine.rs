@@ -97,6 +97,19 @@ impl Core {
             });
     }
 
+    /// [`Core::line`] of a line the source can read again at `place` (a cluster partition's
+    /// message and line): a turn hold checkpoints what it keeps of it by reference.
+    pub fn line_at(
+        &mut self,
+        stream: StreamId,
+        bytes: &[u8],
+        now: i64,
+        place: retryscope_core::reorder::Place,
+    ) {
+        self.ingest.place_next_line(place);
+        self.line(stream, bytes, now);
+    }
+
     /// A line of `stream` skipped for its length.
     pub fn too_long(&mut self, stream: StreamId, len: u64) {
         let metrics = &*self.metrics;

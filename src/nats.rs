@@ -66,7 +66,8 @@ pub fn max_payload(client: &async_nats::Client) -> usize {
 }
 
 /// Hand `each` every message a consumer made with `config` (ack none, removed after) on
-/// `stream` has waiting when it is made, and no more: a consumer says at once how many (none
+/// `stream` has waiting when it is made, and no more (nor past one `each` answers `false`
+/// to): a consumer says at once how many (none
 /// costs one request, not a fetch's expiry), and a fetch that knows how many wait is answered
 /// at once, its expiry only ending a request lost in a server restart. A consumer scans the
 /// stream, not the server's per-subject index (see `state.rs` on nats-server 2.9).
@@ -74,7 +75,7 @@ pub(crate) async fn read_pending(
     stream: &async_nats::jetstream::stream::Stream,
     config: async_nats::jetstream::consumer::pull::Config,
     what: &'static str,
-    mut each: impl FnMut(&async_nats::jetstream::Message),
+    mut each: impl FnMut(&async_nats::jetstream::Message) -> bool,
 ) -> Result<(), NatsError> {
     use async_nats::jetstream::consumer::{AckPolicy, PullConsumer, pull};
     use futures_util::StreamExt;
@@ -87,7 +88,8 @@ pub(crate) async fn read_pending(
         .await
         .map_err(|e| NatsError::new(what, e))?;
     let mut pending = reader.cached_info().num_pending;
-    while pending > 0 {
+    let mut more = true;
+    while pending > 0 && more {
         let mut batch = reader
             .fetch()
             .max_messages(usize::try_from(pending).unwrap_or(1_000).min(1_000))
@@ -99,7 +101,9 @@ pub(crate) async fn read_pending(
         while let Some(m) = batch.next().await {
             let m = m.map_err(|e| NatsError::new(what, e))?;
             n += 1;
-            each(&m);
+            if more {
+                more = each(&m);
+            }
         }
         if n == 0 {
             return Err(NatsError::new(

@@ -378,6 +378,13 @@ impl ShardedIngest {
         }
     }
 
+    /// See [`Ingest::place_next_line`] (with one worker; several do not hold turns).
+    pub fn place_next_line(&mut self, place: retryscope_core::reorder::Place) {
+        if let Mode::Local(i) = &mut self.mode {
+            i.place_next_line(place);
+        }
+    }
+
     /// See [`Ingest::too_long`].
     pub fn too_long(
         &mut self,

@@ -116,6 +116,8 @@ pub struct CollectSummary {
     pub dead_letters: u64,
     /// Findings a new owner found already published and did not publish again.
     pub replayed_unpublished: u64,
+    /// Held events a take could not read back (their messages were gone).
+    pub held_lost: u64,
 }
 
 /// Finding acknowledgements awaited together (async-nats allows 5,000 in flight and blocks a
@@ -131,6 +133,7 @@ pub(super) struct Counters {
     pub(super) publish_failures: AtomicU64,
     pub(super) dead_letters: AtomicU64,
     pub(super) replayed_unpublished: AtomicU64,
+    pub(super) held_lost: AtomicU64,
 }
 
 /// What every partition of the instance uses: the connection, the buckets and streams, the
@@ -408,6 +411,7 @@ impl Instance {
                 .sum(),
             dead_letters: get(&c.dead_letters),
             replayed_unpublished: get(&c.replayed_unpublished),
+            held_lost: get(&c.held_lost),
         }
     }
 }
@@ -434,6 +438,7 @@ fn publish_metrics(served: &Metrics, receiver: Option<&Metrics>, inst: &Instance
         checkpoint_writes: s.checkpoints,
         checkpoint_failures: s.checkpoint_failures,
         dead_letters: s.dead_letters,
+        held_lost: s.held_lost,
     });
     if let Some(t) = inst.sh.traces.as_deref() {
         crate::engine::outputs::set_trace_stats(served, t);

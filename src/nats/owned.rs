@@ -4,7 +4,7 @@
 //! [`PartitionSource`], which feeds the partition's engine [`Core`]; publish what the
 //! findings stream's sink handed over), and checkpointing it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
@@ -18,13 +18,14 @@ use futures_util::StreamExt;
 
 use super::collect::{MAX_ACKS_IN_FLIGHT, Shared};
 use super::partition::subject;
-use super::partition_source::{Fetched, FindingsStreamOut, Outgoing, PartitionSource};
+use super::partition_source::{Fetched, FindingsStreamOut, Outgoing, PartitionSource, lines};
 use super::state::PartitionState;
 use super::tend::LeaseClock;
 use super::{LINES_HEADER, NatsError, STREAM_HEADER, TICK_HEADER, cpu, state};
 use crate::engine::outputs::{MetricsOut, SharedFindingsOut, TracesOut};
 use crate::engine::{Core, IngestState, LiveSource, Restored, ShardedIngest, Sinks};
 use crate::sink::metrics::Metrics;
+use retryscope_core::reorder::HoldSnapshot;
 
 /// How long a partition's fetch may wait for its next delivery before the batch is left. The
 /// fetch is no-wait (a live server answers at once, with messages or with none; an expiry
@@ -87,7 +88,10 @@ pub(super) async fn take(
         Metrics::new(Default::default())
             .map_err(|e| NatsError::new("registering partition metrics", e))?,
     );
-    let held = loaded.state.as_ref().and_then(|s| s.held.clone());
+    let mut held = loaded.state.as_ref().and_then(|s| s.held.clone());
+    if let Some(h) = &mut held {
+        read_back_held(sh, p, h).await?;
+    }
     let (restored, seq, now_ms, tick_ms, findings_seq) = match &loaded.state {
         Some(s) => {
             metrics
@@ -194,6 +198,68 @@ pub(super) async fn take(
     })
 }
 
+/// Read the events the checkpoint's turn hold keeps by reference back from the partition's
+/// messages (`retryscope_core::reorder`). Those whose messages are gone (the stream's max
+/// age, a purge) are counted and logged: their turns correlate without them.
+async fn read_back_held(sh: &Shared, p: u32, held: &mut HoldSnapshot) -> Result<(), NatsError> {
+    let msgs = held.ref_messages();
+    let (Some(&first), Some(&last)) = (msgs.first(), msgs.last()) else {
+        return Ok(());
+    };
+    let wanted: HashSet<u64> = msgs.iter().copied().collect();
+    let mut payloads: HashMap<u64, (Bytes, bool)> = HashMap::with_capacity(wanted.len());
+    let config = pull::Config {
+        filter_subject: subject(p),
+        deliver_policy: DeliverPolicy::ByStartSequence {
+            start_sequence: first,
+        },
+        ..Default::default()
+    };
+    super::read_pending(&sh.events, config, "reading held events back", |m| {
+        let Ok(info) = m.info() else { return true };
+        let seq = info.stream_sequence;
+        if wanted.contains(&seq) {
+            let batched = m
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(LINES_HEADER))
+                .is_some();
+            payloads.insert(seq, (m.payload.clone(), batched));
+        }
+        seq < last
+    })
+    .await?;
+    let refs = held.ref_count();
+    let lost = cpu(|| {
+        let lines: HashMap<u64, Vec<&[u8]>> = payloads
+            .iter()
+            .map(|(seq, (payload, batched))| (*seq, lines(payload, *batched).collect()))
+            .collect();
+        held.resolve(|place| {
+            lines
+                .get(&place.msg)
+                .and_then(|l| l.get(place.line as usize).copied())
+        })
+    });
+    tracing::debug!(
+        partition = p,
+        events = refs,
+        messages = msgs.len(),
+        "held events read back"
+    );
+    if lost > 0 {
+        sh.counters.held_lost.fetch_add(lost, Ordering::Relaxed);
+        tracing::error!(
+            partition = p,
+            lost,
+            of = refs,
+            "held events could not be read back from the events stream (their messages are \
+             gone: its max age or a purge); their turns correlate without them"
+        );
+    }
+    Ok(())
+}
+
 /// Delete every consumer of partition `p` (the durable of every earlier owner epoch, and the
 /// single durable of versions before epochs): a deposed owner's handle then pulls nothing.
 async fn remove_partition_consumers(events: &jetstream::stream::Stream, p: u32) {
@@ -236,6 +302,7 @@ async fn published_since(
         if let Some(id) = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")) {
             ids.insert(id.as_str().to_string());
         }
+        true
     })
     .await?;
     Ok((ids, last))

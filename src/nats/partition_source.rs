@@ -28,6 +28,7 @@ use crate::engine::sinks::{At, Sink};
 use crate::engine::{Core, LiveSource, Polled};
 use retryscope_core::correlate::Output;
 use retryscope_core::ingest::Source;
+use retryscope_core::reorder::Place;
 
 /// A fetched message, in consumer order.
 pub(super) struct Fetched {
@@ -93,14 +94,14 @@ impl LiveSource for PartitionSource {
             self.now_ms = self.now_ms.max(f.published_ms);
             if let Some(name) = &f.stream {
                 let stream = core.stream(Source::Nats, name);
-                if f.batched {
-                    for line in f.msg.payload.split(|b| *b == b'\n') {
-                        polled.lines += 1;
-                        core.line(stream, line, self.now_ms);
-                    }
-                } else {
+                // Each line with where it can be read again (`lines`, the same split).
+                for (i, line) in lines(&f.msg.payload, f.batched).enumerate() {
                     polled.lines += 1;
-                    core.line(stream, &f.msg.payload, self.now_ms);
+                    let place = Place {
+                        msg: f.seq,
+                        line: u32::try_from(i).unwrap_or(u32::MAX),
+                    };
+                    core.line_at(stream, line, self.now_ms, place);
                 }
                 // One delivery per message: its outputs are numbered in its id.
                 core.deliver(Some(&format!("p{p}-{}", f.seq)));
@@ -115,6 +116,13 @@ impl LiveSource for PartitionSource {
         }
         polled
     }
+}
+
+/// The lines of a message's payload: joined by `\n` when `batched`, else the payload is one.
+pub(super) fn lines(payload: &[u8], batched: bool) -> impl Iterator<Item = &[u8]> {
+    let mut split = payload.split(|b| *b == b'\n');
+    let mut whole = Some(payload);
+    std::iter::from_fn(move || if batched { split.next() } else { whole.take() })
 }
 
 /// A finding for the findings stream, with its deterministic id.

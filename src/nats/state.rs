@@ -170,6 +170,7 @@ async fn last_in_history(store: &kv::Store, p: u32) -> Result<Option<u64>, NatsE
         if let Ok(info) = m.info() {
             last = Some(info.stream_sequence);
         }
+        true
     })
     .await?;
     Ok(last)

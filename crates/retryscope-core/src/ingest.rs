@@ -60,6 +60,8 @@ pub struct Ingest {
     join_otlp: bool,
     /// This ingest path's share of the input, when several share it ([`Ingest::set_shard`]).
     shard: Option<Shard>,
+    /// Where the next line can be read again ([`Ingest::place_next_line`]).
+    next_place: Option<crate::reorder::Place>,
 }
 
 impl fmt::Debug for Ingest {
@@ -86,7 +88,15 @@ impl Ingest {
             origin_lines: true,
             join_otlp: true,
             shard: None,
+            next_place: None,
         }
+    }
+
+    /// The next [`Ingest::line`] can be read again at `place` (a cluster partition's message
+    /// and line): an event the turn hold keeps from it, decoded where it was read, is
+    /// checkpointed by reference ([`crate::reorder`]).
+    pub fn place_next_line(&mut self, place: crate::reorder::Place) {
+        self.next_place = Some(place);
     }
 
     /// Join the outputs of one client session that live in separate streams (gemini-cli's
@@ -273,6 +283,7 @@ impl Ingest {
         out: &mut Vec<Output>,
         note: &mut dyn FnMut(Note<'_>),
     ) {
+        let place = self.next_place.take();
         let Some(stream) = self.streams.get_mut(id.0 as usize).and_then(Option::as_mut) else {
             return;
         };
@@ -307,7 +318,7 @@ impl Ingest {
             &mut self.pipeline,
             self.shard,
             stream,
-            number,
+            (number, place),
             bytes,
             arrival_ms,
             out,
@@ -506,7 +517,7 @@ impl Ingest {
                 &mut self.pipeline,
                 shard,
                 stream,
-                number,
+                (number, None),
                 &bytes,
                 arrival_ms,
                 out,

@@ -13,7 +13,7 @@ use crate::correlate::{Correlator, Output};
 use crate::decode::native::{self, NativeLine};
 use crate::decode::{BadLineReason, DecodeError, EnvelopeDecoder, SkipCounts, StreamDecoder};
 use crate::event::{Event, EventKind};
-use crate::reorder::{HeldEvent, HoldSnapshot, TurnHold};
+use crate::reorder::{HeldEvent, HoldSnapshot, Place, TurnHold};
 
 /// Counters about the input.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -220,6 +220,18 @@ impl Pipeline {
         arrival_ms: Option<i64>,
         out: &mut Vec<Output>,
     ) -> Result<LineOutcome, DecodeError> {
+        self.native_line_at(bytes, arrival_ms, None, out)
+    }
+
+    /// [`Pipeline::native_line`] for a line the caller can read again at `place`: a held
+    /// event decoded from it is checkpointed by reference ([`crate::reorder`]).
+    pub fn native_line_at(
+        &mut self,
+        bytes: &[u8],
+        arrival_ms: Option<i64>,
+        place: Option<Place>,
+        out: &mut Vec<Output>,
+    ) -> Result<LineOutcome, DecodeError> {
         self.counters.lines += 1;
         let decoded = native::decode_line(bytes, &mut self.counters.skips);
         match decoded {
@@ -238,7 +250,7 @@ impl Pipeline {
                     }
                     self.scratch = events;
                 }
-                self.observe(&ev, arrival_ms, out);
+                self.observe_at(&ev, arrival_ms, place, out);
                 Ok(LineOutcome::Event)
             }
             Ok(NativeLine::UnknownType) => Ok(LineOutcome::Skipped),
@@ -341,6 +353,17 @@ impl Pipeline {
 
     /// Correlate one event: it moves the logical clock, which stands in for a missing arrival.
     fn observe(&mut self, ev: &Event<'_>, arrival_ms: Option<i64>, out: &mut Vec<Output>) {
+        self.observe_at(ev, arrival_ms, None, out);
+    }
+
+    /// [`Pipeline::observe`] of an event that can be read again at `place`.
+    fn observe_at(
+        &mut self,
+        ev: &Event<'_>,
+        arrival_ms: Option<i64>,
+        place: Option<Place>,
+        out: &mut Vec<Output>,
+    ) {
         if let Some(ts) = ev.ts_ms {
             self.clock_ms = self.clock_ms.max(ts);
         }
@@ -356,6 +379,7 @@ impl Pipeline {
                 now,
                 self.origin.0.clone(),
                 self.origin.2,
+                place,
                 &mut released,
             );
             self.correlate_released(&mut released, out);

@@ -8,14 +8,35 @@
 //! none; ties in arrival order), turns in the order they were first seen. A late part that
 //! arrives within the settle time of the turn's last event joins it in its place in time, so
 //! the turn correlates as if it had been read from one log. Bounded: past
-//! [`TurnHold::MAX_EVENTS`] the turn quiet the longest is released early. [`HoldSnapshot`] is
-//! what a checkpoint keeps of it: the events were read past, so a restart must find them.
+//! [`TurnHold::MAX_EVENTS`] the turn quiet the longest is released early.
+//!
+//! [`HoldSnapshot`] is what a checkpoint keeps of it: the events were read past, so a restart
+//! must find them. An event the caller can read again (a [`Place`]: a line of a message still
+//! in its stream, which decodes alone to the event) is kept by reference, a few bytes; the
+//! others, and those held longer than [`TurnHold::REF_MAX_AGE_MS`], whole. Copying every held
+//! event into every checkpoint cost a cluster collector five times its correlation.
+//! [`HoldSnapshot::resolve`] reads the references back before [`TurnHold::restore`].
 
 use std::sync::Arc;
 
+use crate::decode::SkipCounts;
+use crate::decode::native::{self, NativeLine};
 use crate::event::Event;
 use crate::fasthash::FastMap;
 use crate::turn_route::Route;
+
+/// Where a held event can be read again: line `line` (from 0) of message `msg` of the
+/// caller's input (a cluster partition's stream sequence), a native line that decodes alone
+/// to the event.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub struct Place {
+    /// The message.
+    pub msg: u64,
+    /// The line in it.
+    pub line: u32,
+}
 
 /// One held event and where it came from.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -30,9 +51,12 @@ pub struct HeldEvent {
     pub input: Option<Arc<str>>,
     /// The route of the feed it came through.
     pub route: Route,
+    /// Where it can be read again, if it can.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub place: Option<Place>,
 }
 
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default)]
 struct Held {
     first_seq: u64,
     last_arrival_ms: i64,
@@ -40,12 +64,92 @@ struct Held {
 }
 
 /// What a checkpoint keeps of a [`TurnHold`].
+///
+/// The whole events are stored as `by_value` (older versions wrote `events`, still read): a
+/// version that does not know references refuses the snapshot rather than losing them.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct HoldSnapshot {
-    /// Held events, in arrival order.
+    /// Held events kept whole, in arrival order.
+    #[serde(rename = "by_value", alias = "events")]
     pub events: Vec<HeldEvent>,
+    /// Held events kept by reference, by message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refs: Vec<HeldLines>,
     /// The next arrival number.
     pub seq: u64,
+}
+
+/// Held events read from lines of one message, arrived together from one input.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HeldLines {
+    /// The message ([`Place::msg`]).
+    pub msg: u64,
+    /// When its lines arrived.
+    pub arrival_ms: i64,
+    /// The input they came from.
+    pub input: Option<Arc<str>>,
+    /// The route of the feed.
+    pub route: Route,
+    /// Each line ([`Place::line`]), ascending, as the difference from the one before (the
+    /// first from 0).
+    pub lines: Vec<u32>,
+    /// Each line's arrival number ([`HeldEvent::seq`]), as the difference from the one
+    /// before (the first from 0).
+    pub seqs: Vec<i64>,
+}
+
+impl HoldSnapshot {
+    /// Messages the references name, ascending.
+    pub fn ref_messages(&self) -> Vec<u64> {
+        let mut msgs: Vec<u64> = self.refs.iter().map(|r| r.msg).collect();
+        msgs.sort_unstable();
+        msgs.dedup();
+        msgs
+    }
+
+    /// Events kept by reference.
+    pub fn ref_count(&self) -> usize {
+        self.refs.iter().map(|r| r.lines.len()).sum()
+    }
+
+    /// Read every reference back through `line` (the bytes at a place, if it is still
+    /// there) and keep the events whole; the number that could not be read (the message is
+    /// gone, or its line no longer decodes to an event), which are lost.
+    pub fn resolve<'a>(&mut self, line: impl Fn(Place) -> Option<&'a [u8]>) -> u64 {
+        let mut lost = 0u64;
+        let mut skips = SkipCounts::default();
+        for r in std::mem::take(&mut self.refs) {
+            let (mut at, mut seq) = (0u32, 0i64);
+            for (dl, ds) in r.lines.iter().zip(&r.seqs) {
+                at = at.saturating_add(*dl);
+                seq = seq.wrapping_add(*ds);
+                let place = Place {
+                    msg: r.msg,
+                    line: at,
+                };
+                let event =
+                    line(place).and_then(|bytes| match native::decode_line(bytes, &mut skips) {
+                        Ok(NativeLine::Event(ev)) if crate::bounds::check(&ev).is_ok() => {
+                            Some(ev.into_owned())
+                        }
+                        _ => None,
+                    });
+                match (event, u64::try_from(seq)) {
+                    (Some(event), Ok(seq)) => self.events.push(HeldEvent {
+                        event,
+                        arrival_ms: r.arrival_ms,
+                        seq,
+                        input: r.input.clone(),
+                        route: r.route,
+                        place: Some(place),
+                    }),
+                    _ => lost += 1,
+                }
+            }
+            lost += r.lines.len().abs_diff(r.seqs.len()) as u64;
+        }
+        lost
+    }
 }
 
 /// Turns' events held until each turn is quiet. See the module docs.
@@ -55,11 +159,18 @@ pub struct TurnHold {
     turns: FastMap<String, Held>,
     events: usize,
     seq: u64,
+    /// The latest arrival seen: what [`TurnHold::REF_MAX_AGE_MS`] is measured from.
+    latest_arrival_ms: i64,
 }
 
 impl TurnHold {
     /// Events held at most; past it the turn quiet the longest is released early.
     pub const MAX_EVENTS: usize = 200_000;
+
+    /// A held event that arrived longer ago than this is kept whole by a snapshot, even if it
+    /// could be read again: the message it names must still be in its stream (a cluster's
+    /// events are kept for days), and a restart reads back at most this much of it.
+    pub const REF_MAX_AGE_MS: i64 = 10 * 60 * 1000;
 
     /// Hold each turn until it has been quiet for `settle_ms`.
     pub fn new(settle_ms: i64) -> Self {
@@ -68,10 +179,12 @@ impl TurnHold {
             turns: FastMap::default(),
             events: 0,
             seq: 0,
+            latest_arrival_ms: i64::MIN,
         }
     }
 
-    /// Resume holding what `snapshot` held.
+    /// Resume holding what `snapshot` held (its references read back by
+    /// [`HoldSnapshot::resolve`]: those left unread are not held).
     pub fn restore(settle_ms: i64, snapshot: HoldSnapshot) -> Self {
         let mut hold = TurnHold::new(settle_ms);
         hold.seq = snapshot.seq;
@@ -81,19 +194,59 @@ impl TurnHold {
         hold
     }
 
-    /// What a checkpoint keeps (`None` when nothing is held).
+    /// What a checkpoint keeps (`None` when nothing is held): the events that have a place
+    /// and arrived within [`TurnHold::REF_MAX_AGE_MS`] of the latest by reference, the
+    /// others whole.
     pub fn snapshot(&self) -> Option<HoldSnapshot> {
         if self.events == 0 {
             return None;
         }
-        let mut events: Vec<HeldEvent> = self
-            .turns
-            .values()
-            .flat_map(|h| h.events.iter().cloned())
-            .collect();
+        let horizon = self.latest_arrival_ms.saturating_sub(Self::REF_MAX_AGE_MS);
+        let mut events = Vec::new();
+        let mut placed: Vec<(Place, &HeldEvent)> = Vec::new();
+        for e in self.turns.values().flat_map(|h| h.events.iter()) {
+            match e.place {
+                Some(place) if e.arrival_ms >= horizon => placed.push((place, e)),
+                _ => events.push(e.clone()),
+            }
+        }
         events.sort_by_key(|e| e.seq);
+        placed.sort_unstable_by_key(|(place, _)| *place);
+        let mut refs: Vec<HeldLines> = Vec::new();
+        // The last line and arrival number written, which the next are written from.
+        let (mut line, mut seq) = (0u32, 0i64);
+        for (place, e) in placed {
+            let same = refs.last().is_some_and(|r| {
+                r.msg == place.msg
+                    && r.arrival_ms == e.arrival_ms
+                    && r.route == e.route
+                    && match (&r.input, &e.input) {
+                        (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+                        (None, None) => true,
+                        _ => false,
+                    }
+            });
+            if !same {
+                refs.push(HeldLines {
+                    msg: place.msg,
+                    arrival_ms: e.arrival_ms,
+                    input: e.input.clone(),
+                    route: e.route,
+                    lines: Vec::new(),
+                    seqs: Vec::new(),
+                });
+                (line, seq) = (0, 0);
+            }
+            let e_seq = i64::try_from(e.seq).unwrap_or(i64::MAX);
+            if let Some(r) = refs.last_mut() {
+                r.lines.push(place.line.saturating_sub(line));
+                r.seqs.push(e_seq.wrapping_sub(seq));
+            }
+            (line, seq) = (place.line, e_seq);
+        }
         Some(HoldSnapshot {
             events,
+            refs,
             seq: self.seq,
         })
     }
@@ -116,6 +269,7 @@ impl TurnHold {
         arrival_ms: i64,
         input: Option<Arc<str>>,
         route: Route,
+        place: Option<Place>,
         released: &mut Vec<HeldEvent>,
     ) {
         let seq = self.seq;
@@ -126,6 +280,7 @@ impl TurnHold {
             seq,
             input,
             route,
+            place,
         });
         while self.events > Self::MAX_EVENTS {
             let Some(oldest) = self
@@ -142,6 +297,7 @@ impl TurnHold {
 
     fn insert(&mut self, e: HeldEvent) {
         self.events += 1;
+        self.latest_arrival_ms = self.latest_arrival_ms.max(e.arrival_ms);
         let held = self
             .turns
             .entry(e.event.turn.to_string())
@@ -151,6 +307,7 @@ impl TurnHold {
                 events: Vec::new(),
             });
         held.last_arrival_ms = held.last_arrival_ms.max(e.arrival_ms);
+        held.first_seq = held.first_seq.min(e.seq);
         held.events.push(e);
     }
 
@@ -201,7 +358,7 @@ mod tests {
             ("a", 1, 500),
             ("a", 2, 600),
         ] {
-            h.push(ev(turn, ts), at, None, 0, &mut out);
+            h.push(ev(turn, ts), at, None, 0, None, &mut out);
         }
         h.release(1_050, false, &mut out);
         assert!(
@@ -229,6 +386,116 @@ mod tests {
         assert!(h.is_empty() && h.snapshot().is_none());
     }
 
+    /// A native line of turn `turn` at `ts`, as a cluster message carries it.
+    fn line(turn: &str, ts: i64) -> String {
+        format!(r#"{{"type":"render_reset","turn":"{turn}","attempt":0,"ts_ms":{ts}}}"#)
+    }
+
+    #[test]
+    fn events_that_can_be_read_again_are_checkpointed_by_reference_and_read_back() {
+        // Two messages of lines; one event (a provider chunk's, say) that cannot be read again.
+        let msgs: Vec<Vec<String>> = vec![
+            vec![line("a", 10), line("b", 5), line("a", 11)],
+            vec![line("b", 6), line("a", 1)],
+        ];
+        let input: Arc<str> = Arc::from("host-b:agent.jsonl");
+        let mut h = TurnHold::new(1_000);
+        let mut out = Vec::new();
+        for (m, lines) in msgs.iter().enumerate() {
+            for (i, l) in lines.iter().enumerate() {
+                let mut skips = SkipCounts::default();
+                let Ok(NativeLine::Event(ev)) = native::decode_line(l.as_bytes(), &mut skips)
+                else {
+                    panic!("{l} decodes");
+                };
+                let place = Place {
+                    msg: 100 + m as u64 * 7,
+                    line: i as u32,
+                };
+                h.push(
+                    ev.into_owned(),
+                    50 * m as i64,
+                    Some(input.clone()),
+                    0,
+                    Some(place),
+                    &mut out,
+                );
+            }
+        }
+        h.push(ev("a", 2), 60, None, 3, None, &mut out);
+        let want = {
+            let mut all = Vec::new();
+            h.clone().release(i64::MAX, true, &mut all);
+            all
+        };
+        let snap = h.snapshot().expect("held");
+        assert_eq!(
+            snap.events.len(),
+            1,
+            "only the unplaced event is kept whole"
+        );
+        assert_eq!(snap.ref_count(), 5);
+        assert_eq!(snap.ref_messages(), vec![100, 107]);
+        let json = serde_json::to_string(&snap).expect("encodes");
+        assert_eq!(
+            json.matches("render_reset").count(),
+            1,
+            "only the whole event's text: {json}"
+        );
+        let mut back: HoldSnapshot = serde_json::from_str(&json).expect("decodes");
+        let lost = back.resolve(|p| {
+            let m = usize::try_from((p.msg - 100) / 7).ok()?;
+            msgs.get(m)?.get(p.line as usize).map(|l| l.as_bytes())
+        });
+        assert_eq!(lost, 0);
+        let mut got = Vec::new();
+        TurnHold::restore(1_000, back).release(i64::MAX, true, &mut got);
+        assert_eq!(got, want, "the same events, arrivals, order and origins");
+        assert_eq!(got.len(), 6);
+
+        // A message gone from the stream: its events are counted lost, the rest come back.
+        let mut back: HoldSnapshot = serde_json::from_str(&json).expect("decodes");
+        let lost = back.resolve(|p| (p.msg == 107).then(|| msgs[1][p.line as usize].as_bytes()));
+        assert_eq!(lost, 3);
+        assert_eq!(back.events.len(), 3);
+    }
+
+    #[test]
+    fn an_event_held_past_the_reference_age_is_kept_whole() {
+        let mut h = TurnHold::new(TurnHold::REF_MAX_AGE_MS * 4);
+        let mut out = Vec::new();
+        let place = |msg| Some(Place { msg, line: 0 });
+        h.push(ev("long", 1), 0, None, 0, place(1), &mut out);
+        h.push(
+            ev("long", 2),
+            TurnHold::REF_MAX_AGE_MS + 1,
+            None,
+            0,
+            place(2),
+            &mut out,
+        );
+        let snap = h.snapshot().expect("held");
+        assert_eq!(snap.events.len(), 1);
+        assert_eq!(snap.events[0].event.ts_ms, Some(1));
+        assert_eq!(snap.ref_messages(), vec![2]);
+    }
+
+    #[test]
+    fn a_snapshot_of_the_old_shape_is_read_and_the_new_one_refused_by_it() {
+        let old = r#"{"events":[],"seq":4}"#;
+        let snap: HoldSnapshot = serde_json::from_str(old).expect("old shape read");
+        assert_eq!(snap.seq, 4);
+        // What a version before references reads: it must fail, not drop them.
+        #[derive(serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Before {
+            events: Vec<HeldEvent>,
+            seq: u64,
+        }
+        let new = serde_json::to_string(&snap).expect("encodes");
+        assert!(serde_json::from_str::<Before>(&new).is_err(), "{new}");
+    }
+
     #[test]
     fn past_the_bound_the_longest_quiet_turn_goes_first() {
         let mut h = TurnHold::new(60_000);
@@ -239,7 +506,7 @@ mod tests {
             } else {
                 format!("t{}", i % 1000)
             };
-            h.push(ev(&turn, i as i64), 1 + i as i64, None, 0, &mut out);
+            h.push(ev(&turn, i as i64), 1 + i as i64, None, 0, None, &mut out);
         }
         assert_eq!(out.len(), 1, "one turn released");
         assert_eq!(&*out[0].event.turn, "old");

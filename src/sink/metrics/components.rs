@@ -26,6 +26,8 @@ pub struct ClusterStats {
     pub checkpoint_failures: u64,
     /// Findings too large to publish (dead letters).
     pub dead_letters: u64,
+    /// Held events a take could not read back from the events stream.
+    pub held_lost: u64,
 }
 
 impl Metrics {
@@ -124,6 +126,7 @@ impl Metrics {
             c.checkpoint_failures as f64,
         );
         t.set(F::NatsDeadLetters as usize, &[], c.dead_letters as f64);
+        t.set(F::NatsHeldLost as usize, &[], c.held_lost as f64);
     }
 
     /// The OTLP receiver's spool on disk.

@@ -147,6 +147,8 @@ families! {
         "Findings that could not be published to the findings stream or were not acknowledged (the partition is given up and replayed; run --nats).";
     NatsDeadLetters => "retryscope_nats_dead_letters_total", Counter, [],
         "Findings larger than the NATS server's largest message: written to this collector's findings output only, logged, and the partition moves on (run --nats).";
+    NatsHeldLost => "retryscope_nats_held_events_lost_total", Counter, [],
+        "Events of turns held to settle (--settle-secs) that a new owner could not read back from the events stream: their messages were gone (the stream's max age, or a purge). They are missing from their turns; logged (run --nats).";
     ProxyUnobserved => "retryscope_proxy_unobserved_answers_total", Counter, [],
         "Non-streaming answers over the proxy's 8 MiB cap, passed to the client unobserved.";
     ProxyFeedLost => "retryscope_proxy_feed_lost_lines_total", Counter, [],

@@ -100,14 +100,15 @@ pub(super) fn joined_origin() -> Arc<str> {
     Arc::from("gemini-cli session (telemetry and stream-json joined)")
 }
 
-/// Decode and correlate one line of `stream`, and tell its fate. Sharded, a native line is
-/// decoded by its turn's shard only; a stream read whole is only ever handed to its shard.
+/// Decode and correlate one line of `stream` (its number, and where it can be read again),
+/// and tell its fate. Sharded, a native line is decoded by its turn's shard only; a stream
+/// read whole is only ever handed to its shard.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn decode_line(
     pipeline: &mut Pipeline,
     shard: Option<Shard>,
     stream: &mut Stream,
-    number: u64,
+    (number, place): (u64, Option<crate::reorder::Place>),
     bytes: &[u8],
     arrival_ms: Option<i64>,
     out: &mut Vec<Output>,
@@ -123,7 +124,7 @@ pub(super) fn decode_line(
         {
             return;
         }
-        Decoding::Native => pipeline.native_line(bytes, arrival_ms, out),
+        Decoding::Native => pipeline.native_line_at(bytes, arrival_ms, place, out),
         Decoding::Provider(decoder) => {
             pipeline.stream_line(decoder.as_mut(), bytes, arrival_ms, out)
         }
