@@ -78,7 +78,7 @@ pub fn run(
                 .with_context(|| format!("opening findings output `{}`", cfg.findings_out))?,
         ));
         let traces = super::common::start_traces(traces)?.map(Arc::new);
-        let receiving = Receiving::start(&cfg, &collect_cfg, ready.clone()).await?;
+        let receiving = Receiving::start(&cfg, &collect_cfg, ready.clone(), &shutdown).await?;
         let summary = collect(
             collect_cfg,
             prices,
@@ -122,11 +122,13 @@ struct Receiving {
 }
 
 impl Receiving {
-    /// Bind the receiver when one is configured; it accepts once `ready` is set.
+    /// Bind the receiver when one is configured; it accepts once `ready` is set. Also
+    /// `None` when `shutdown` comes while the NATS server is waited for.
     async fn start(
         cfg: &RunConfig,
         collect: &CollectConfig,
         ready: Arc<AtomicBool>,
+        shutdown: &AtomicBool,
     ) -> anyhow::Result<Option<Receiving>> {
         let r = &cfg.otlp_receiver;
         if r.listen.is_none() && r.grpc_listen.is_none() {
@@ -136,10 +138,18 @@ impl Receiving {
         let queue = Arc::new(retryscope::source::otlp::Queue::new(r.queue_bytes));
         let listeners =
             super::common::start_otlp_receiver(cfg, queue.clone(), metrics.clone(), ready).await?;
-        let client = collect
+        let Some(client) = collect
             .nats
-            .connect(&format!("retryscope-receiver {}", collect.instance))
-            .await?;
+            .connect(
+                &format!("retryscope-receiver {}", collect.instance),
+                shutdown,
+            )
+            .await?
+        else {
+            // Stopped while waiting for the server: nothing was accepted yet.
+            listeners.stop().await;
+            return Ok(None);
+        };
         let drain = Arc::new(AtomicBool::new(false));
         let publisher = tokio::spawn(retryscope::nats::receive::ship_received(
             async_nats::jetstream::new(client),

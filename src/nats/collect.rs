@@ -169,10 +169,13 @@ pub async fn collect(
     ready: Arc<AtomicBool>,
 ) -> Result<CollectSummary, NatsError> {
     let cfg = Arc::new(cfg);
-    let client = cfg
+    let Some(client) = cfg
         .nats
-        .connect(&format!("retryscope-run {}", cfg.instance))
-        .await?;
+        .connect(&format!("retryscope-run {}", cfg.instance), &shutdown)
+        .await?
+    else {
+        return Ok(CollectSummary::default());
+    };
     let js = jetstream::new(client.clone());
     let (events, partitions) = loop {
         if let Ok(mut s) = js.get_stream(EVENTS_STREAM).await

@@ -6,7 +6,8 @@
 //! bucket, never to one an operator made (or changed) before.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use super::NatsError;
 
@@ -92,13 +93,18 @@ impl Deploy {
         }
     }
 
-    /// Connect with a name (shown in the server's connection list); the client reconnects by
-    /// itself when the server goes away. A credentials or certificate file that cannot be
-    /// read is an error here, before any connection is tried; so is a server that refuses
-    /// the credentials (a user it does not know, a wrong password): that is the server's
-    /// answer, and asking again would get the same. A server not reachable yet is waited for:
-    /// the client returned keeps trying by itself, as after a disconnect.
-    pub async fn connect(&self, name: &str) -> Result<async_nats::Client, NatsError> {
+    /// Connect with a name (shown in the server's connection list); once connected, the
+    /// client reconnects by itself when the server goes away. A credentials or certificate
+    /// file that cannot be read is an error here, before any connection is tried; so is a
+    /// server that refuses the credentials (a user it does not know, a wrong password): that
+    /// is the server's answer, and asking again would get the same. A server not reachable
+    /// yet is waited for, trying again every 2 s at most (`RETRY_MAX`), until it answers (then
+    /// its refusal is an error too, as at the first try) or `shutdown` is set (`None`).
+    pub async fn connect(
+        &self,
+        name: &str,
+        shutdown: &AtomicBool,
+    ) -> Result<Option<async_nats::Client>, NatsError> {
         let creds = match &self.creds {
             Some(path) => {
                 let text = tokio::fs::read_to_string(path).await.map_err(|e| {
@@ -151,31 +157,60 @@ impl Deploy {
             }
             Ok(opts)
         };
-        // Once, to hear the server's answer: a client that retries on its own keeps retrying
-        // a refusal too (for ever, quietly), so a command given a user the server does not
-        // know would hang.
-        let e = match options()?.connect(self.url.as_str()).await {
-            Ok(client) => return Ok(client),
-            Err(e) => e,
-        };
-        if let Some(reason) = refusal(&e) {
-            return Err(NatsError::new(
-                "connecting to NATS",
-                format!(
-                    "the server refused the credentials ({reason}); check --nats-creds or the \
-                     user in the URL"
-                ),
-            ));
+        // One attempt at a time, each to hear the server's answer: the client's own retry of
+        // the initial connect (`retry_on_initial_connect`) retries a refusal too, for ever
+        // and quietly, so a command given a user the server does not know, or a server that
+        // came up after it and refuses it, would hang (and `ship`'s first requests timed out
+        // meanwhile, ending it with a misleading error).
+        let mut delay = RETRY_FIRST;
+        let mut waiting = false;
+        loop {
+            match options()?.connect(self.url.as_str()).await {
+                Ok(client) => {
+                    if waiting {
+                        tracing::info!(url = %without_secrets(&self.url), "NATS reached");
+                    }
+                    return Ok(Some(client));
+                }
+                Err(e) => {
+                    if let Some(reason) = refusal(&e) {
+                        return Err(NatsError::new(
+                            "connecting to NATS",
+                            format!(
+                                "the server refused the credentials ({reason}); check \
+                                 --nats-creds or the user in the URL"
+                            ),
+                        ));
+                    }
+                    if !waiting {
+                        waiting = true;
+                        tracing::warn!(error = %e, url = %without_secrets(&self.url),
+                            "NATS not reachable yet; waiting for it");
+                    }
+                }
+            }
+            // Until the next attempt, stopping as soon as asked.
+            let next = Instant::now() + delay;
+            while let Some(left) = next.checked_duration_since(Instant::now()) {
+                if shutdown.load(Ordering::SeqCst) {
+                    return Ok(None);
+                }
+                tokio::time::sleep(left.min(SHUTDOWN_CHECK)).await;
+            }
+            if shutdown.load(Ordering::SeqCst) {
+                return Ok(None);
+            }
+            delay = (delay * 2).min(RETRY_MAX);
         }
-        tracing::warn!(error = %e, url = %without_secrets(&self.url),
-            "NATS not reachable yet; waiting for it");
-        options()?
-            .retry_on_initial_connect()
-            .connect(self.url.as_str())
-            .await
-            .map_err(|e| NatsError::new("connecting to NATS", e))
     }
 }
+
+/// The wait before the second attempt to reach a server; it doubles up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+/// The longest wait between attempts to reach a server not up yet.
+const RETRY_MAX: Duration = Duration::from_secs(2);
+/// How often a wait for the server looks at the shutdown flag.
+const SHUTDOWN_CHECK: Duration = Duration::from_millis(100);
 
 /// The server's reason, if `e` is its refusal of the credentials.
 fn refusal(e: &async_nats::ConnectError) -> Option<String> {

@@ -150,10 +150,13 @@ pub async fn ship(cfg: ShipConfig, shutdown: Arc<AtomicBool>) -> Result<ShipSumm
         (Some(p), false) => load_state(p, cfg.reset_checkpoint)?,
         _ => ShipState::default(),
     };
-    let client = cfg
+    let Some(client) = cfg
         .nats
-        .connect(&format!("retryscope-ship {}", cfg.source_id))
-        .await?;
+        .connect(&format!("retryscope-ship {}", cfg.source_id), &shutdown)
+        .await?
+    else {
+        return Ok(ShipSummary::default());
+    };
     let js = jetstream::new(client.clone());
     let partitions =
         ensure_events_stream(&js, cfg.partitions, cfg.duplicate_window, &cfg.nats).await?;

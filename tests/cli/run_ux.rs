@@ -1,7 +1,8 @@
 //! CLI tests of what a person sees from `retryscope run`, `validate` and the argument parser:
 //! live findings, clear warnings for inputs that match nothing, errors that name the flag to
 //! change, log wording (no Rust debug text, no repeated OS errors, true counts, line
-//! numbers), suggestions for typos, and exit codes in the help.
+//! numbers), suggestions for typos, exit codes in the help, and a log that appears in an
+//! empty watched folder read promptly.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -418,5 +419,71 @@ fn run_with_no_source_fails_before_serving_anything() {
     assert_eq!(
         stderr(&out),
         "retryscope: error: no source: give files or globs, `-` for stdin, --otlp-listen, or --demo\n"
+    );
+}
+
+/// A log renamed into a watched folder that was empty at start is read within a couple of
+/// seconds: it waited for the tailer's 5 s safety sweep when it arrived within a second of
+/// the last scan (as it does right after `run` starts), the directory event being dropped.
+#[test]
+fn a_log_renamed_into_an_empty_watched_folder_is_read_promptly() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    let findings = dir.path().join("findings.jsonl");
+    let mut child = bin()
+        .arg("run")
+        .arg(format!("{}/*.jsonl", logs.display()))
+        .args(["--metrics-addr", "127.0.0.1:0", "--findings-out"])
+        .arg(&findings)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // The first scan has run once `run` says nothing matches yet.
+    let mut said = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !said.iter().any(|l: &String| l.contains("no file matches")) {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => said.push(line),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("run never said that no file matches yet: {said:#?}");
+            }
+        }
+    }
+    // Right after that scan, a log with a known finding (spliced_text) is renamed in.
+    let staged = dir.path().join("staged.jsonl");
+    std::fs::copy(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/retries/retry-mid-word.jsonl"),
+        &staged,
+    )
+    .unwrap();
+    std::fs::rename(&staged, logs.join("agent.jsonl")).unwrap();
+    let moved = Instant::now();
+    let mut found = String::new();
+    while moved.elapsed() < Duration::from_secs(3) && !found.contains("spliced_text") {
+        std::thread::sleep(Duration::from_millis(50));
+        found = std::fs::read_to_string(&findings).unwrap_or_default();
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    said.extend(rx.try_iter());
+    assert!(
+        found.contains("spliced_text"),
+        "the renamed log's finding was not written within 3 s: {found:?}\n{said:#?}"
     );
 }

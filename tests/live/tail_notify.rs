@@ -98,3 +98,30 @@ fn write_right_after_start_new_file_and_rotation_are_seen_at_the_next_poll() {
     got.sort();
     assert_eq!(got, vec!["fresh".to_string(), "three".to_string()]);
 }
+
+/// A file renamed into an empty watched folder just after a rescan: the directory event comes
+/// while the 1 s rescan timer does not allow another, and must still make the rescan happen
+/// once it does (it was dropped, and the file waited for the 5 s safety sweep).
+#[test]
+fn a_file_renamed_in_just_after_a_rescan_is_found_once_the_timer_allows() {
+    let dir = tempfile::tempdir().unwrap();
+    let staging = tempfile::tempdir_in(dir.path()).unwrap();
+    let logs = dir.path().join("logs");
+    fs::create_dir(&logs).unwrap();
+    let mut t = tailer(&logs);
+    assert!(t.notifying(), "inotify is available on Linux");
+    assert!(poll(&mut t).is_empty(), "the first scan finds nothing");
+
+    let staged = staging.path().join("a.log");
+    fs::write(&staged, "one\n").unwrap();
+    fs::rename(&staged, logs.join("a.log")).unwrap();
+    // Well within the rescan timer: this poll takes the event and may not rescan yet.
+    assert!(poll(&mut t).is_empty());
+
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(
+        poll(&mut t),
+        vec!["one".to_string()],
+        "found at the first poll the rescan timer allows, not at the safety sweep"
+    );
+}

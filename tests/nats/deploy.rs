@@ -483,3 +483,86 @@ fn an_operator_mode_server_is_reached_with_a_creds_file_and_a_stranger_is_refuse
     assert_eq!(got, expected);
     assert!(owned(mport) > 0.0);
 }
+
+/// A server that comes up after `ship` and `run --nats` started: they wait for it (and stop
+/// at once when told to meanwhile); a right user then ships, and a wrong password is refused
+/// and stops them with the server's reason. They retried the refusal for ever (`run`), or
+/// until their first requests timed out (`ship`, ~30 s, saying only that).
+#[test]
+fn a_server_that_comes_up_late_and_refuses_the_login_stops_ship_and_run_with_its_reason() {
+    if !have_nats_server() {
+        return;
+    }
+    let d = tempfile::tempdir().expect("tmp");
+    let d = d.path();
+    let port = free_port();
+    let right = format!("nats://collector:s3cret@127.0.0.1:{port}");
+    let wrong = format!("nats://collector:wrong@127.0.0.1:{port}");
+    let log = d.join("agent.jsonl");
+    append(&log, &refund_log("late", 2, 10).0);
+    let dirs = ["wrong", "right", "stopped"].map(|n| {
+        let dir = d.join(n);
+        std::fs::create_dir_all(&dir).expect("dir");
+        dir
+    });
+    let [wrong_dir, right_dir, stopped_dir] = &dirs;
+    let ship = shipper(wrong_dir, &wrong, &log, "2");
+    let (run, _) = collector(wrong_dir, &wrong, "c1", "2", "100");
+    let _right_ship = shipper(right_dir, &right, &log, "2");
+    let stopped = shipper(stopped_dir, &right, &log, "2");
+    wait_for(
+        "every client to wait for NATS",
+        Duration::from_secs(30),
+        || {
+            [
+                (wrong_dir, "ship"),
+                (wrong_dir, "c1"),
+                (right_dir, "ship"),
+                (stopped_dir, "ship"),
+            ]
+            .into_iter()
+            .all(|(dir, name)| log_text(dir, name).contains("NATS not reachable yet"))
+        },
+    );
+    // Told to stop while waiting: it stops, and well.
+    let status = stopped.terminate();
+    assert!(
+        status.success(),
+        "{status:?}: {}",
+        log_text(stopped_dir, "ship")
+    );
+
+    let _server = nats_server_with(
+        port,
+        &d.join("js"),
+        &d.join("nats.log"),
+        &["--user", "collector", "--pass", "s3cret"],
+    );
+    for (name, mut p) in [("ship", ship), ("c1", run)] {
+        let status = p.wait_exit(Duration::from_secs(15));
+        let said = log_text(wrong_dir, name);
+        assert!(
+            status.is_some_and(|s| !s.success()),
+            "{name} with a wrong password must stop with an error once the server is up, not \
+             retry: {status:?}\n{said}"
+        );
+        assert!(
+            said.contains("the server refused the credentials")
+                && said.contains("authorization violation"),
+            "{name} says the server refused the credentials, and its reason: {said}"
+        );
+    }
+    // The right user, waiting as long, got in: its events stream is there.
+    let options =
+        || async_nats::ConnectOptions::new().user_and_password("collector".into(), "s3cret".into());
+    let url = format!("nats://127.0.0.1:{port}");
+    wait_for(
+        "the right user's events stream",
+        Duration::from_secs(15),
+        || {
+            with_js_using(&url, options(), async |js| {
+                js.get_stream("RETRYSCOPE_EVENTS").await.is_ok()
+            })
+        },
+    );
+}

@@ -206,9 +206,15 @@ pub async fn publish_feed(
     ready: Arc<AtomicBool>,
     shutdown: Arc<AtomicBool>,
 ) -> Result<ShipSummary, NatsError> {
-    let client = deploy
-        .connect(&format!("retryscope-{} {}", feed.name, feed.source_id))
-        .await?;
+    let Some(client) = deploy
+        .connect(
+            &format!("retryscope-{} {}", feed.name, feed.source_id),
+            &shutdown,
+        )
+        .await?
+    else {
+        return Ok(ShipSummary::default());
+    };
     let js = jetstream::new(client.clone());
     let partitions =
         crate::nats::partition::ensure_events_stream(&js, partitions, duplicate_window, deploy)

@@ -168,6 +168,11 @@ pub(crate) struct Changed {
     full: bool,
     /// Paths written to since the last poll.
     written: HashSet<PathBuf>,
+    /// A directory changed (or events were lost) since the last rescan: rescan once the timer
+    /// allows. Kept across polls: the events are drained at every poll, most of which the
+    /// timer does not allow to rescan, and a change seen then would otherwise wait for the
+    /// next safety sweep (a file renamed into an empty folder was found ~5 s late).
+    rescan_wanted: bool,
 }
 
 impl Changed {
@@ -187,6 +192,7 @@ impl Changed {
             checks: 0,
             full: true,
             written: HashSet::new(),
+            rescan_wanted: false,
         }
     }
 
@@ -200,13 +206,18 @@ impl Changed {
 
     /// Start a poll: take the queued events and say whether to rescan. `timer_due`: the
     /// rescan timer allows one; `follow_timer`: rescans must follow the timer whatever the
-    /// events say (first scan, continuous rescans, files waiting for descriptors).
+    /// events say (first scan, continuous rescans, files waiting for descriptors). A change
+    /// of directory entries seen while the timer does not allow a rescan is remembered until
+    /// it does.
     pub(crate) fn begin_poll(&mut self, timer_due: bool, follow_timer: bool) -> bool {
         let changes = self.watch.as_mut().map(DirWatch::drain);
         let events_ok = changes.as_ref().is_some_and(|c| !c.all);
         let sweep_due = self.last_sweep.is_none_or(|t| t.elapsed() >= SAFETY_SWEEP);
-        let structure = changes.as_ref().is_some_and(|c| c.structure);
-        let due = timer_due && (!events_ok || follow_timer || sweep_due || structure);
+        self.rescan_wanted |= changes.as_ref().is_some_and(|c| c.structure || c.all);
+        let due = timer_due && (!events_ok || follow_timer || sweep_due || self.rescan_wanted);
+        if due {
+            self.rescan_wanted = false;
+        }
         self.full = !events_ok || due || sweep_due;
         if self.full {
             self.last_sweep = Some(Instant::now());
