@@ -58,9 +58,27 @@ pub struct HeldEvent {
 
 #[derive(Debug, Clone, Default)]
 struct Held {
+    /// The arrival number of its first event: names this holding of the turn.
     first_seq: u64,
     last_arrival_ms: i64,
     events: Vec<HeldEvent>,
+    /// Of its events, those with a place (in [`TurnHold`]'s log) and those without.
+    placed: usize,
+    unplaced: usize,
+}
+
+/// A held event with a place, as a snapshot keeps it: [`TurnHold`] logs them as they come
+/// (in place order, as a cluster partition's messages are read), so a snapshot reads a
+/// compact list instead of walking and sorting every held event.
+#[derive(Debug, Clone)]
+struct Placed {
+    place: Place,
+    seq: u64,
+    arrival_ms: i64,
+    input: Option<Arc<str>>,
+    route: Route,
+    /// The holding it belongs to ([`Held::first_seq`]): gone once that turn is released.
+    holding: u64,
 }
 
 /// What a checkpoint keeps of a [`TurnHold`].
@@ -161,6 +179,14 @@ pub struct TurnHold {
     seq: u64,
     /// The latest arrival seen: what [`TurnHold::REF_MAX_AGE_MS`] is measured from.
     latest_arrival_ms: i64,
+    /// Held events with a place, as they came; entries of released turns are left until
+    /// they are half of it (`placed_dead`).
+    placed: Vec<Placed>,
+    placed_dead: usize,
+    /// The holdings ([`Held::first_seq`]) of the turns held now.
+    holdings: FastMap<u64, ()>,
+    /// Held events without a place.
+    unplaced: usize,
 }
 
 impl TurnHold {
@@ -180,6 +206,10 @@ impl TurnHold {
             events: 0,
             seq: 0,
             latest_arrival_ms: i64::MIN,
+            placed: Vec::new(),
+            placed_dead: 0,
+            holdings: FastMap::default(),
+            unplaced: 0,
         }
     }
 
@@ -188,9 +218,30 @@ impl TurnHold {
     pub fn restore(settle_ms: i64, snapshot: HoldSnapshot) -> Self {
         let mut hold = TurnHold::new(settle_ms);
         hold.seq = snapshot.seq;
-        for e in snapshot.events {
+        let mut events = snapshot.events;
+        events.sort_by_key(|e| e.seq);
+        for e in events {
             hold.insert(e);
         }
+        // The log in place order, each entry under its turn's holding as restored.
+        let mut placed: Vec<Placed> = hold
+            .turns
+            .values()
+            .flat_map(|h| {
+                h.events.iter().filter_map(|e| {
+                    Some(Placed {
+                        place: e.place?,
+                        seq: e.seq,
+                        arrival_ms: e.arrival_ms,
+                        input: e.input.clone(),
+                        route: e.route,
+                        holding: h.first_seq,
+                    })
+                })
+            })
+            .collect();
+        placed.sort_by_key(|p| p.place);
+        hold.placed = placed;
         hold
     }
 
@@ -202,25 +253,25 @@ impl TurnHold {
             return None;
         }
         let horizon = self.latest_arrival_ms.saturating_sub(Self::REF_MAX_AGE_MS);
-        let mut events = Vec::new();
-        let mut placed: Vec<(Place, &HeldEvent)> = Vec::new();
-        for e in self.turns.values().flat_map(|h| h.events.iter()) {
-            match e.place {
-                Some(place) if e.arrival_ms >= horizon => placed.push((place, e)),
-                _ => events.push(e.clone()),
-            }
-        }
-        events.sort_by_key(|e| e.seq);
-        placed.sort_unstable_by_key(|(place, _)| *place);
         let mut refs: Vec<HeldLines> = Vec::new();
         // The last line and arrival number written, which the next are written from.
         let (mut line, mut seq) = (0u32, 0i64);
-        for (place, e) in placed {
+        // Whether some held event with a place is too old to be kept by reference.
+        let mut old = false;
+        for p in &self.placed {
+            if !self.holdings.contains_key(&p.holding) {
+                continue; // its turn was released
+            }
+            if p.arrival_ms < horizon {
+                old = true;
+                continue;
+            }
             let same = refs.last().is_some_and(|r| {
-                r.msg == place.msg
-                    && r.arrival_ms == e.arrival_ms
-                    && r.route == e.route
-                    && match (&r.input, &e.input) {
+                r.msg == p.place.msg
+                    && p.place.line >= line
+                    && r.arrival_ms == p.arrival_ms
+                    && r.route == p.route
+                    && match (&r.input, &p.input) {
                         (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
                         (None, None) => true,
                         _ => false,
@@ -228,21 +279,34 @@ impl TurnHold {
             });
             if !same {
                 refs.push(HeldLines {
-                    msg: place.msg,
-                    arrival_ms: e.arrival_ms,
-                    input: e.input.clone(),
-                    route: e.route,
+                    msg: p.place.msg,
+                    arrival_ms: p.arrival_ms,
+                    input: p.input.clone(),
+                    route: p.route,
                     lines: Vec::new(),
                     seqs: Vec::new(),
                 });
                 (line, seq) = (0, 0);
             }
-            let e_seq = i64::try_from(e.seq).unwrap_or(i64::MAX);
+            let p_seq = i64::try_from(p.seq).unwrap_or(i64::MAX);
             if let Some(r) = refs.last_mut() {
-                r.lines.push(place.line.saturating_sub(line));
-                r.seqs.push(e_seq.wrapping_sub(seq));
+                r.lines.push(p.place.line - line);
+                r.seqs.push(p_seq.wrapping_sub(seq));
             }
-            (line, seq) = (place.line, e_seq);
+            (line, seq) = (p.place.line, p_seq);
+        }
+        // Whole: the events without a place, and those too old for a reference.
+        let mut events = Vec::new();
+        if self.unplaced > 0 || old {
+            for h in self.turns.values().filter(|h| old || h.unplaced > 0) {
+                events.extend(
+                    h.events
+                        .iter()
+                        .filter(|e| e.place.is_none() || e.arrival_ms < horizon)
+                        .cloned(),
+                );
+            }
+            events.sort_by_key(|e| e.seq);
         }
         Some(HoldSnapshot {
             events,
@@ -274,14 +338,24 @@ impl TurnHold {
     ) {
         let seq = self.seq;
         self.seq += 1;
-        self.insert(HeldEvent {
+        let holding = self.insert(HeldEvent {
             event,
             arrival_ms,
             seq,
-            input,
+            input: input.clone(),
             route,
             place,
         });
+        if let Some(place) = place {
+            self.placed.push(Placed {
+                place,
+                seq,
+                arrival_ms,
+                input,
+                route,
+                holding,
+            });
+        }
         while self.events > Self::MAX_EVENTS {
             let Some(oldest) = self
                 .turns
@@ -295,20 +369,32 @@ impl TurnHold {
         }
     }
 
-    fn insert(&mut self, e: HeldEvent) {
+    /// Hold `e` (events come in arrival order); its turn's holding.
+    fn insert(&mut self, e: HeldEvent) -> u64 {
         self.events += 1;
         self.latest_arrival_ms = self.latest_arrival_ms.max(e.arrival_ms);
-        let held = self
-            .turns
-            .entry(e.event.turn.to_string())
-            .or_insert_with(|| Held {
-                first_seq: e.seq,
-                last_arrival_ms: e.arrival_ms,
-                events: Vec::new(),
-            });
+        let held = match self.turns.get_mut(&*e.event.turn) {
+            Some(held) => held,
+            None => {
+                self.holdings.insert(e.seq, ());
+                self.turns
+                    .entry(e.event.turn.to_string())
+                    .or_insert_with(|| Held {
+                        first_seq: e.seq,
+                        last_arrival_ms: e.arrival_ms,
+                        ..Held::default()
+                    })
+            }
+        };
         held.last_arrival_ms = held.last_arrival_ms.max(e.arrival_ms);
-        held.first_seq = held.first_seq.min(e.seq);
+        if e.place.is_some() {
+            held.placed += 1;
+        } else {
+            held.unplaced += 1;
+            self.unplaced += 1;
+        }
         held.events.push(e);
+        held.first_seq
     }
 
     /// Release every turn quiet for the settle time at `now_ms` (all of them with `all`),
@@ -331,6 +417,14 @@ impl TurnHold {
             return;
         };
         self.events -= held.events.len();
+        self.holdings.remove(&held.first_seq);
+        self.unplaced -= held.unplaced;
+        self.placed_dead += held.placed;
+        if self.placed_dead > 1024 && self.placed_dead * 2 > self.placed.len() {
+            let holdings = &self.holdings;
+            self.placed.retain(|p| holdings.contains_key(&p.holding));
+            self.placed_dead = 0;
+        }
         held.events
             .sort_by_key(|e| (e.event.ts_ms.unwrap_or(e.arrival_ms), e.seq));
         released.extend(held.events);
@@ -458,6 +552,45 @@ mod tests {
         let lost = back.resolve(|p| (p.msg == 107).then(|| msgs[1][p.line as usize].as_bytes()));
         assert_eq!(lost, 3);
         assert_eq!(back.events.len(), 3);
+    }
+
+    #[test]
+    fn a_released_turn_leaves_the_references_and_held_again_keeps_only_its_new_events() {
+        let mut h = TurnHold::new(1_000);
+        let mut out = Vec::new();
+        let at = |msg, line| Some(Place { msg, line });
+        h.push(ev("a", 1), 0, None, 0, at(1, 0), &mut out);
+        h.push(ev("b", 1), 0, None, 0, at(1, 1), &mut out);
+        h.push(ev("a", 2), 500, None, 0, at(2, 0), &mut out);
+        h.release(1_200, false, &mut out); // b is quiet, a is not
+        assert_eq!(out.len(), 1);
+        h.release(1_600, false, &mut out); // now a
+        assert_eq!(out.len(), 3);
+        assert!(h.snapshot().is_none());
+        // Turn a again, in a later message: only that event is referenced.
+        h.push(ev("a", 9), 2_000, None, 0, at(3, 4), &mut out);
+        let snap = h.snapshot().expect("held");
+        assert_eq!(snap.ref_messages(), vec![3]);
+        assert_eq!((snap.ref_count(), snap.events.len()), (1, 0));
+        // Many turns released: the log is compacted and still right.
+        for i in 0..5_000u32 {
+            h.push(ev(&format!("t{i}"), 1), 3_000, None, 0, at(4, i), &mut out);
+        }
+        h.release(3_500, false, &mut out); // a (last at 2,000) goes, the t-turns stay
+        assert_eq!(
+            h.placed.len(),
+            5_004,
+            "the four entries of released turns wait for more"
+        );
+        h.release(10_000, false, &mut out);
+        h.push(ev("z", 1), 10_000, None, 0, at(5, 0), &mut out);
+        assert!(
+            h.placed.len() <= 1 + 1024,
+            "compacted (at most 1,024 dead entries wait): {}",
+            h.placed.len()
+        );
+        let snap = h.snapshot().expect("held");
+        assert_eq!((snap.ref_messages(), snap.ref_count()), (vec![5], 1));
     }
 
     #[test]
