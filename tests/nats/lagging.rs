@@ -87,12 +87,13 @@ fn held_then_killed(d: &Path, url: &str, second: &[serde_json::Value]) -> (Vec<P
             refs + whole == second.len()
         },
     );
-    // A stream's first line is read whole where its format is sniffed (decoded as it is
-    // decided): one per partition at most. Every other line is kept by reference.
+    // Every native line is kept by reference (a stream's first, decoded once its format is
+    // sniffed, too).
     let (refs, whole) = held_in_checkpoints(url);
-    assert!(
-        whole <= 4 && refs >= second.len() - 4,
-        "native lines are kept by reference: {refs} by reference, {whole} whole"
+    assert_eq!(
+        (refs, whole),
+        (second.len(), 0),
+        "native lines are kept by reference"
     );
     drop(c1); // SIGKILL
     (vec![ship_b], refs)

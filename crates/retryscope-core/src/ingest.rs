@@ -307,7 +307,7 @@ impl Ingest {
         if let Decoding::Sniffing(held) = &mut stream.decoding {
             held.head.extend_from_slice(bytes);
             held.head.push(b'\n');
-            held.lines.push((number, bytes.to_vec()));
+            held.lines.push((number, place, bytes.to_vec()));
             held.idle = false;
             if let Some(sniffed) = decode::detect::sniff(&held.head, false) {
                 self.decide(id, sniffed, arrival_ms, out, note);
@@ -512,12 +512,12 @@ impl Ingest {
                 }),
             }
         }
-        for (number, bytes) in held.lines {
+        for (number, place, bytes) in held.lines {
             decode_line(
                 &mut self.pipeline,
                 shard,
                 stream,
-                (number, None),
+                (number, place),
                 &bytes,
                 arrival_ms,
                 out,

@@ -15,7 +15,9 @@ use crate::turn_route::{Route, Routing, Shard};
 /// Lines held while a stream's format is not known yet.
 #[derive(Default)]
 pub(super) struct Held {
-    pub(super) lines: Vec<(u64, Vec<u8>)>,
+    /// Each line with its number and where it can be read again
+    /// ([`super::Ingest::place_next_line`]).
+    pub(super) lines: Vec<(u64, Option<crate::reorder::Place>, Vec<u8>)>,
     pub(super) head: Vec<u8>,
     /// No line arrived since the last [`super::Ingest::settle_idle`].
     pub(super) idle: bool,
