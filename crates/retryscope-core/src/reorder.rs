@@ -8,7 +8,8 @@
 //! none; ties in arrival order), turns in the order they were first seen. A late part that
 //! arrives within the settle time of the turn's last event joins it in its place in time, so
 //! the turn correlates as if it had been read from one log. Bounded: past
-//! [`TurnHold::MAX_EVENTS`] the turn quiet the longest is released early.
+//! [`TurnHold::MAX_EVENTS`] the turns quiet the longest are released early, until a tenth of
+//! the bound is free.
 //!
 //! [`HoldSnapshot`] is what a checkpoint keeps of it: the events were read past, so a restart
 //! must find them. An event the caller can read again (a [`Place`]: a line of a message still
@@ -190,7 +191,8 @@ pub struct TurnHold {
 }
 
 impl TurnHold {
-    /// Events held at most; past it the turn quiet the longest is released early.
+    /// Events held at most; past it the turns quiet the longest are released early, until a
+    /// tenth of it is free.
     pub const MAX_EVENTS: usize = 200_000;
 
     /// A held event that arrived longer ago than this is kept whole by a snapshot, even if it
@@ -356,16 +358,34 @@ impl TurnHold {
                 holding,
             });
         }
-        while self.events > Self::MAX_EVENTS {
-            let Some(oldest) = self
-                .turns
-                .iter()
-                .min_by_key(|(_, h)| (h.last_arrival_ms, h.first_seq))
-                .map(|(id, _)| id.clone())
-            else {
+        if self.events > Self::MAX_EVENTS {
+            self.release_early(released);
+        }
+    }
+
+    /// Past [`TurnHold::MAX_EVENTS`]: release the turns quiet the longest until a tenth of
+    /// the bound is free, so the scan of every turn this takes is paid once per that many
+    /// events (one turn at a time, each event past the bound paid a scan: 7 µs a push with
+    /// 20,000 turns held, against 0.3).
+    fn release_early(&mut self, released: &mut Vec<HeldEvent>) {
+        let mut quiet: Vec<(i64, u64, &String)> = self
+            .turns
+            .iter()
+            .map(|(id, h)| (h.last_arrival_ms, h.first_seq, id))
+            .collect();
+        quiet.sort_unstable();
+        let target = Self::MAX_EVENTS - Self::MAX_EVENTS / 10;
+        let mut freed = 0;
+        let mut ids = Vec::new();
+        for (_, _, id) in quiet {
+            if self.events - freed <= target {
                 break;
-            };
-            self.release_turn(&oldest, released);
+            }
+            freed += self.turns.get(id).map_or(0, |h| h.events.len());
+            ids.push(id.clone());
+        }
+        for id in ids {
+            self.release_turn(&id, released);
         }
     }
 
@@ -641,8 +661,30 @@ mod tests {
             };
             h.push(ev(&turn, i as i64), 1 + i as i64, None, 0, None, &mut out);
         }
-        assert_eq!(out.len(), 1, "one turn released");
+        // The quietest turns go, "old" first, until a tenth of the bound is free: the turns
+        // quiet the longest, whole.
         assert_eq!(&*out[0].event.turn, "old");
-        assert_eq!(h.len(), TurnHold::MAX_EVENTS);
+        let target = TurnHold::MAX_EVENTS - TurnHold::MAX_EVENTS / 10;
+        assert!(h.len() <= target, "{} held", h.len());
+        assert_eq!(h.len() + out.len(), TurnHold::MAX_EVENTS + 1, "none lost");
+        let last_released = out.iter().map(|e| e.arrival_ms).max().unwrap_or(0);
+        let first_held = h
+            .turns
+            .values()
+            .map(|t| t.last_arrival_ms)
+            .min()
+            .unwrap_or(0);
+        let released_quiet = out
+            .iter()
+            .map(|e| &e.event.turn)
+            .collect::<std::collections::HashSet<_>>()
+            .into_iter()
+            .all(|t| !h.turns.contains_key(&**t));
+        assert!(released_quiet, "released turns are released whole");
+        assert!(
+            last_released <= first_held,
+            "the released turns were quiet longer than any held: last released event at \
+             {last_released}, quietest held turn's last at {first_held}"
+        );
     }
 }
