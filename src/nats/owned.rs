@@ -206,8 +206,7 @@ async fn read_back_held(sh: &Shared, p: u32, held: &mut HoldSnapshot) -> Result<
     let (Some(&first), Some(&last)) = (msgs.first(), msgs.last()) else {
         return Ok(());
     };
-    let wanted: HashSet<u64> = msgs.iter().copied().collect();
-    let mut payloads: HashMap<u64, (Bytes, bool)> = HashMap::with_capacity(wanted.len());
+    let mut payloads: HashMap<u64, (Bytes, bool)> = HashMap::with_capacity(msgs.len());
     let config = pull::Config {
         filter_subject: subject(p),
         deliver_policy: DeliverPolicy::ByStartSequence {
@@ -218,13 +217,8 @@ async fn read_back_held(sh: &Shared, p: u32, held: &mut HoldSnapshot) -> Result<
     super::read_pending(&sh.events, config, "reading held events back", |m| {
         let Ok(info) = m.info() else { return true };
         let seq = info.stream_sequence;
-        if wanted.contains(&seq) {
-            let batched = m
-                .headers
-                .as_ref()
-                .and_then(|h| h.get(LINES_HEADER))
-                .is_some();
-            payloads.insert(seq, (m.payload.clone(), batched));
+        if msgs.binary_search(&seq).is_ok() {
+            payloads.insert(seq, (m.payload.clone(), batched(m)));
         }
         seq < last
     })
@@ -258,6 +252,14 @@ async fn read_back_held(sh: &Shared, p: u32, held: &mut HoldSnapshot) -> Result<
         );
     }
     Ok(())
+}
+
+/// Whether a message's payload is a batch of lines (else one line; see `ship`).
+fn batched(m: &jetstream::Message) -> bool {
+    m.headers
+        .as_ref()
+        .and_then(|h| h.get(LINES_HEADER))
+        .is_some()
 }
 
 /// Delete every consumer of partition `p` (the durable of every earlier owner epoch, and the
@@ -343,7 +345,7 @@ pub(super) async fn poll(sh: &Shared, p: u32, o: &mut Owned) -> Result<usize, Na
         let published_ms = i64::try_from(info.published.unix_timestamp_nanos() / 1_000_000)
             .unwrap_or(o.source.now_ms);
         let headers = m.headers.as_ref();
-        let batched = headers.and_then(|h| h.get(LINES_HEADER)).is_some();
+        let batched = batched(&m);
         let stream = if headers.and_then(|h| h.get(TICK_HEADER)).is_some() {
             None
         } else {
