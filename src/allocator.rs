@@ -1,4 +1,7 @@
-//! The binary's global allocator: mimalloc, tuned before its first allocation.
+//! The binary's global allocator: mimalloc, tuned before its first allocation. The
+//! in-process benchmark `bench_nats` includes this file (`#[path]`) and declares it too: on
+//! glibc malloc it measured another program (its collectors spent a quarter of their cycles
+//! in glibc's `malloc`/`free`, which `run --nats` does not).
 //!
 //! mimalloc instead of glibc malloc: the OTLP receiver path allocates per record, and under
 //! glibc `malloc`/`free` (with `malloc_consolidate` and `unlink_chunk`) took ~36% of the
