@@ -402,6 +402,10 @@ impl TurnHold {
                     .or_insert_with(|| Held {
                         first_seq: e.seq,
                         last_arrival_ms: e.arrival_ms,
+                        // A turn is tens of events: growing from one, moving each held
+                        // event (hundreds of bytes) at every doubling, cost a tenth of
+                        // holding it.
+                        events: Vec::with_capacity(16),
                         ..Held::default()
                     })
             }
@@ -420,22 +424,42 @@ impl TurnHold {
     /// Release every turn quiet for the settle time at `now_ms` (all of them with `all`),
     /// each turn's events in time order, turns in the order they were first seen.
     pub fn release(&mut self, now_ms: i64, all: bool, released: &mut Vec<HeldEvent>) {
+        self.release_each(now_ms, all, |turn| released.append(turn));
+    }
+
+    /// [`TurnHold::release`], one turn at a time: `each` gets a turn's events (in time order)
+    /// as the hold kept them, so a caller that correlates them as they come never gathers
+    /// every quiet turn into one list (a settle time's worth of a busy partition: growing
+    /// and freeing that list cost more than correlating it).
+    pub fn release_each(
+        &mut self,
+        now_ms: i64,
+        all: bool,
+        mut each: impl FnMut(&mut Vec<HeldEvent>),
+    ) {
         let mut quiet: Vec<(u64, String)> = self
             .turns
             .iter()
             .filter(|(_, h)| all || now_ms.saturating_sub(h.last_arrival_ms) >= self.settle_ms)
             .map(|(id, h)| (h.first_seq, id.clone()))
             .collect();
-        quiet.sort();
+        quiet.sort_unstable();
         for (_, id) in quiet {
-            self.release_turn(&id, released);
+            if let Some(mut events) = self.take_turn(&id) {
+                each(&mut events);
+            }
         }
     }
 
     fn release_turn(&mut self, id: &str, released: &mut Vec<HeldEvent>) {
-        let Some(mut held) = self.turns.remove(id) else {
-            return;
-        };
+        if let Some(mut events) = self.take_turn(id) {
+            released.append(&mut events);
+        }
+    }
+
+    /// Remove turn `id` from the hold: its events, in time order.
+    fn take_turn(&mut self, id: &str) -> Option<Vec<HeldEvent>> {
+        let mut held = self.turns.remove(id)?;
         self.events -= held.events.len();
         self.holdings.remove(&held.first_seq);
         self.unplaced -= held.unplaced;
@@ -447,7 +471,7 @@ impl TurnHold {
         }
         held.events
             .sort_by_key(|e| (e.event.ts_ms.unwrap_or(e.arrival_ms), e.seq));
-        released.extend(held.events);
+        Some(held.events)
     }
 }
 
@@ -458,6 +482,41 @@ mod tests {
 
     fn ev(turn: &str, ts: i64) -> Event<'static> {
         Event::owned(turn, Some(0), Some(ts), EventKind::RenderReset)
+    }
+
+    #[test]
+    fn released_one_turn_at_a_time_each_whole_in_time_order_turns_as_first_seen() {
+        let mut h = TurnHold::new(1_000);
+        let mut out = Vec::new();
+        for (turn, ts, at) in [
+            ("b", 7, 0),
+            ("a", 3, 10),
+            ("b", 2, 20),
+            ("a", 1, 30),
+            ("c", 9, 900),
+        ] {
+            h.push(ev(turn, ts), at, None, 0, None, &mut out);
+        }
+        let mut turns = Vec::new();
+        h.release_each(1_100, false, |events| {
+            turns.push(
+                events
+                    .iter()
+                    .map(|e| (e.event.turn.to_string(), e.event.ts_ms))
+                    .collect::<Vec<_>>(),
+            );
+        });
+        // c is not quiet yet; b was seen first; each turn sorted by its own time.
+        let at = |t: &str, ts: i64| (t.to_string(), Some(ts));
+        assert_eq!(
+            turns,
+            vec![vec![at("b", 2), at("b", 7)], vec![at("a", 1), at("a", 3)]]
+        );
+        assert_eq!(h.len(), 1);
+        let mut rest = Vec::new();
+        h.release(i64::MAX, true, &mut rest);
+        assert_eq!(rest.len(), 1);
+        assert!(h.is_empty());
     }
 
     #[test]
