@@ -145,7 +145,12 @@ fn run() -> Result<(), Error> {
                 bench(
                     &row, port, &staged, written, turns, log_len, c, partitions, latency, settle,
                 )
-            })?;
+            });
+            // Gone before the next row: a row writes about a gigabyte (the log's copy, the
+            // server's store); kept, the rows left the kernel gigabytes of dirty pages to
+            // write back while the next rows ran.
+            let _ = std::fs::remove_dir_all(&row);
+            let r = r?;
             println!(
                 "{version}, {c} collector(s), {partitions} partitions: {:.0} events/s = {:.2}x run \
                  (lines checkpointed after {:.2} s, fetched after {:.2} s, every turn correlated \
