@@ -182,6 +182,19 @@ impl Deploy {
                             ),
                         ));
                     }
+                    // The server answered and TLS with it failed (its certificate is not
+                    // signed by the CA given, names another host, or it wants a client
+                    // certificate): waiting will not mend it, and "not reachable yet" hid it.
+                    if let Some(reason) = tls_failure(&e) {
+                        return Err(NatsError::new(
+                            "connecting to NATS",
+                            format!(
+                                "TLS with the server failed ({reason}); check --nats-ca (the \
+                                 CA that signed the server's certificate), the host in the URL \
+                                 (the certificate's name) and --nats-cert/--nats-key"
+                            ),
+                        ));
+                    }
                     if !waiting {
                         waiting = true;
                         tracing::warn!(error = %e, url = %without_secrets(&self.url),
@@ -221,6 +234,19 @@ fn refusal(e: &async_nats::ConnectError) -> Option<String> {
         ),
         _ => None,
     }
+}
+
+/// What went wrong, if `e` is a failed TLS handshake or setup with a server that answered.
+/// A handshake's failure comes as an I/O error wrapping rustls' own.
+fn tls_failure(e: &async_nats::ConnectError) -> Option<String> {
+    if e.kind() == async_nats::ConnectErrorKind::Tls {
+        return Some(
+            std::error::Error::source(e).map_or_else(|| e.kind().to_string(), |s| s.to_string()),
+        );
+    }
+    let io = std::error::Error::source(e)?.downcast_ref::<std::io::Error>()?;
+    let tls = io.get_ref()?.downcast_ref::<rustls::Error>()?;
+    Some(tls.to_string())
 }
 
 #[cfg(test)]
@@ -267,5 +293,26 @@ mod tests {
         for kind in [Kind::Io, Kind::TimedOut, Kind::Dns, Kind::Tls] {
             assert_eq!(refusal(&ConnectError::new(kind)), None, "{kind:?}");
         }
+    }
+
+    #[test]
+    fn a_failed_handshake_is_told_from_a_server_not_reachable() {
+        use async_nats::{ConnectError, ConnectErrorKind as Kind};
+        let handshake = std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+        );
+        let said = tls_failure(&ConnectError::with_source(Kind::Io, handshake));
+        assert!(
+            said.as_deref().is_some_and(|s| s.contains("UnknownIssuer")),
+            "{said:?}"
+        );
+        assert!(tls_failure(&ConnectError::new(Kind::Tls)).is_some());
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(
+            tls_failure(&ConnectError::with_source(Kind::Io, refused)),
+            None
+        );
+        assert_eq!(tls_failure(&ConnectError::new(Kind::TimedOut)), None);
     }
 }

@@ -110,6 +110,33 @@ fn a_tls_server_with_users_is_reached_with_the_ca_and_a_user_in_the_url() {
         said.contains("the server refused the credentials"),
         "{said}"
     );
+    // A CA that did not sign the server's certificate, and no CA at all (the system's
+    // roots): the handshake fails and the command stops saying so (it waited for ever,
+    // logging "NATS not reachable yet").
+    let other = Pki::new();
+    let other_ca = other.ca_file().display().to_string();
+    for (name, extra) in [
+        ("other-ca", vec!["--nats-ca", other_ca.as_str()]),
+        ("no-ca", vec![]),
+    ] {
+        let dir = d.join(name);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let mut failed = shipper_with(&dir, &url, &log, "4", &extra);
+        let status = failed.wait_exit(Duration::from_secs(30));
+        let said = log_text(&dir, "ship");
+        assert!(
+            status.is_some_and(|s| !s.success()),
+            "{name}: {status:?}: {said}"
+        );
+        assert!(
+            said.contains("TLS with the server failed") && !said.contains("not reachable yet"),
+            "{name}: {said}"
+        );
+        assert!(
+            !said.contains("s3cret"),
+            "{name}: the password stays out of the log"
+        );
+    }
 }
 
 #[test]
