@@ -6,6 +6,7 @@
 //! cargo build --release --bin retryscope --example bench_nats
 //! ./target/release/examples/bench_nats [--events N] [--collectors 1,2,3] [--partitions P]
 //!     [--servers nats-server,/path/to/2.15/nats-server] [--settle-secs S] [--latency]
+//!     [--repeat N]
 //! ```
 //!
 //! The servers default to `$RETRYSCOPE_NATS_SERVER` or `nats-server` (Debian's 2.9; PyPI's
@@ -16,9 +17,12 @@
 //!   collectors' summed `retryscope_turns_total` equals `run`'s): with a settle time the
 //!   turns are held until quiet, and correlating them is work the figure includes. The time
 //!   is the later of (1), and (2) less the settle time (the idle wait for the last turns to
-//!   be quiet is latency, not work); also when every partition had fetched its last line;
+//!   be quiet is latency, not work; held turns are released at a partition's clock ticks,
+//!   a second apart, so (2) may still hold up to a second of waiting); also when every partition had fetched its last line;
 //! - the collectors run on the binary's allocator (`src/allocator.rs`, mimalloc), as
 //!   `run --nats` does: on glibc's they spent a quarter of their cycles in `malloc`/`free`;
+//! - with `--repeat N`, each row (and `run`) N times, then the medians: identical work varies
+//!   by up to half between runs on a shared machine;
 //! - `RUST_LOG=retryscope=info` shows the collectors' and the shipper's logs (takes, leases);
 //! - where the CPU went until (2): the server process, the shipper's threads and the
 //!   collectors' threads (seconds of CPU, from /proc), and the collectors' by (1);
@@ -104,6 +108,12 @@ fn run() -> Result<(), Error> {
         .map(String::from)
         .collect();
     let latency = std::env::args().any(|a| a == "--latency");
+    // Each row (and `run`) this many times, with the medians: identical work varies by up to
+    // half from one run to the next on a shared machine.
+    let repeat: usize = arg("--repeat")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1);
     // The collectors' hold of each turn until quiet (`--settle-secs`, default 5 as `run --nats`).
     let settle = Duration::from_secs(
         arg("--settle-secs")
@@ -121,13 +131,27 @@ fn run() -> Result<(), Error> {
             .unwrap_or_default()
             .trim()
     );
-    let (run_rate, run_cpu, turns) = bench_run(dir.path(), &staged, written)?;
+    let (mut run_rates, mut run_cpus, mut turns) = (Vec::new(), Vec::new(), 0.0);
+    for _ in 0..repeat {
+        let (rate, cpu, t) = bench_run(dir.path(), &staged, written)?;
+        println!(
+            "run (one process tailing the log): {rate:.0} events/s, {cpu:.2} CPU s ({:.0} events \
+             per CPU s), {t} turns",
+            written as f64 / cpu.max(1e-3)
+        );
+        run_rates.push(rate);
+        run_cpus.push(cpu);
+        turns = t;
+    }
+    let (run_rate, run_cpu) = (median(&mut run_rates), median(&mut run_cpus));
     // Events per CPU second: what one core of each does.
     let run_per_cpu = written as f64 / run_cpu.max(1e-3);
-    println!(
-        "run (one process tailing the log): {run_rate:.0} events/s, {run_cpu:.2} CPU s \
-         ({run_per_cpu:.0} events per CPU s), {turns} turns"
-    );
+    if repeat > 1 {
+        println!(
+            "run, median of {repeat}: {run_rate:.0} events/s, {run_cpu:.2} CPU s \
+             ({run_per_cpu:.0} events per CPU s)"
+        );
+    }
     let mut rows = 0;
     for bin in &servers {
         let version = Command::new(bin)
@@ -136,48 +160,73 @@ fn run() -> Result<(), Error> {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
             .map_err(|e| format!("{bin}: {e} (apt-get install nats-server)"))?;
         for &c in &collectors {
-            let row = dir
-                .path()
-                .join(format!("row-{}-{c}-{}", version.replace(' ', "_"), rows));
-            rows += 1;
-            std::fs::create_dir_all(&row)?;
-            let r = with_server(bin, &row, |port| {
-                bench(
-                    &row, port, &staged, written, turns, log_len, c, partitions, latency, settle,
-                )
-            });
-            // Gone before the next row: a row writes about a gigabyte (the log's copy, the
-            // server's store); kept, the rows left the kernel gigabytes of dirty pages to
-            // write back while the next rows ran.
-            let _ = std::fs::remove_dir_all(&row);
-            let r = r?;
-            println!(
-                "{version}, {c} collector(s), {partitions} partitions: {:.0} events/s = {:.2}x run \
+            let (mut rates, mut per_core) = (Vec::new(), Vec::new());
+            for _ in 0..repeat {
+                let row =
+                    dir.path()
+                        .join(format!("row-{}-{c}-{}", version.replace(' ', "_"), rows));
+                rows += 1;
+                std::fs::create_dir_all(&row)?;
+                let r = with_server(bin, &row, |port| {
+                    bench(
+                        &row, port, &staged, written, turns, log_len, c, partitions, latency,
+                        settle,
+                    )
+                });
+                // Gone before the next row: a row writes about a gigabyte (the log's copy, the
+                // server's store); kept, the rows left the kernel gigabytes of dirty pages to
+                // write back while the next rows ran.
+                let _ = std::fs::remove_dir_all(&row);
+                let r = r?;
+                println!(
+                    "{version}, {c} collector(s), {partitions} partitions: {:.0} events/s = {:.2}x run \
                  (lines checkpointed after {:.2} s, fetched after {:.2} s, every turn correlated \
                  after {:.2} s = {:.2} s + the settle time); CPU s until then: server {:.2}, \
                  shipper {:.2}, collectors {:.2} ({:.2} by the lines' checkpoint; {:.0} events per \
                  collector CPU s = {:.2}x run's){}",
-                r.rate,
-                r.rate / run_rate,
-                r.secs,
-                r.correlated,
-                r.drained,
-                r.drained - settle.as_secs_f64(),
-                r.cpu.server,
-                r.cpu.shipper,
-                r.cpu.collectors,
-                r.cpu.collectors_checkpointed,
-                written as f64 / r.cpu.collectors.max(1e-3),
-                written as f64 / r.cpu.collectors.max(1e-3) / run_per_cpu,
-                r.latency
-                    .map(|(p50, p90, max)| format!(
-                        "; latency p50 {p50:.0} ms, p90 {p90:.0} ms, max {max:.0} ms"
-                    ))
-                    .unwrap_or_default()
-            );
+                    r.rate,
+                    r.rate / run_rate,
+                    r.secs,
+                    r.correlated,
+                    r.drained,
+                    r.drained - settle.as_secs_f64(),
+                    r.cpu.server,
+                    r.cpu.shipper,
+                    r.cpu.collectors,
+                    r.cpu.collectors_checkpointed,
+                    written as f64 / r.cpu.collectors.max(1e-3),
+                    written as f64 / r.cpu.collectors.max(1e-3) / run_per_cpu,
+                    r.latency
+                        .map(|(p50, p90, max)| format!(
+                            "; latency p50 {p50:.0} ms, p90 {p90:.0} ms, max {max:.0} ms"
+                        ))
+                        .unwrap_or_default()
+                );
+                rates.push(r.rate);
+                per_core.push(written as f64 / r.cpu.collectors.max(1e-3) / run_per_cpu);
+            }
+            if repeat > 1 {
+                println!(
+                    "{version}, {c} collector(s), median of {repeat}: {:.0} events/s = {:.2}x run; \
+                   a collector core {:.2}x a run core",
+                    median(&mut rates),
+                    median(&mut rates) / run_rate,
+                    median(&mut per_core),
+                );
+            }
         }
     }
     Ok(())
+}
+
+/// The median of `values` (the mean of the middle two for an even count; 0 for none).
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
 }
 
 struct Row {
