@@ -206,11 +206,11 @@ fn run() -> Result<(), Error> {
                 per_core.push(written as f64 / r.cpu.collectors.max(1e-3) / run_per_cpu);
             }
             if repeat > 1 {
+                let rate = median(&mut rates);
                 println!(
-                    "{version}, {c} collector(s), median of {repeat}: {:.0} events/s = {:.2}x run; \
-                   a collector core {:.2}x a run core",
-                    median(&mut rates),
-                    median(&mut rates) / run_rate,
+                    "{version}, {c} collector(s), median of {repeat}: {rate:.0} events/s = \
+                     {:.2}x run; a collector core {:.2}x a run core",
+                    rate / run_rate,
                     median(&mut per_core),
                 );
             }

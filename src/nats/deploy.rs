@@ -229,20 +229,21 @@ const SHUTDOWN_CHECK: Duration = Duration::from_millis(100);
 fn refusal(e: &async_nats::ConnectError) -> Option<String> {
     use async_nats::ConnectErrorKind as Kind;
     match e.kind() {
-        Kind::AuthorizationViolation | Kind::Authentication => Some(
-            std::error::Error::source(e).map_or_else(|| e.kind().to_string(), |s| s.to_string()),
-        ),
+        Kind::AuthorizationViolation | Kind::Authentication => Some(cause(e)),
         _ => None,
     }
+}
+
+/// What the error says beneath its kind (its source), or its kind.
+fn cause(e: &async_nats::ConnectError) -> String {
+    std::error::Error::source(e).map_or_else(|| e.kind().to_string(), |s| s.to_string())
 }
 
 /// What went wrong, if `e` is a failed TLS handshake or setup with a server that answered.
 /// A handshake's failure comes as an I/O error wrapping rustls' own.
 fn tls_failure(e: &async_nats::ConnectError) -> Option<String> {
     if e.kind() == async_nats::ConnectErrorKind::Tls {
-        return Some(
-            std::error::Error::source(e).map_or_else(|| e.kind().to_string(), |s| s.to_string()),
-        );
+        return Some(cause(e));
     }
     let io = std::error::Error::source(e)?.downcast_ref::<std::io::Error>()?;
     let tls = io.get_ref()?.downcast_ref::<rustls::Error>()?;
