@@ -55,7 +55,7 @@ fn a_turns_half_from_a_lagging_host_still_joins_it() {
 }
 
 /// What the stored checkpoints of partitions `0..4` hold of turns held to settle: events kept
-/// by reference, and events kept whole.
+/// by reference (as runs of lines), and events kept whole.
 fn held_in_checkpoints(url: &str) -> (usize, usize) {
     let (mut refs, mut whole) = (0, 0);
     for p in 0..4 {
@@ -63,6 +63,9 @@ fn held_in_checkpoints(url: &str) -> (usize, usize) {
             continue;
         };
         for r in held["refs"].as_array().into_iter().flatten() {
+            // Runs of lines, `[line, seq, count]` (older versions: one entry a line).
+            let runs = r["spans"].as_array().into_iter().flatten();
+            refs += runs.filter_map(|s| s[2].as_u64()).sum::<u64>() as usize;
             refs += r["lines"].as_array().map_or(0, Vec::len);
         }
         whole += held["by_value"].as_array().map_or(0, Vec::len);

@@ -18,6 +18,7 @@
 //! event into every checkpoint cost a cluster collector five times its correlation.
 //! [`HoldSnapshot::resolve`] reads the references back before [`TurnHold::restore`].
 
+use std::cell::OnceCell;
 use std::sync::Arc;
 
 use crate::decode::SkipCounts;
@@ -82,6 +83,23 @@ struct Placed {
     holding: u64,
 }
 
+/// One message's entries in [`TurnHold`]'s log of placed events (a range of it: the log is
+/// in place order), and what a snapshot wrote of them, kept until one of them changes. A
+/// checkpoint of a settle time's hold used to walk every entry, twice a second: a collector
+/// spent a tenth of its time there, waiting on memory.
+#[derive(Debug, Clone)]
+struct Group {
+    msg: u64,
+    /// Its entries: `placed[start..end]`.
+    start: usize,
+    end: usize,
+    /// The earliest arrival among them: a group with one older than the reference age is
+    /// written afresh each time (those are kept whole).
+    first_arrival_ms: i64,
+    /// Its references as last written, while no entry has come or gone since.
+    written: OnceCell<Vec<HeldLines>>,
+}
+
 /// What a checkpoint keeps of a [`TurnHold`].
 ///
 /// The whole events are stored as `by_value` (older versions wrote `events`, still read): a
@@ -99,6 +117,12 @@ pub struct HoldSnapshot {
 }
 
 /// Held events read from lines of one message, arrived together from one input.
+///
+/// The lines are written as spans: a busy partition's message is nearly all held at once, a
+/// few runs of consecutive lines that arrived one after another, and a line at a time (two
+/// numbers each) made a checkpoint of a 5 s hold a megabyte per partition, rewritten twice
+/// a second. A version that knows only `lines` refuses a snapshot of spans (it requires
+/// `lines`) rather than losing them.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct HeldLines {
     /// The message ([`Place::msg`]).
@@ -109,12 +133,62 @@ pub struct HeldLines {
     pub input: Option<Arc<str>>,
     /// The route of the feed.
     pub route: Route,
-    /// Each line ([`Place::line`]), ascending, as the difference from the one before (the
-    /// first from 0).
+    /// Runs of lines, ascending: each `(line, seq, count)` is a first line ([`Place::line`])
+    /// and its arrival number ([`HeldEvent::seq`]), each as the difference from the last of
+    /// the run before (the first run's from 0), and how many lines the run has, each one
+    /// line and one arrival number past the one before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spans: Vec<(u32, i64, u32)>,
+    /// Older versions' shape, still read: each line, ascending, as the difference from the
+    /// one before (the first from 0).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lines: Vec<u32>,
-    /// Each line's arrival number ([`HeldEvent::seq`]), as the difference from the one
+    /// Older versions' shape: each line's arrival number, as the difference from the one
     /// before (the first from 0).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub seqs: Vec<i64>,
+}
+
+impl HeldLines {
+    /// A run longer than this is not read back (a message holds far fewer lines: NATS
+    /// refuses a message over a few megabytes): it is counted lost instead of walked.
+    pub const MAX_SPAN: u32 = 1 << 22;
+
+    /// How many lines it names.
+    pub fn count(&self) -> u64 {
+        let spans: u64 = self.spans.iter().map(|s| u64::from(s.2)).sum();
+        spans + self.lines.len().max(self.seqs.len()) as u64
+    }
+
+    /// Each line and its arrival number, as written; the number of lines named that cannot
+    /// be (a run too long, lists of unequal length).
+    fn each(&self) -> (Vec<(u32, i64)>, u64) {
+        let mut out = Vec::new();
+        let mut bad = 0u64;
+        let (mut at, mut seq) = (0u32, 0i64);
+        for &(dl, ds, n) in &self.spans {
+            if n == 0 || n > Self::MAX_SPAN {
+                bad += u64::from(n);
+                continue;
+            }
+            at = at.saturating_add(dl);
+            seq = seq.wrapping_add(ds);
+            out.push((at, seq));
+            for _ in 1..n {
+                at = at.saturating_add(1);
+                seq = seq.wrapping_add(1);
+                out.push((at, seq));
+            }
+        }
+        let (mut at, mut seq) = (0u32, 0i64);
+        for (dl, ds) in self.lines.iter().zip(&self.seqs) {
+            at = at.saturating_add(*dl);
+            seq = seq.wrapping_add(*ds);
+            out.push((at, seq));
+        }
+        bad += self.lines.len().abs_diff(self.seqs.len()) as u64;
+        (out, bad)
+    }
 }
 
 impl HoldSnapshot {
@@ -128,7 +202,7 @@ impl HoldSnapshot {
 
     /// Events kept by reference.
     pub fn ref_count(&self) -> usize {
-        self.refs.iter().map(|r| r.lines.len()).sum()
+        self.refs.iter().map(|r| r.count() as usize).sum()
     }
 
     /// Read every reference back through `line` (the bytes at a place, if it is still
@@ -138,10 +212,9 @@ impl HoldSnapshot {
         let mut lost = 0u64;
         let mut skips = SkipCounts::default();
         for r in std::mem::take(&mut self.refs) {
-            let (mut at, mut seq) = (0u32, 0i64);
-            for (dl, ds) in r.lines.iter().zip(&r.seqs) {
-                at = at.saturating_add(*dl);
-                seq = seq.wrapping_add(*ds);
+            let (lines, bad) = r.each();
+            lost += bad;
+            for (at, seq) in lines {
                 let place = Place {
                     msg: r.msg,
                     line: at,
@@ -165,7 +238,6 @@ impl HoldSnapshot {
                     _ => lost += 1,
                 }
             }
-            lost += r.lines.len().abs_diff(r.seqs.len()) as u64;
         }
         lost
     }
@@ -184,6 +256,11 @@ pub struct TurnHold {
     /// they are half of it (`placed_dead`).
     placed: Vec<Placed>,
     placed_dead: usize,
+    /// The log by message, in order; unless `unordered`.
+    groups: Vec<Group>,
+    /// Whether places came out of order (a caller whose lines are not read in place order):
+    /// snapshots then walk the whole log.
+    unordered: bool,
     /// The holdings ([`Held::first_seq`]) of the turns held now.
     holdings: FastMap<u64, ()>,
     /// Held events without a place.
@@ -210,6 +287,8 @@ impl TurnHold {
             latest_arrival_ms: i64::MIN,
             placed: Vec::new(),
             placed_dead: 0,
+            groups: Vec::new(),
+            unordered: false,
             holdings: FastMap::default(),
             unplaced: 0,
         }
@@ -244,6 +323,7 @@ impl TurnHold {
             .collect();
         placed.sort_by_key(|p| p.place);
         hold.placed = placed;
+        hold.regroup();
         hold
     }
 
@@ -256,46 +336,24 @@ impl TurnHold {
         }
         let horizon = self.latest_arrival_ms.saturating_sub(Self::REF_MAX_AGE_MS);
         let mut refs: Vec<HeldLines> = Vec::new();
-        // The last line and arrival number written, which the next are written from.
-        let (mut line, mut seq) = (0u32, 0i64);
         // Whether some held event with a place is too old to be kept by reference.
         let mut old = false;
-        for p in &self.placed {
-            if !self.holdings.contains_key(&p.holding) {
-                continue; // its turn was released
-            }
-            if p.arrival_ms < horizon {
-                old = true;
-                continue;
-            }
-            let same = refs.last().is_some_and(|r| {
-                r.msg == p.place.msg
-                    && p.place.line >= line
-                    && r.arrival_ms == p.arrival_ms
-                    && r.route == p.route
-                    && match (&r.input, &p.input) {
-                        (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
-                        (None, None) => true,
-                        _ => false,
-                    }
-            });
-            if !same {
-                refs.push(HeldLines {
-                    msg: p.place.msg,
-                    arrival_ms: p.arrival_ms,
-                    input: p.input.clone(),
-                    route: p.route,
-                    lines: Vec::new(),
-                    seqs: Vec::new(),
+        if self.unordered {
+            old = self.write(&self.placed, horizon, &mut refs);
+        } else {
+            for g in &self.groups {
+                let entries = &self.placed[g.start..g.end];
+                if g.first_arrival_ms < horizon {
+                    old |= self.write(entries, horizon, &mut refs);
+                    continue;
+                }
+                let written = g.written.get_or_init(|| {
+                    let mut w = Vec::new();
+                    self.write(entries, horizon, &mut w);
+                    w
                 });
-                (line, seq) = (0, 0);
+                refs.extend(written.iter().cloned());
             }
-            let p_seq = i64::try_from(p.seq).unwrap_or(i64::MAX);
-            if let Some(r) = refs.last_mut() {
-                r.lines.push(p.place.line - line);
-                r.seqs.push(p_seq.wrapping_sub(seq));
-            }
-            (line, seq) = (p.place.line, p_seq);
         }
         // Whole: the events without a place, and those too old for a reference.
         let mut events = Vec::new();
@@ -315,6 +373,109 @@ impl TurnHold {
             refs,
             seq: self.seq,
         })
+    }
+
+    /// Append to `refs` the held entries of `entries` (in place order) that arrived at or
+    /// after `horizon`; whether any held entry arrived before it.
+    fn write(&self, entries: &[Placed], horizon: i64, refs: &mut Vec<HeldLines>) -> bool {
+        let mut old = false;
+        let first = refs.len();
+        // The last line and arrival number written, which the next are written from.
+        let (mut line, mut seq) = (0u32, 0i64);
+        for p in entries {
+            if !self.holdings.contains_key(&p.holding) {
+                continue; // its turn was released
+            }
+            if p.arrival_ms < horizon {
+                old = true;
+                continue;
+            }
+            let same = refs.len() > first
+                && refs.last().is_some_and(|r| {
+                    r.msg == p.place.msg
+                        && p.place.line >= line
+                        && r.arrival_ms == p.arrival_ms
+                        && r.route == p.route
+                        && match (&r.input, &p.input) {
+                            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+                            (None, None) => true,
+                            _ => false,
+                        }
+                });
+            let p_seq = i64::try_from(p.seq).unwrap_or(i64::MAX);
+            if !same {
+                refs.push(HeldLines {
+                    msg: p.place.msg,
+                    arrival_ms: p.arrival_ms,
+                    input: p.input.clone(),
+                    route: p.route,
+                    ..HeldLines::default()
+                });
+                (line, seq) = (0, 0);
+            }
+            if let Some(r) = refs.last_mut() {
+                // The next line that arrived next extends the run; anything else starts one.
+                match r.spans.last_mut() {
+                    Some(run)
+                        if p.place.line == line.wrapping_add(1)
+                            && p_seq == seq.wrapping_add(1)
+                            && run.2 < HeldLines::MAX_SPAN =>
+                    {
+                        run.2 += 1
+                    }
+                    _ => r
+                        .spans
+                        .push((p.place.line - line, p_seq.wrapping_sub(seq), 1)),
+                }
+            }
+            (line, seq) = (p.place.line, p_seq);
+        }
+        old
+    }
+
+    /// Log entry `at` (just pushed) under its message's group.
+    fn group_entry(&mut self, at: usize) {
+        let Some(p) = self.placed.get(at) else {
+            return;
+        };
+        if at > 0 && self.placed.get(at - 1).is_some_and(|q| q.place > p.place) {
+            self.unordered = true;
+        }
+        if self.unordered {
+            return;
+        }
+        match self.groups.last_mut() {
+            Some(g) if g.msg == p.place.msg && g.end == at => {
+                g.end = at + 1;
+                g.first_arrival_ms = g.first_arrival_ms.min(p.arrival_ms);
+                g.written.take();
+            }
+            _ => self.groups.push(Group {
+                msg: p.place.msg,
+                start: at,
+                end: at + 1,
+                first_arrival_ms: p.arrival_ms,
+                written: OnceCell::new(),
+            }),
+        }
+    }
+
+    /// Group the whole log afresh (after it was restored or compacted).
+    fn regroup(&mut self) {
+        self.groups.clear();
+        self.unordered = false;
+        for at in 0..self.placed.len() {
+            self.group_entry(at);
+        }
+    }
+
+    /// Forget what was written of the group of message `msg`: an entry of it is gone.
+    fn ungroup(&mut self, msg: u64) {
+        if let Ok(i) = self.groups.binary_search_by_key(&msg, |g| g.msg)
+            && let Some(g) = self.groups.get_mut(i)
+        {
+            g.written.take();
+        }
     }
 
     /// Events held now.
@@ -357,6 +518,7 @@ impl TurnHold {
                 route,
                 holding,
             });
+            self.group_entry(self.placed.len() - 1);
         }
         if self.events > Self::MAX_EVENTS {
             self.release_early(released);
@@ -468,6 +630,15 @@ impl TurnHold {
             let holdings = &self.holdings;
             self.placed.retain(|p| holdings.contains_key(&p.holding));
             self.placed_dead = 0;
+            self.regroup();
+        } else if held.placed > 0 && !self.unordered {
+            let mut last = None;
+            for msg in held.events.iter().filter_map(|e| e.place.map(|p| p.msg)) {
+                if last != Some(msg) {
+                    self.ungroup(msg);
+                    last = Some(msg);
+                }
+            }
         }
         held.events
             .sort_by_key(|e| (e.event.ts_ms.unwrap_or(e.arrival_ms), e.seq));
@@ -706,6 +877,150 @@ mod tests {
         }
         let new = serde_json::to_string(&snap).expect("encodes");
         assert!(serde_json::from_str::<Before>(&new).is_err(), "{new}");
+    }
+
+    #[test]
+    fn consecutive_lines_are_written_as_runs_and_read_back_each_in_its_place() {
+        // Message 7: lines 0..1000 of turns t0..t9 interleaved; turn t3 released mid-way.
+        let lines: Vec<String> = (0..1000)
+            .map(|i| line(&format!("t{}", i % 10), i))
+            .collect();
+        let mut h = TurnHold::new(1_000);
+        let mut out = Vec::new();
+        for (i, l) in lines.iter().enumerate() {
+            let mut skips = SkipCounts::default();
+            let Ok(NativeLine::Event(ev)) = native::decode_line(l.as_bytes(), &mut skips) else {
+                panic!("{l} decodes");
+            };
+            let at = Some(Place {
+                msg: 7,
+                line: i as u32,
+            });
+            h.push(ev.into_owned(), 5, None, 0, at, &mut out);
+        }
+        let snap = h.snapshot().expect("held");
+        assert_eq!(snap.refs.len(), 1);
+        assert_eq!(snap.refs[0].spans, vec![(0, 0, 1000)], "one run");
+        assert!(snap.refs[0].lines.is_empty());
+        // Release t3 alone: every tenth line leaves a gap.
+        let t3 = h.take_turn("t3").expect("held");
+        assert_eq!(t3.len(), 100);
+        let want = {
+            let mut all = Vec::new();
+            h.clone().release(i64::MAX, true, &mut all);
+            all
+        };
+        let snap = h.snapshot().expect("held");
+        assert_eq!(snap.ref_count(), 900);
+        assert_eq!(snap.refs[0].spans.len(), 101, "a run around each gap");
+        assert_eq!(snap.refs[0].spans[0], (0, 0, 3));
+        assert_eq!(
+            snap.refs[0].spans[1],
+            (2, 2, 9),
+            "lines 4..=12 after line 2"
+        );
+        let json = serde_json::to_string(&snap).expect("encodes");
+        let mut back: HoldSnapshot = serde_json::from_str(&json).expect("decodes");
+        let lost = back.resolve(|p| {
+            (p.msg == 7)
+                .then(|| lines.get(p.line as usize))?
+                .map(|l| l.as_bytes())
+        });
+        assert_eq!(lost, 0);
+        let mut got = Vec::new();
+        TurnHold::restore(1_000, back).release(i64::MAX, true, &mut got);
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn references_line_by_line_as_older_versions_wrote_them_are_read_and_runs_refused_by_them() {
+        let lines = [line("a", 1), line("b", 2), line("a", 3)];
+        // Lines 0 and 2 of message 9, arrival numbers 4 and 6, as a version before runs wrote.
+        let old = r#"{"by_value":[],"refs":[{"msg":9,"arrival_ms":5,"input":null,"route":0,
+            "lines":[0,2],"seqs":[4,2]}],"seq":7}"#;
+        let mut snap: HoldSnapshot = serde_json::from_str(old).expect("old shape read");
+        assert_eq!(snap.ref_count(), 2);
+        let lost = snap.resolve(|p| {
+            (p.msg == 9)
+                .then(|| lines.get(p.line as usize))?
+                .map(|l| l.as_bytes())
+        });
+        assert_eq!(lost, 0);
+        let got: Vec<(u32, u64)> = snap
+            .events
+            .iter()
+            .map(|e| (e.place.map_or(99, |p| p.line), e.seq))
+            .collect();
+        assert_eq!(got, vec![(0, 4), (2, 6)]);
+
+        // What a version before runs reads: it must fail, not drop the lines.
+        #[derive(serde::Deserialize)]
+        #[allow(dead_code)]
+        struct BeforeLines {
+            msg: u64,
+            lines: Vec<u32>,
+            seqs: Vec<i64>,
+        }
+        let mut h = TurnHold::new(1_000);
+        let at = Some(Place { msg: 9, line: 0 });
+        h.push(ev("a", 1), 0, None, 0, at, &mut Vec::new());
+        let refs = h.snapshot().expect("held").refs;
+        let new = serde_json::to_string(&refs[0]).expect("encodes");
+        assert!(serde_json::from_str::<BeforeLines>(&new).is_err(), "{new}");
+
+        // A run too long to be a message's is counted lost, not walked.
+        let hostile = r#"{"by_value":[],"refs":[{"msg":9,"arrival_ms":5,"input":null,"route":0,
+            "spans":[[0,0,4294967295],[0,0,1]]}],"seq":7}"#;
+        let mut snap: HoldSnapshot = serde_json::from_str(hostile).expect("read");
+        let lost = snap.resolve(|p| lines.get(p.line as usize).map(|l| l.as_bytes()));
+        assert_eq!((lost, snap.events.len()), (4_294_967_295, 1));
+    }
+
+    #[test]
+    fn a_snapshot_written_from_kept_groups_equals_one_walking_every_entry() {
+        // Lines of 40 turns over 300 messages, turns released as they go quiet, snapshots
+        // taken in between: each must equal a walk of the whole log (what `unordered` does).
+        let mut h = TurnHold::new(400);
+        let mut out = Vec::new();
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let mut snapshots = 0;
+        for msg in 0..300u64 {
+            let now = msg as i64 * 50;
+            for line in 0..(1 + next(8)) as u32 {
+                let turn = format!("t{}", (msg / 10) * 4 + next(4));
+                let place = Some(Place { msg, line });
+                h.push(ev(&turn, now), now, None, 0, place, &mut out);
+            }
+            if next(3) == 0 {
+                h.release(now, false, &mut out);
+            }
+            if next(2) == 0 {
+                let mut walked = h.clone();
+                walked.unordered = true;
+                assert_eq!(h.snapshot(), walked.snapshot(), "after message {msg}");
+                snapshots += 1;
+            }
+        }
+        assert!(snapshots > 100 && !out.is_empty() && !h.is_empty());
+        assert!(!h.unordered && h.groups.len() > 1);
+        // Places out of order: snapshots walk the log, and still name every held event.
+        h.push(
+            ev("late", 1),
+            15_000,
+            None,
+            0,
+            Some(Place { msg: 3, line: 0 }),
+            &mut out,
+        );
+        assert!(h.unordered);
+        let snap = h.snapshot().expect("held");
+        assert_eq!(snap.ref_count() + snap.events.len(), h.len());
     }
 
     #[test]
