@@ -24,6 +24,7 @@
 //! (`ingest/stream.rs`).
 
 mod note;
+mod resume;
 mod stream;
 
 use std::fmt;
@@ -36,6 +37,7 @@ use crate::fasthash::FastMap;
 use crate::pipeline::{InputCounters, Pipeline};
 use crate::turn_route::{self, Routing, Shard};
 pub use note::{Note, Source, StreamId};
+pub use resume::StreamState;
 use stream::{
     Decoding, Held, Stream, decode_line, gives_notes, joined_origin, plain_decoding, reads,
 };

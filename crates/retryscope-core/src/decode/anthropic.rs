@@ -75,7 +75,7 @@ struct Delta<'a> {
     stop_reason: Option<Cow<'a, str>>,
 }
 
-#[derive(Deserialize, Default, Clone, Copy)]
+#[derive(serde::Serialize, Deserialize, Default, Clone, Copy)]
 struct AnthUsage {
     #[serde(default)]
     input_tokens: Option<u64>,
@@ -113,7 +113,7 @@ impl AnthUsage {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 enum Block {
     Text,
     ToolUse {
@@ -126,7 +126,7 @@ enum Block {
 }
 
 /// Decoder state for one stream (or one envelope turn/attempt).
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Decoder {
     started: bool,
     open: bool,

@@ -17,7 +17,7 @@ use super::provider::{ChunkDecoder, Ctx, owned, parse};
 use super::{DecodeError, SkipCounts};
 use crate::event::{Event, EventKind, Usage};
 
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Partial {
     id: String,
     name: String,
@@ -25,7 +25,7 @@ struct Partial {
 }
 
 /// Decoder state for one model call stream (or one envelope turn/attempt).
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Decoder {
     started: bool,
     finished: bool,

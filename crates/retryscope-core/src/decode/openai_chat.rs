@@ -127,7 +127,7 @@ impl ChatUsage {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 struct PendingCall {
     id: String,
     name: String,
@@ -135,7 +135,7 @@ struct PendingCall {
 }
 
 /// Decoder state for one stream.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Decoder {
     started: bool,
     id: Option<String>,

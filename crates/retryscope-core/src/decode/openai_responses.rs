@@ -43,7 +43,7 @@ struct Payload<'a> {
     message: Option<Cow<'a, str>>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Item {
     call_id: String,
     name: String,
@@ -52,7 +52,7 @@ struct Item {
 }
 
 /// Decoder state for one stream (or one envelope turn/attempt).
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Decoder {
     started: bool,
     resp_id: Option<String>,

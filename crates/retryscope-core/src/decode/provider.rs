@@ -132,6 +132,16 @@ pub(crate) trait StreamDecoder: Send {
     fn finish(&mut self, out: &mut Vec<Event<'static>>);
     /// Forward-compatible skips so far.
     fn skips(&self) -> SkipCounts;
+    /// What it keeps between lines, for a checkpoint (`None`: this decoder's state is not
+    /// kept, and a stream resumed from a checkpoint starts it afresh).
+    fn state(&self) -> Option<serde_json::Value> {
+        None
+    }
+    /// Resume from what [`StreamDecoder::state`] gave; `false` (and unchanged) when it does
+    /// not fit this decoder.
+    fn resume(&mut self, _state: serde_json::Value) -> bool {
+        false
+    }
 }
 
 /// A decoder for one stream of `format`; `stream_name` seeds turn ids for formats that carry
@@ -170,7 +180,7 @@ pub(crate) fn stream_decoder(format: Format, stream_name: &str) -> Option<Box<dy
 }
 
 /// How a [`Ctx`] names turns.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 enum TurnNaming {
     /// Raw stream: `<name>`, then `<name>#2`, `#3`... per model call.
     Stream(String),
@@ -192,7 +202,38 @@ pub(crate) struct Ctx {
     agent: Option<&'static str>,
 }
 
+/// What a [`Ctx`] changes as a stream goes (its provider and agent are the format's).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct CtxState {
+    naming: TurnNaming,
+    turn: String,
+    attempt: u32,
+    calls: u32,
+    ts_ms: Option<TimestampMs>,
+    default_ts: Option<TimestampMs>,
+}
+
 impl Ctx {
+    fn state(&self) -> CtxState {
+        CtxState {
+            naming: self.naming.clone(),
+            turn: self.turn.clone(),
+            attempt: self.attempt,
+            calls: self.calls,
+            ts_ms: self.ts_ms,
+            default_ts: self.default_ts,
+        }
+    }
+
+    fn resume(&mut self, s: CtxState) {
+        self.naming = s.naming;
+        self.turn = s.turn;
+        self.attempt = s.attempt;
+        self.calls = s.calls;
+        self.ts_ms = s.ts_ms;
+        self.default_ts = s.default_ts;
+    }
+
     /// A context for a raw stream named `name`.
     pub(crate) fn stream(name: &str, provider: &'static str) -> Self {
         Ctx {
@@ -344,7 +385,26 @@ impl<D: ChunkDecoder> SseStream<D> {
     }
 }
 
-impl<D: ChunkDecoder> StreamDecoder for SseStream<D> {
+/// An [`SseStream`]'s state as a checkpoint keeps it (serialised by reference).
+#[derive(serde::Serialize)]
+struct SseStateRef<'a, D> {
+    ctx: CtxState,
+    framer: &'a super::sse::SseFramer,
+    decoder: &'a D,
+}
+
+/// An [`SseStream`]'s state read back.
+#[derive(serde::Deserialize)]
+struct SseState<D> {
+    ctx: CtxState,
+    framer: super::sse::SseFramer,
+    decoder: D,
+}
+
+impl<D> StreamDecoder for SseStream<D>
+where
+    D: ChunkDecoder + serde::Serialize + serde::de::DeserializeOwned,
+{
     fn push_line(&mut self, line: &[u8], out: &mut Vec<Event<'static>>) -> Result<(), DecodeError> {
         let line = utf8(line)?;
         let mut result = Ok(());
@@ -366,6 +426,25 @@ impl<D: ChunkDecoder> StreamDecoder for SseStream<D> {
 
     fn skips(&self) -> SkipCounts {
         self.decoder.skips()
+    }
+
+    fn state(&self) -> Option<serde_json::Value> {
+        serde_json::to_value(SseStateRef {
+            ctx: self.ctx.state(),
+            framer: &self.framer,
+            decoder: &self.decoder,
+        })
+        .ok()
+    }
+
+    fn resume(&mut self, state: serde_json::Value) -> bool {
+        let Ok(s) = serde_json::from_value::<SseState<D>>(state) else {
+            return false;
+        };
+        self.ctx.resume(s.ctx);
+        self.framer = s.framer;
+        self.decoder = s.decoder;
+        true
     }
 }
 
@@ -466,5 +545,67 @@ mod tests {
         assert_eq!((ctx.turn(), ctx.attempt()), ("s.sse#2", 0));
         ctx.begin_call(None, &mut out);
         assert_eq!(ctx.turn(), "s.sse#3");
+    }
+}
+
+#[cfg(test)]
+mod resume_tests {
+    use super::*;
+
+    /// Every event of `lines` through `d`, and its skips.
+    fn feed(d: &mut dyn StreamDecoder, lines: &[&[u8]], out: &mut Vec<Event<'static>>) {
+        for l in lines {
+            let _ = d.push_line(l, out);
+        }
+    }
+
+    /// Each provider SSE fixture, cut after every line: a decoder resumed from the state of
+    /// the one that read the first part gives, on the rest, what one decoder reading the
+    /// whole stream gives. Turn names after the first call (`#2`) come from that state.
+    #[test]
+    fn an_sse_decoder_resumed_from_its_state_at_any_line_decodes_the_rest_as_one_would() {
+        let root =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/providers");
+        let mut cuts = 0;
+        for dir in ["openai-chat", "openai-responses", "anthropic", "gemini"] {
+            let format: Format = dir.parse().expect("a format");
+            let files = std::fs::read_dir(root.join(dir)).expect("fixtures");
+            for file in files.flatten() {
+                let bytes = std::fs::read(file.path()).expect("read");
+                // Twice over: the second copy's calls are the stream's later turns.
+                let text = [bytes.clone(), bytes].concat();
+                let lines: Vec<&[u8]> = text.split(|b| *b == b'\n').collect();
+                let name = file.file_name().to_string_lossy().into_owned();
+                let whole = {
+                    let mut d = stream_decoder(format, &name).expect("a provider decoder");
+                    let mut out = Vec::new();
+                    feed(d.as_mut(), &lines, &mut out);
+                    d.finish(&mut out);
+                    (out, d.skips())
+                };
+                for cut in 0..=lines.len() {
+                    let mut first = stream_decoder(format, &name).expect("decoder");
+                    let mut out = Vec::new();
+                    feed(first.as_mut(), &lines[..cut], &mut out);
+                    let state = first.state().expect("an SSE decoder keeps its state");
+                    let json = serde_json::to_string(&state).expect("encodes");
+                    let mut next = stream_decoder(format, &name).expect("decoder");
+                    assert!(next.resume(serde_json::from_str(&json).expect("decodes")));
+                    feed(next.as_mut(), &lines[cut..], &mut out);
+                    next.finish(&mut out);
+                    assert_eq!(
+                        (&out, next.skips()),
+                        (&whole.0, whole.1),
+                        "{dir}/{name} cut at line {cut}"
+                    );
+                    cuts += 1;
+                }
+            }
+        }
+        assert!(cuts > 100, "{cuts}");
+        // A state that is not this decoder's is refused, and the decoder left as it was.
+        let mut d = stream_decoder(Format::Anthropic, "x").expect("decoder");
+        assert!(!d.resume(serde_json::json!({"ctx": 1})));
+        assert!(!d.resume(serde_json::json!([])));
     }
 }

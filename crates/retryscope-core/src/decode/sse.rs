@@ -23,7 +23,7 @@ impl Frame {
 }
 
 /// Line-at-a-time SSE framer.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct SseFramer {
     event: Option<String>,
     data: String,
