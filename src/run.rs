@@ -319,6 +319,9 @@ impl Engine {
                     counters: cp.counters,
                     clock_ms: cp.clock_ms,
                     joined: cp.joined.unwrap_or_default(),
+                    // `run`'s checkpoint does not keep streams' decoder states (see
+                    // docs/configuration.md, `format`).
+                    streams: Vec::new(),
                 };
                 (Some(restored), cp.sources, cp.sinks)
             }

@@ -79,7 +79,7 @@ use retryscope_core::correlate::{
 use retryscope_core::cost::PriceTable;
 use retryscope_core::decode::Format;
 use retryscope_core::decode::gemini_join::JoinerSnapshot;
-use retryscope_core::ingest::{Ingest, Note, Source, StreamId};
+use retryscope_core::ingest::{Ingest, Note, Source, StreamId, StreamState};
 use retryscope_core::pipeline::{InputCounters, LineOutcome};
 use retryscope_core::turn_route::{self, Shard};
 use workers::{Op, Workers};
@@ -108,6 +108,9 @@ pub struct Restored {
     /// gemini-cli events held for the session join (they go to the joiner's worker, which
     /// reads every stream that feeds the joiner).
     pub joined: JoinerSnapshot,
+    /// Streams' decoder states ([`Ingest::stream_states`]); one ingest path only (a cluster
+    /// partition's): sharded over workers they are not kept.
+    pub streams: Vec<StreamState>,
 }
 
 /// What a checkpoint holds of the ingest path, taken at one point of the input.
@@ -124,6 +127,8 @@ pub struct IngestState {
     pub joined: Option<JoinerSnapshot>,
     /// Turns held until quiet ([`ShardedIngest::hold_turns`]; one worker only).
     pub held: Option<retryscope_core::reorder::HoldSnapshot>,
+    /// Streams' decoder states (one worker only: empty sharded).
+    pub streams: Vec<StreamState>,
 }
 
 /// An ingest worker thread died: a bug (a panic) in decoding or correlating. The open turns
@@ -168,9 +173,11 @@ fn new_ingest(
     restored: Option<Restored>,
 ) -> Ingest {
     let mut held = JoinerSnapshot::default();
+    let mut streams = Vec::new();
     let mut ingest = match restored {
         Some(r) => {
             held = r.joined;
+            streams = r.streams;
             let mut ingest = Ingest::new(
                 Correlator::restore(cfg.clone(), prices.clone(), r.correlator),
                 format,
@@ -188,6 +195,13 @@ fn new_ingest(
     ingest.without_origin_lines();
     if !join_otlp {
         ingest.otlp_unjoined();
+    }
+    let failed = ingest.resume_streams(streams);
+    if failed > 0 {
+        tracing::warn!(
+            streams = failed,
+            "streams' decoder states in the checkpoint did not fit their decoders: they start afresh"
+        );
     }
     ingest
 }
@@ -259,6 +273,7 @@ impl ShardedIngest {
             Some(r) => {
                 let clock_ms = r.clock_ms;
                 let mut joined = Some(r.joined);
+                let mut streams = r.streams;
                 let joiner = turn_route::shard_of_route(turn_route::joined_route(), count as u32);
                 let mut counters = Some(r.counters);
                 r.correlator
@@ -276,6 +291,12 @@ impl ShardedIngest {
                                 joined.take().unwrap_or_default()
                             } else {
                                 JoinerSnapshot::default()
+                            },
+                            // Kept for one ingest path only (see `Restored::streams`).
+                            streams: if count == 1 {
+                                std::mem::take(&mut streams)
+                            } else {
+                                Vec::new()
                             },
                         })
                     })
@@ -521,6 +542,7 @@ impl ShardedIngest {
                     clock_ms: p.clock_ms(),
                     joined: i.joined_snapshot(),
                     held: p.held_snapshot(),
+                    streams: i.stream_states(),
                 })
             }
             Mode::Workers(w) => w.checkpoint(out),

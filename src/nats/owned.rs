@@ -102,6 +102,7 @@ pub(super) async fn take(
                 counters: s.counters.clone(),
                 clock_ms: s.clock_ms,
                 joined: s.joined.clone().unwrap_or_default(),
+                streams: s.streams.clone(),
             };
             (Some(restored), s.seq, s.now_ms, s.tick_ms, s.findings_seq)
         }
@@ -488,6 +489,7 @@ fn partition_state(
         findings_seq,
         joined: state.joined,
         held: state.held,
+        streams: state.streams,
     }
 }
 

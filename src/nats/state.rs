@@ -59,6 +59,10 @@ pub struct PartitionState {
     /// Turns' events held until each turn is quiet (`--settle-secs`), read past already.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held: Option<retryscope_core::reorder::HoldSnapshot>,
+    /// Provider streams' decoder states (the call in progress, the calls so far), so a new
+    /// owner decodes the rest of a stream as this one would have.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub streams: Vec<retryscope_core::ingest::StreamState>,
 }
 
 /// The head of a chunked state.

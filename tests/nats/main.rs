@@ -5,6 +5,7 @@
 mod clocks;
 mod cluster;
 mod conformance;
+mod decoder_state;
 mod deploy;
 mod faults;
 #[path = "../common/harness.rs"]

@@ -268,6 +268,7 @@ fn checkpoint_with_shards_resumes_with_another_worker_count_losing_and_doubling_
         counters,
         clock_ms: state.clock_ms,
         joined: Default::default(),
+        streams: Vec::new(),
     };
     let mut ingest = start(3, Some(restored), &metrics);
     assert_eq!(ingest.open_turns(), 0, "stats come with the first batch");
@@ -368,6 +369,7 @@ fn workers_that_cannot_start_stop_the_engine_instead_of_dropping_the_restored_tu
         counters: state.counters,
         clock_ms: state.clock_ms,
         joined: state.joined.unwrap_or_default(),
+        streams: state.streams,
     };
     let failed = ShardedIngest::start_faulty(
         2,

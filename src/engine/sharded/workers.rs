@@ -366,6 +366,8 @@ impl Workers {
             joined,
             // Workers never hold turns ([`super::ShardedIngest::hold_turns`]).
             held: None,
+            // Not kept sharded (`Restored::streams`).
+            streams: Vec::new(),
         })
     }
 }
@@ -478,6 +480,7 @@ fn worker(
                     clock_ms: p.clock_ms(),
                     joined: ingest.joined_snapshot(),
                     held: None,
+                    streams: Vec::new(),
                 };
                 if replies.send(Reply::State(Box::new(state))).is_err() {
                     return;

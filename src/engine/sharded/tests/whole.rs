@@ -239,6 +239,7 @@ fn resumed(
         counters,
         clock_ms: state.clock_ms,
         joined: joined.unwrap_or_default(),
+        streams: Vec::new(),
     };
     let mut ingest = start(second, Some(restored), &metrics);
     ingest.flush(&mut Vec::new());
