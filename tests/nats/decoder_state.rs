@@ -7,13 +7,15 @@
 //! The stream: a plain call, then a call whose chunk id changes before its finish (a retry
 //! inside one stream: a `spliced_stream` finding on `calls.sse#2`, modelled on
 //! `tests/fixtures/providers/openai-chat/id-change-splice.sse`). The owner is SIGKILLed after
-//! it checkpointed the first call and the second call's first chunk.
+//! it checkpointed the first call and the second call's first chunk. The same for real
+//! agents' own outputs (Codex, Claude Code), cut half-way.
 
 use std::time::Duration;
 
 use crate::harness::{append, wait_for};
 use crate::nats_support::{
-    assert_findings, check, collector_with, have_nats_server, partition_state, server_in, shipper,
+    check, collector_with, have_nats_server, partition_state, server_in, settled_findings_using,
+    shipper,
 };
 
 /// An OpenAI Chat SSE chunk of call `id`.
@@ -69,16 +71,78 @@ fn stream() -> (Vec<String>, Vec<String>) {
     (first, rest)
 }
 
-/// Whether some partition's stored checkpoint has the first part's events: held to settle
-/// (kept whole: a provider chunk's event cannot be read again alone) or in open turns.
-fn checkpointed(url: &str) -> bool {
-    let non_empty = |v: &serde_json::Value| v.as_array().is_some_and(|a| !a.is_empty());
+/// Whether some partition's stored checkpoint covers `lines` lines (the first part: its
+/// events may be held to settle, held for a session join, or in open turns).
+fn checkpointed(url: &str, lines: usize) -> bool {
     (0..4).any(|p| {
-        partition_state(url, p).is_some_and(|s| {
-            s["seq"].as_u64().unwrap_or(0) > 0
-                && (non_empty(&s["held"]["by_value"]) || non_empty(&s["correlator"]["turns"]))
-        })
+        partition_state(url, p)
+            .is_some_and(|s| s["counters"]["lines"].as_u64().unwrap_or(0) >= lines as u64)
     })
+}
+
+/// Findings without their time (a line without one is stamped with its arrival live, with
+/// the logical clock by `check`), sorted.
+fn untimed(findings: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = findings
+        .iter()
+        .map(|f| {
+            let mut v: serde_json::Value = serde_json::from_str(f).expect("a finding is JSON");
+            if let Some(o) = v.as_object_mut() {
+                o.remove("ts_ms");
+            }
+            v.to_string()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// `first` and then `rest` of a file named `name`, shipped; its partition's owner SIGKILLed
+/// once it checkpointed `first`, a new one taking over for `rest`: the findings stream must
+/// equal `check` over the whole file. `oracle` checks what `check` found.
+fn taken_over_mid_file(name: &str, first: &[String], rest: &[String], oracle: impl Fn(&[String])) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let expected = {
+        let o = d.join("oracle");
+        std::fs::create_dir_all(&o).expect("oracle dir");
+        let (a, b) = (o.join(name), o.join("empty.jsonl"));
+        append(&a, first);
+        append(&a, rest);
+        std::fs::write(&b, "").expect("empty log");
+        check(&a, &b).0
+    };
+    oracle(&expected);
+    let host = d.join("host");
+    std::fs::create_dir_all(&host).expect("host dir");
+    let log = host.join(name);
+    let (server, url) = server_in(d);
+    let idle = ["--idle-timeout-secs", "1"];
+    let (c1, _) = collector_with(d, &url, "c1", "2", "300", &idle);
+    append(&log, first);
+    let ship = shipper(&host, &url, &log, "4");
+    wait_for(
+        "c1 to checkpoint the first part",
+        Duration::from_secs(30),
+        || checkpointed(&url, first.len()),
+    );
+    drop(c1); // SIGKILL
+    append(&log, rest);
+    let (c2, _) = collector_with(d, &url, "c2", "2", "300", &idle);
+    let got = settled_findings_using(
+        &url,
+        async_nats::ConnectOptions::new,
+        expected.len(),
+        Duration::from_secs(60),
+    );
+    assert_eq!(
+        untimed(&got),
+        untimed(&expected),
+        "the same findings as check, each once"
+    );
+    for p in [ship, c2, server] {
+        p.terminate();
+    }
 }
 
 #[test]
@@ -86,40 +150,32 @@ fn a_provider_stream_whose_partition_changes_owner_mid_call_correlates_as_check_
     if !have_nats_server() {
         return;
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let d = dir.path();
     let (first, rest) = stream();
-    let expected = {
-        let oracle = d.join("oracle");
-        std::fs::create_dir_all(&oracle).expect("oracle dir");
-        let (a, b) = (oracle.join("calls.sse"), oracle.join("empty.jsonl"));
-        append(&a, &first);
-        append(&a, &rest);
-        std::fs::write(&b, "").expect("empty log");
-        check(&a, &b).0
-    };
-    assert!(
-        expected.iter().any(|f| f.contains("calls.sse#2")),
-        "the oracle finds the second call's splice: {expected:?}"
-    );
-    let host = d.join("host");
-    std::fs::create_dir_all(&host).expect("host dir");
-    let log = host.join("calls.sse");
-    let (server, url) = server_in(d);
-    let idle = ["--idle-timeout-secs", "1"];
-    let (c1, _) = collector_with(d, &url, "c1", "2", "300", &idle);
-    append(&log, &first);
-    let ship = shipper(&host, &url, &log, "4");
-    wait_for(
-        "c1 to checkpoint the first part",
-        Duration::from_secs(30),
-        || checkpointed(&url),
-    );
-    drop(c1); // SIGKILL
-    append(&log, &rest);
-    let (c2, _) = collector_with(d, &url, "c2", "2", "300", &idle);
-    assert_findings(&url, &expected, Duration::from_secs(60));
-    for p in [ship, c2, server] {
-        p.terminate();
+    taken_over_mid_file("calls.sse", &first, &rest, |expected| {
+        assert!(
+            expected.iter().any(|f| f.contains("calls.sse#2")),
+            "the oracle finds the second call's splice: {expected:?}"
+        );
+    });
+}
+
+/// A real agent's own output (Codex's `exec --json`, Claude Code's stream-json: recorded
+/// against the mock provider with a cut after a tool ran), its owner killed half-way.
+#[test]
+fn an_agents_output_whose_partition_changes_owner_half_way_correlates_as_check_does() {
+    if !have_nats_server() {
+        return;
+    }
+    let agents = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/agents");
+    for (run, file) in [
+        ("codex/after-tool-reset", "exec.jsonl"),
+        ("claude-code/after-tool-reset", "stream.jsonl"),
+    ] {
+        let text = std::fs::read_to_string(agents.join(run).join(file)).expect("fixture");
+        let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        let half = lines.len() / 2;
+        taken_over_mid_file(file, &lines[..half], &lines[half..], |expected| {
+            assert!(!expected.is_empty(), "{run}: check finds something");
+        });
     }
 }

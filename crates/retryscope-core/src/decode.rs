@@ -23,6 +23,7 @@ pub(crate) mod openai_responses;
 pub mod otlp;
 pub(crate) mod provider;
 pub(crate) mod sse;
+pub(crate) mod state;
 
 pub use detect::detect;
 pub use envelope::EnvelopeDecoder;

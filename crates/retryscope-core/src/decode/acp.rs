@@ -22,7 +22,7 @@ use super::provider::{StreamDecoder, owned, parse, utf8};
 use super::{DecodeError, SkipCounts};
 use crate::event::{EffectClass, Event, EventKind, Usage};
 
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 struct Session {
     turn: Option<String>,
     message_id: Option<String>,
@@ -36,7 +36,7 @@ struct Session {
 }
 
 /// Decoder for one ACP transcript.
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Decoder {
     sessions: HashMap<String, Session>,
     /// Pending `session/prompt` request ids → session id.
@@ -380,6 +380,14 @@ impl StreamDecoder for Decoder {
 
     fn skips(&self) -> SkipCounts {
         self.skips
+    }
+
+    fn state(&self) -> Option<serde_json::Value> {
+        super::state::state_of(self)
+    }
+
+    fn resume(&mut self, state: serde_json::Value) -> bool {
+        super::state::resume_into(self, state)
     }
 }
 

@@ -39,7 +39,7 @@ use crate::cost::estimate_tokens;
 use crate::event::{Event, EventKind, TimestampMs, Usage};
 
 /// The model call being streamed.
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 struct Call {
     turn: String,
     attempt: u32,
@@ -61,7 +61,7 @@ struct Call {
 }
 
 /// Decoder for one stream-json file.
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Decoder {
     session: String,
     model: Option<String>,
@@ -546,6 +546,14 @@ impl StreamDecoder for Decoder {
 
     fn skips(&self) -> SkipCounts {
         self.skips
+    }
+
+    fn state(&self) -> Option<serde_json::Value> {
+        super::state::state_of(self)
+    }
+
+    fn resume(&mut self, state: serde_json::Value) -> bool {
+        super::state::resume_into(self, state)
     }
 }
 

@@ -25,7 +25,7 @@ use super::{DecodeError, SkipCounts};
 use crate::event::{EffectClass, Event, EventKind, Usage};
 
 /// Decoder for one `codex exec --json` output.
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Decoder {
     thread: String,
     calls: u32,
@@ -312,6 +312,14 @@ impl StreamDecoder for Decoder {
 
     fn skips(&self) -> SkipCounts {
         self.skips
+    }
+
+    fn state(&self) -> Option<serde_json::Value> {
+        super::state::state_of(self)
+    }
+
+    fn resume(&mut self, state: serde_json::Value) -> bool {
+        super::state::resume_into(self, state)
     }
 }
 

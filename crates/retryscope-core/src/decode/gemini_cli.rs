@@ -78,6 +78,20 @@ impl StreamDecoder for Decoder {
     fn skips(&self) -> SkipCounts {
         self.skips
     }
+
+    fn state(&self) -> Option<serde_json::Value> {
+        super::state::state_of(&(self.ctx.state(), self.skips))
+    }
+
+    fn resume(&mut self, state: serde_json::Value) -> bool {
+        let mut s = (self.ctx.state(), self.skips);
+        if !super::state::resume_into(&mut s, state) {
+            return false;
+        }
+        self.ctx.resume(s.0);
+        self.skips = s.1;
+        true
+    }
 }
 
 #[cfg(test)]

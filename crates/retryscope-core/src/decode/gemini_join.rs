@@ -329,6 +329,14 @@ impl StreamDecoder for JoinFeed {
     fn skips(&self) -> SkipCounts {
         self.inner.skips()
     }
+
+    fn state(&self) -> Option<serde_json::Value> {
+        self.inner.state()
+    }
+
+    fn resume(&mut self, state: serde_json::Value) -> bool {
+        self.inner.resume(state)
+    }
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ use super::{DecodeError, SkipCounts};
 use crate::event::{Event, EventKind, TimestampMs};
 
 /// One step (model call) as displayed.
+#[derive(serde::Serialize, serde::Deserialize)]
 struct Step {
     turn: String,
     shown: String,
@@ -29,7 +30,7 @@ struct Step {
 }
 
 /// Decoder for one stream-json output.
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Decoder {
     session: String,
     steps: u32,
@@ -228,6 +229,14 @@ impl StreamDecoder for Decoder {
 
     fn skips(&self) -> SkipCounts {
         self.skips
+    }
+
+    fn state(&self) -> Option<serde_json::Value> {
+        super::state::state_of(self)
+    }
+
+    fn resume(&mut self, state: serde_json::Value) -> bool {
+        super::state::resume_into(self, state)
     }
 }
 

@@ -54,7 +54,7 @@ use family::Kind;
 pub(crate) const SYNTHETIC_CALL_PREFIX: &str = "telemetry:";
 
 /// One model call (turn) of a lane.
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 struct Call {
     turn: String,
     attempt: u32,
@@ -69,6 +69,7 @@ struct Call {
     session: String,
     /// The current attempt's response was logged without saying whether it finished (a
     /// fork's plain-text `response_text`): settled by the next record (time of the response).
+    #[serde(with = "super::state::nested_option")]
     pending_finish: Option<Option<TimestampMs>>,
     /// Response ids of attempts (`api_response` / `api_error`), for a fork's `tool_call`.
     responses: Vec<(String, u32)>,
@@ -79,16 +80,17 @@ struct Call {
 }
 
 /// The calls of one prompt and role.
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 struct Lane {
     calls: u32,
     cur: Option<Call>,
 }
 
 /// Decoder for one telemetry file.
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Decoder {
     framer: ObjectFramer,
+    #[serde(with = "super::state::pairs")]
     lanes: HashMap<(String, String), Lane>,
     /// Latest main-lane prompt per session (`""` when the record has no session).
     latest: HashMap<String, String>,
@@ -326,6 +328,14 @@ impl StreamDecoder for Decoder {
 
     fn skips(&self) -> SkipCounts {
         self.skips
+    }
+
+    fn state(&self) -> Option<serde_json::Value> {
+        super::state::state_of(self)
+    }
+
+    fn resume(&mut self, state: serde_json::Value) -> bool {
+        super::state::resume_into(self, state)
     }
 }
 

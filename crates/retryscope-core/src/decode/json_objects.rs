@@ -11,7 +11,7 @@ use super::{BadLineReason, DecodeError};
 const MAX_OBJECT_BYTES: usize = 16 << 20;
 
 /// Collects lines until a top-level object closes.
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct ObjectFramer {
     buf: String,
     depth: i64,
