@@ -319,9 +319,7 @@ impl Engine {
                     counters: cp.counters,
                     clock_ms: cp.clock_ms,
                     joined: cp.joined.unwrap_or_default(),
-                    // `run`'s checkpoint does not keep streams' decoder states (see
-                    // docs/configuration.md, `format`).
-                    streams: Vec::new(),
+                    streams: cp.streams,
                 };
                 (Some(restored), cp.sources, cp.sinks)
             }
@@ -552,6 +550,7 @@ impl Engine {
             state.clock_ms,
             self.metrics.snapshot(),
             state.joined,
+            state.streams,
         );
         match cp.write(&path) {
             Ok(()) => {

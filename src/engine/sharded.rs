@@ -108,8 +108,8 @@ pub struct Restored {
     /// gemini-cli events held for the session join (they go to the joiner's worker, which
     /// reads every stream that feeds the joiner).
     pub joined: JoinerSnapshot,
-    /// Streams' decoder states ([`Ingest::stream_states`]); one ingest path only (a cluster
-    /// partition's): sharded over workers they are not kept.
+    /// Streams' decoder states ([`Ingest::stream_states`]): every worker is handed all of
+    /// them, and the one that reads each stream resumes it.
     pub streams: Vec<StreamState>,
 }
 
@@ -127,7 +127,7 @@ pub struct IngestState {
     pub joined: Option<JoinerSnapshot>,
     /// Turns held until quiet ([`ShardedIngest::hold_turns`]; one worker only).
     pub held: Option<retryscope_core::reorder::HoldSnapshot>,
-    /// Streams' decoder states (one worker only: empty sharded).
+    /// Streams' decoder states (of every worker: each stream is decoded by one).
     pub streams: Vec<StreamState>,
 }
 
@@ -171,6 +171,7 @@ fn new_ingest(
     format: Format,
     join_otlp: bool,
     restored: Option<Restored>,
+    shard: Option<Shard>,
 ) -> Ingest {
     let mut held = JoinerSnapshot::default();
     let mut streams = Vec::new();
@@ -195,6 +196,11 @@ fn new_ingest(
     ingest.without_origin_lines();
     if !join_otlp {
         ingest.otlp_unjoined();
+    }
+    // Its shard first: each stream is resumed by the worker that reads it, and only opened
+    // (another's) by the rest.
+    if let Some(shard) = shard {
+        ingest.set_shard(shard);
     }
     let failed = ingest.resume_streams(streams);
     if failed > 0 {
@@ -255,7 +261,7 @@ impl ShardedIngest {
         if count == 1 {
             return Ok(ShardedIngest {
                 mode: Mode::Local(Box::new(new_ingest(
-                    &cfg, &prices, format, join_otlp, restored,
+                    &cfg, &prices, format, join_otlp, restored, None,
                 ))),
                 counts: LineCounts::default(),
                 metrics,
@@ -273,7 +279,7 @@ impl ShardedIngest {
             Some(r) => {
                 let clock_ms = r.clock_ms;
                 let mut joined = Some(r.joined);
-                let mut streams = r.streams;
+                let streams = r.streams;
                 let joiner = turn_route::shard_of_route(turn_route::joined_route(), count as u32);
                 let mut counters = Some(r.counters);
                 r.correlator
@@ -292,12 +298,7 @@ impl ShardedIngest {
                             } else {
                                 JoinerSnapshot::default()
                             },
-                            // Kept for one ingest path only (see `Restored::streams`).
-                            streams: if count == 1 {
-                                std::mem::take(&mut streams)
-                            } else {
-                                Vec::new()
-                            },
+                            streams: streams.clone(),
                         })
                     })
                     .collect()
@@ -308,12 +309,11 @@ impl ShardedIngest {
             .into_iter()
             .enumerate()
             .map(|(index, part)| {
-                let mut ingest = new_ingest(&cfg, &prices, format, join_otlp, part);
-                ingest.set_shard(Shard {
+                let shard = Shard {
                     index: index as u32,
                     count: count as u32,
-                });
-                ingest
+                };
+                new_ingest(&cfg, &prices, format, join_otlp, part, Some(shard))
             })
             .collect();
         match Workers::spawn(ingests, &metrics, fault, format, join_otlp) {

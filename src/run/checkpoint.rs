@@ -1,7 +1,7 @@
 //! The collector's checkpoint: one versioned JSON file, written atomically, holding every
 //! source's position (`sources`: file offsets, the OTLP spool), open-turn state, input
-//! counters, metric values and every sink's position (`sinks`: the findings file's length),
-//! all taken at the same instant between two polls.
+//! counters, metric values, streams' decoder states and every sink's position (`sinks`: the
+//! findings file's length), all taken at the same instant between two polls.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,6 +13,7 @@ use crate::source::checkpoint_io::{self, ReadCheckpointError};
 use crate::source::file::FileCheckpoint;
 use retryscope_core::correlate::CorrelatorSnapshot;
 use retryscope_core::decode::gemini_join::JoinerSnapshot;
+use retryscope_core::ingest::StreamState;
 use retryscope_core::pipeline::InputCounters;
 
 /// Name of the checkpoint file inside the data directory.
@@ -55,6 +56,11 @@ pub struct Checkpoint {
     /// past (file offsets, OTLP spool), so they must be carried over (since version 3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub joined: Option<JoinerSnapshot>,
+    /// Streams' decoder states (a provider stream's call in progress, an agent output's
+    /// thread): a stream read on after a restart decodes as if it had never stopped. A build
+    /// before them ignores the field and starts those decoders afresh, as it always did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub streams: Vec<StreamState>,
     /// Before version 5: the positions, in fields of their own (moved into `sources` and
     /// `sinks` when read; never written).
     #[serde(flatten, skip_serializing)]
@@ -171,6 +177,7 @@ impl Checkpoint {
         clock_ms: i64,
         metrics: MetricsSnapshot,
         joined: Option<JoinerSnapshot>,
+        streams: Vec<StreamState>,
     ) -> Self {
         Checkpoint {
             version: VERSION,
@@ -181,6 +188,7 @@ impl Checkpoint {
             clock_ms,
             metrics,
             joined,
+            streams,
             legacy: Legacy::default(),
         }
     }

@@ -23,6 +23,7 @@ fn checkpoint(joined: Option<JoinerSnapshot>) -> Checkpoint {
             .expect("metrics")
             .snapshot(),
         joined,
+        Vec::new(),
     )
 }
 
@@ -63,6 +64,7 @@ fn a_version_4_checkpoint_keeps_its_positions_under_the_names_of_the_sources_and
         back.clock_ms,
         back.metrics.clone(),
         None,
+        Vec::new(),
     ))
     .expect("json");
     assert_eq!(again["version"], VERSION);

@@ -451,6 +451,98 @@ fn kill_9_while_gemini_cli_events_are_held_for_the_join_loses_none() {
     assert_eq!(a, b, "the same findings, each exactly once");
 }
 
+/// Findings without their time (lines without one are stamped with their arrival), sorted.
+fn untimed(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = text
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).expect("a finding is JSON");
+            if let Some(o) = v.as_object_mut() {
+                o.remove("ts_ms");
+            }
+            v.to_string()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// A stream's decoder state is in the checkpoint: real agents' outputs (Codex's `exec
+/// --json`, Claude Code's stream-json, each recorded with a cut after a tool ran), written
+/// half, `run` killed -9 after a checkpoint, the rest written, restarted: the findings of a
+/// run that never stopped. Before, the restarted decoder started afresh: Codex's findings
+/// went to a turn named `codex` (the thread's id is on its first line).
+#[test]
+fn kill_9_half_way_through_an_agents_output_resumes_its_decoder() {
+    let agents = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/agents");
+    for (run, file) in [
+        ("codex/after-tool-reset", "exec.jsonl"),
+        ("claude-code/after-tool-reset", "stream.jsonl"),
+    ] {
+        let text = std::fs::read_to_string(agents.join(run).join(file)).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let n = lines.len() as f64;
+        let run_args = |dir: &Path, data: bool| -> Vec<String> {
+            let mut args = vec![
+                dir.join(file).to_str().unwrap().to_string(),
+                "--findings-out".into(),
+                dir.join("findings.jsonl").to_str().unwrap().into(),
+                // The turns end by their own events; none may time out while `run` is down.
+                "--idle-timeout-secs".into(),
+                "3600".into(),
+            ];
+            if data {
+                args.extend([
+                    "--data-dir".into(),
+                    dir.join("data").to_str().unwrap().into(),
+                ]);
+            }
+            args
+        };
+        let read = |k: f64| {
+            move |m: &BTreeMap<String, f64>| {
+                get(m, "retryscope_events_read_total{source=\"file\"}") >= k
+            }
+        };
+        // Reference: all of it, then a clean stop (which closes what is open).
+        let ref_dir = tempfile::tempdir().unwrap();
+        append(&ref_dir.path().join(file), &lines);
+        let args = run_args(ref_dir.path(), false);
+        let c = Collector::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        c.wait_until(read(n), "reference read");
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(c.terminate().success());
+        let reference =
+            std::fs::read_to_string(ref_dir.path().join("findings.jsonl")).unwrap_or_default();
+        assert!(!reference.is_empty(), "{run}: the recording has findings");
+
+        let dir = tempfile::tempdir().unwrap();
+        let half = lines.len() / 2;
+        append(&dir.path().join(file), &lines[..half]);
+        let args = run_args(dir.path(), true);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let c = Collector::start(&args);
+        let m = c.wait_until(read(half as f64), "half read");
+        let written = get(&m, "retryscope_checkpoint_writes_total");
+        c.wait_until(
+            |m| get(m, "retryscope_checkpoint_writes_total") > written,
+            "a checkpoint after the half was read",
+        );
+        c.kill9();
+        append(&dir.path().join(file), &lines[half..]);
+        let c = Collector::start(&args);
+        c.wait_until(read(n), "the rest read");
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(c.terminate().success());
+        let text = std::fs::read_to_string(dir.path().join("findings.jsonl")).unwrap();
+        assert_eq!(
+            untimed(&text),
+            untimed(&reference),
+            "{run}: the same findings, each exactly once"
+        );
+    }
+}
+
 /// Issue 21, item 7: a stream that borrows Anthropic's event names without its shape (another
 /// agent's own event log) is refused by `run`'s auto-detection: its lines are counted as
 /// `unknown_format`, the refusal is logged once as an error naming the proxy and OTLP, and the

@@ -334,6 +334,7 @@ impl Workers {
         let mut counters = InputCounters::default();
         let mut clock_ms = 0;
         let mut joined = None;
+        let mut streams = Vec::new();
         for i in 0..self.txs.len() {
             let mut state = None;
             if self.txs[i].send(Msg::Barrier).is_ok() {
@@ -358,6 +359,7 @@ impl Workers {
             counters.add(&state.counters);
             clock_ms = clock_ms.max(state.clock_ms);
             joined = merge_joined(joined, state.joined);
+            streams.extend(state.streams);
         }
         Ok(IngestState {
             correlator: CorrelatorSnapshot::merge(snapshots),
@@ -366,8 +368,7 @@ impl Workers {
             joined,
             // Workers never hold turns ([`super::ShardedIngest::hold_turns`]).
             held: None,
-            // Not kept sharded (`Restored::streams`).
-            streams: Vec::new(),
+            streams,
         })
     }
 }
@@ -480,7 +481,7 @@ fn worker(
                     clock_ms: p.clock_ms(),
                     joined: ingest.joined_snapshot(),
                     held: None,
-                    streams: Vec::new(),
+                    streams: ingest.stream_states(),
                 };
                 if replies.send(Reply::State(Box::new(state))).is_err() {
                     return;

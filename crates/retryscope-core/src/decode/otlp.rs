@@ -55,7 +55,7 @@ pub(crate) const LOG: &str = "log";
 pub(crate) const SPAN: &str = "span";
 
 /// Decoder for one OTLP stream (the receiver keeps one stream per service and session).
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Decoder {
     gemini: gemini_telemetry::Decoder,
     codex: codex::Codex,
@@ -65,7 +65,9 @@ pub(crate) struct Decoder {
     family: HashSet<String>,
     skips: SkipCounts,
     /// Where gemini-cli's events go instead of the caller, when joined.
+    #[serde(skip)]
     joiner: Option<Arc<Mutex<SessionJoiner>>>,
+    #[serde(skip)]
     scratch: Vec<Event<'static>>,
 }
 
@@ -397,6 +399,21 @@ impl StreamDecoder for Decoder {
         let sink = Self::gemini_out(&self.joiner, &mut self.scratch, out);
         self.gemini.finish(sink);
         self.hand_over();
+    }
+
+    fn state(&self) -> Option<serde_json::Value> {
+        super::state::state_of(self)
+    }
+
+    fn resume(&mut self, state: serde_json::Value) -> bool {
+        let mut d = Decoder::default();
+        if !super::state::resume_into(&mut d, state) {
+            return false;
+        }
+        // Where its gemini-cli events go is this path's, not the checkpoint's.
+        d.joiner = self.joiner.take();
+        *self = d;
+        true
     }
 
     fn skips(&self) -> SkipCounts {

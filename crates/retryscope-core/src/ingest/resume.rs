@@ -44,9 +44,10 @@ impl Ingest {
             .collect()
     }
 
-    /// Open the streams `states` name, each read as its format from where its decoder was;
-    /// the number that could not be resumed (an unknown source, a state that does not fit
-    /// its format's decoder: those streams start afresh).
+    /// Open the streams `states` name, each read as its format from where its decoder was
+    /// (sharded, a stream another shard reads is only opened, as that shard's); the number
+    /// that could not be resumed (an unknown source, a state that does not fit its format's
+    /// decoder: those streams start afresh).
     pub fn resume_streams(&mut self, states: Vec<StreamState>) -> usize {
         let mut failed = 0;
         for st in states {
@@ -64,6 +65,8 @@ impl Ingest {
             stream.announced = true;
             let resumed = match &mut stream.decoding {
                 Decoding::Provider(d) => d.resume(st.decoder),
+                // Another shard's to read (each worker is handed every stream's state).
+                Decoding::Elsewhere => true,
                 _ => false,
             };
             if !resumed {

@@ -3,7 +3,7 @@
 //! open turns and held gemini-cli events on the worker that reads them, with any count.
 
 use super::*;
-use retryscope_core::ingest::StreamId;
+use retryscope_core::ingest::{StreamId, StreamState};
 
 /// A committed fixture's text.
 fn fixture(rel: &str) -> String {
@@ -226,12 +226,23 @@ fn resumed(
     let mut out = Vec::new();
     let state = ingest.checkpoint(&mut out).expect("no worker died");
     seen.take(&mut out, &metrics);
-    let json = serde_json::to_string(&(&state.correlator, &state.counters, &state.joined)).unwrap();
+    let json = serde_json::to_string(&(
+        &state.correlator,
+        &state.counters,
+        &state.joined,
+        &state.streams,
+    ))
+    .unwrap();
     let snapshot = metrics.snapshot();
     drop(ingest);
 
-    type Parts = (CorrelatorSnapshot, InputCounters, Option<JoinerSnapshot>);
-    let (correlator, counters, joined): Parts = serde_json::from_str(&json).unwrap();
+    type Parts = (
+        CorrelatorSnapshot,
+        InputCounters,
+        Option<JoinerSnapshot>,
+        Vec<StreamState>,
+    );
+    let (correlator, counters, joined, decoders): Parts = serde_json::from_str(&json).unwrap();
     let metrics = Arc::new(Metrics::new(MetricsConfig::default()).unwrap());
     metrics.restore(&snapshot).unwrap();
     let restored = Restored {
@@ -239,7 +250,7 @@ fn resumed(
         counters,
         clock_ms: state.clock_ms,
         joined: joined.unwrap_or_default(),
-        streams: Vec::new(),
+        streams: decoders,
     };
     let mut ingest = start(second, Some(restored), &metrics);
     ingest.flush(&mut Vec::new());
@@ -275,6 +286,39 @@ fn whole_streams_resume_on_the_worker_that_reads_them_with_any_worker_count() {
             );
             assert_eq!(counters, one_counters, "{what}: counters");
             assert_eq!(values, one_values, "{what}: metric values");
+        }
+    }
+}
+
+/// Streams read whole (OTLP sessions, agents' own outputs, provider streams), checkpointed
+/// at any of several lines and resumed with 1 or 2 workers: their decoders resume where
+/// they were (the checkpoint keeps their state), so the turns, findings and reports are a
+/// run's that never stopped. Before, a resumed Codex or gemini-cli stream named its next
+/// turn `codex#2` / `gemini-cli#2` instead of its thread's or session's id.
+#[test]
+fn whole_streams_resumed_decode_as_if_they_had_never_stopped() {
+    let streams = whole_streams();
+    let never_stopped = {
+        let metrics = Arc::new(Metrics::new(MetricsConfig::default()).unwrap());
+        let mut seen = Seen::default();
+        let mut ingest = start(1, None, &metrics);
+        feed(
+            &mut ingest,
+            &streams,
+            0..longest(&streams),
+            &metrics,
+            &mut seen,
+        );
+        finish(&mut ingest, &metrics, &mut seen);
+        seen.sorted()
+    };
+    assert!(!never_stopped.findings.is_empty());
+    for half in [3, 5, 12, 30, 2500] {
+        for (first, second) in [(1, 1), (2, 1), (1, 2)] {
+            let (seen, _, _) = resumed(&streams, half, first, second);
+            let what = format!("checkpoint at {half}: {first} workers, then {second}");
+            assert_eq!(seen.turns.len(), never_stopped.turns.len(), "{what}: turns");
+            assert!(seen == never_stopped, "{what}: as if never stopped");
         }
     }
 }

@@ -31,7 +31,7 @@ type HeldTool = (
 );
 
 /// Decoder state for one Claude Code session.
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub(super) struct Claude {
     calls: u32,
     /// The current call's turn, attempt, and whether its last attempt failed.

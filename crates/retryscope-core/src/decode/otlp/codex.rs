@@ -22,7 +22,7 @@ use super::{attr_str, attr_u64, text};
 use crate::event::{Event, EventKind, TimestampMs, Usage};
 
 /// The model call being streamed.
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 struct Call {
     turn: String,
     /// Our attempt number (from 0).
@@ -37,7 +37,7 @@ struct Call {
 }
 
 /// Decoder state for one Codex conversation.
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub(super) struct Codex {
     calls: u32,
     cur: Option<Call>,

@@ -24,7 +24,7 @@ use crate::event::{Event, EventKind, TimestampMs, Usage};
 const MAX_SEEN: usize = 10_000;
 
 /// Decoder state for one conversation.
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub(super) struct GenAi {
     calls: u32,
     /// The current call's turn and attempt, and whether its last attempt failed.
