@@ -37,7 +37,7 @@ use crate::fasthash::FastMap;
 use crate::pipeline::{InputCounters, Pipeline};
 use crate::turn_route::{self, Routing, Shard};
 pub use note::{Note, Source, StreamId};
-pub use resume::StreamState;
+pub use resume::{LineBytes, SniffedLine, StreamState};
 use stream::{
     Decoding, Held, Stream, decode_line, gives_notes, joined_origin, plain_decoding, reads,
 };

@@ -361,6 +361,10 @@ impl Workers {
             joined = merge_joined(joined, state.joined);
             streams.extend(state.streams);
         }
+        // A stream still sniffing is held by every worker alike (each gets its lines until
+        // its format is decided): keep one; a decoder's state is only ever one worker's.
+        let mut seen = std::collections::HashSet::new();
+        streams.retain(|s| seen.insert((s.source.clone(), s.name.clone())));
         Ok(IngestState {
             correlator: CorrelatorSnapshot::merge(snapshots),
             counters,

@@ -292,12 +292,20 @@ fn whole_streams_resume_on_the_worker_that_reads_them_with_any_worker_count() {
 
 /// Streams read whole (OTLP sessions, agents' own outputs, provider streams), checkpointed
 /// at any of several lines and resumed with 1 or 2 workers: their decoders resume where
-/// they were (the checkpoint keeps their state), so the turns, findings and reports are a
-/// run's that never stopped. Before, a resumed Codex or gemini-cli stream named its next
-/// turn `codex#2` / `gemini-cli#2` instead of its thread's or session's id.
+/// they were and the lines held while a format is sniffed are held again (the checkpoint
+/// keeps both), so the turns, findings and reports are a run's that never stopped. Before, a
+/// resumed Codex or gemini-cli stream named its next turn `codex#2` / `gemini-cli#2` instead
+/// of its thread's or session's id, and a stream still being sniffed lost its first lines.
 #[test]
 fn whole_streams_resumed_decode_as_if_they_had_never_stopped() {
-    let streams = whole_streams();
+    let mut streams = whole_streams();
+    // An SSE stream that opens with keep-alive comments: still sniffed after several lines
+    // (modelled on proxies that ping before the first event).
+    let sse = fixture("tests/fixtures/providers/anthropic/duplicate-message-start.sse");
+    streams.push(file(
+        "/logs/pinged.sse",
+        &format!(": ping\n\n: ping\n\n: ping\n\n{sse}"),
+    ));
     let never_stopped = {
         let metrics = Arc::new(Metrics::new(MetricsConfig::default()).unwrap());
         let mut seen = Seen::default();
@@ -313,7 +321,7 @@ fn whole_streams_resumed_decode_as_if_they_had_never_stopped() {
         seen.sorted()
     };
     assert!(!never_stopped.findings.is_empty());
-    for half in [3, 5, 12, 30, 2500] {
+    for half in [1, 2, 3, 5, 8, 12, 30, 2500] {
         for (first, second) in [(1, 1), (2, 1), (1, 2)] {
             let (seen, _, _) = resumed(&streams, half, first, second);
             let what = format!("checkpoint at {half}: {first} workers, then {second}");
