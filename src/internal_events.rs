@@ -243,6 +243,27 @@ impl InternalEvent for CheckpointWritten {
     }
 }
 
+/// A checkpoint kept the states of the most recently active streams only
+/// ([`retryscope_core::ingest::MAX_STREAM_STATES`]): after a restore the others start their
+/// decoders afresh. Logged (rate-limited); nothing is counted, the checkpoint is written.
+pub struct StreamStatesLeftOut {
+    /// Streams whose state was left out.
+    pub left_out: usize,
+}
+
+impl InternalEvent for StreamStatesLeftOut {
+    fn emit(self, _metrics: &Metrics) {
+        if self.left_out > 0 {
+            tracing::warn!(
+                left_out = self.left_out,
+                kept = retryscope_core::ingest::MAX_STREAM_STATES,
+                "the checkpoint keeps the decoder states of the most recently active streams \
+                 only: after a restart the others start afresh"
+            );
+        }
+    }
+}
+
 /// A checkpoint could not be written (or the findings it covers could not be synced).
 pub struct CheckpointFailed<'a> {
     /// What failed.

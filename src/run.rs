@@ -24,7 +24,9 @@ use crate::config::RunConfig;
 use crate::engine::outputs::{FindingsOut, LivePageOut, MetricsOut, TracesOut};
 use crate::engine::sharded::default_workers;
 use crate::engine::{Core, LiveSource, Restored, ShardedIngest, Sinks, WorkerDied};
-use crate::internal_events::{CheckpointFailed, CheckpointWritten, InternalEvent};
+use crate::internal_events::{
+    CheckpointFailed, CheckpointWritten, InternalEvent, StreamStatesLeftOut,
+};
 use crate::sink::findings::FindingsSink;
 use crate::sink::metrics::Metrics;
 use crate::source::file::{FileTailer, FileTailerConfig};
@@ -550,8 +552,12 @@ impl Engine {
             state.clock_ms,
             self.metrics.snapshot(),
             state.joined,
-            state.streams,
+            state.streams.states,
         );
+        StreamStatesLeftOut {
+            left_out: state.streams.left_out,
+        }
+        .emit(&self.metrics);
         match cp.write(&path) {
             Ok(()) => {
                 for source in &mut live.sources {

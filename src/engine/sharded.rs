@@ -79,7 +79,7 @@ use retryscope_core::correlate::{
 use retryscope_core::cost::PriceTable;
 use retryscope_core::decode::Format;
 use retryscope_core::decode::gemini_join::JoinerSnapshot;
-use retryscope_core::ingest::{Ingest, Note, Source, StreamId, StreamState};
+use retryscope_core::ingest::{Ingest, Note, Source, StreamId, StreamState, StreamStates};
 use retryscope_core::pipeline::{InputCounters, LineOutcome};
 use retryscope_core::turn_route::{self, Shard};
 use workers::{Op, Workers};
@@ -127,8 +127,9 @@ pub struct IngestState {
     pub joined: Option<JoinerSnapshot>,
     /// Turns held until quiet ([`ShardedIngest::hold_turns`]; one worker only).
     pub held: Option<retryscope_core::reorder::HoldSnapshot>,
-    /// Streams' decoder states (of every worker: each stream is decoded by one).
-    pub streams: Vec<StreamState>,
+    /// Streams' states (of every worker: each stream is decoded by one), and how many were
+    /// left out past [`retryscope_core::ingest::MAX_STREAM_STATES`].
+    pub streams: StreamStates,
 }
 
 /// An ingest worker thread died: a bug (a panic) in decoding or correlating. The open turns

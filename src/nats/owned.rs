@@ -478,6 +478,11 @@ fn partition_state(
     tick_ms: i64,
     findings_seq: u64,
 ) -> PartitionState {
+    use crate::internal_events::InternalEvent;
+    crate::internal_events::StreamStatesLeftOut {
+        left_out: state.streams.left_out,
+    }
+    .emit(metrics);
     PartitionState {
         seq,
         correlator: state.correlator,
@@ -489,7 +494,7 @@ fn partition_state(
         findings_seq,
         joined: state.joined,
         held: state.held,
-        streams: state.streams,
+        streams: state.streams.states,
     }
 }
 

@@ -37,7 +37,7 @@ use crate::fasthash::FastMap;
 use crate::pipeline::{InputCounters, Pipeline};
 use crate::turn_route::{self, Routing, Shard};
 pub use note::{Note, Source, StreamId};
-pub use resume::{LineBytes, SniffedLine, StreamState};
+pub use resume::{LineBytes, MAX_STREAM_STATES, SniffedLine, StreamState, StreamStates};
 use stream::{
     Decoding, Held, Stream, decode_line, gives_notes, joined_origin, plain_decoding, reads,
 };
@@ -247,6 +247,7 @@ impl Ingest {
             routing,
             announced: false,
             decoding,
+            last_ms: i64::MIN,
         };
         let id = match self.free.pop() {
             Some(free) => {
@@ -286,9 +287,11 @@ impl Ingest {
         note: &mut dyn FnMut(Note<'_>),
     ) {
         let place = self.next_place.take();
+        let at = arrival_ms.unwrap_or(self.pipeline.clock_ms());
         let Some(stream) = self.streams.get_mut(id.0 as usize).and_then(Option::as_mut) else {
             return;
         };
+        stream.last_ms = at;
         stream.lines = number.unwrap_or(stream.lines + 1);
         let number = stream.lines;
         if matches!(stream.decoding, Decoding::Elsewhere) {

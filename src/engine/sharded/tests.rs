@@ -369,7 +369,7 @@ fn workers_that_cannot_start_stop_the_engine_instead_of_dropping_the_restored_tu
         counters: state.counters,
         clock_ms: state.clock_ms,
         joined: state.joined.unwrap_or_default(),
-        streams: state.streams,
+        streams: state.streams.states,
     };
     let failed = ShardedIngest::start_faulty(
         2,

@@ -18,7 +18,7 @@ use retryscope_core::correlate::{CorrelatorSnapshot, CorrelatorStats, Output};
 use retryscope_core::decode::Format;
 use retryscope_core::decode::gemini_join::JoinerSnapshot;
 use retryscope_core::fasthash::FastMap;
-use retryscope_core::ingest::{Ingest, Note, Source, StreamId};
+use retryscope_core::ingest::{Ingest, MAX_STREAM_STATES, Note, Source, StreamId, StreamStates};
 use retryscope_core::pipeline::InputCounters;
 use retryscope_core::turn_route::Routing;
 use routing::StreamState;
@@ -334,7 +334,7 @@ impl Workers {
         let mut counters = InputCounters::default();
         let mut clock_ms = 0;
         let mut joined = None;
-        let mut streams = Vec::new();
+        let mut streams = StreamStates::default();
         for i in 0..self.txs.len() {
             let mut state = None;
             if self.txs[i].send(Msg::Barrier).is_ok() {
@@ -359,12 +359,21 @@ impl Workers {
             counters.add(&state.counters);
             clock_ms = clock_ms.max(state.clock_ms);
             joined = merge_joined(joined, state.joined);
-            streams.extend(state.streams);
+            streams.states.extend(state.streams.states);
+            streams.left_out += state.streams.left_out;
         }
         // A stream still sniffing is held by every worker alike (each gets its lines until
         // its format is decided): keep one; a decoder's state is only ever one worker's.
         let mut seen = std::collections::HashSet::new();
-        streams.retain(|s| seen.insert((s.source.clone(), s.name.clone())));
+        streams
+            .states
+            .retain(|s| seen.insert((s.source.clone(), s.name.clone())));
+        // The bound holds for all workers together: the most recently active.
+        if streams.states.len() > MAX_STREAM_STATES {
+            streams.states.sort_by_key(|s| std::cmp::Reverse(s.last_ms));
+            streams.left_out += streams.states.len() - MAX_STREAM_STATES;
+            streams.states.truncate(MAX_STREAM_STATES);
+        }
         Ok(IngestState {
             correlator: CorrelatorSnapshot::merge(snapshots),
             counters,

@@ -30,6 +30,23 @@ pub struct StreamState {
     /// Lines held while its format is sniffed (not decoded yet), in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sniffing: Vec<SniffedLine>,
+    /// When its last line arrived (ms, the reader's clock).
+    #[serde(default)]
+    pub last_ms: i64,
+}
+
+/// Streams' states a checkpoint keeps at most: the most recently active (a collector's
+/// partition opens a stream per shipped file and OTLP session, and keeps them).
+pub const MAX_STREAM_STATES: usize = 10_000;
+
+/// What [`Ingest::stream_states`] gives.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StreamStates {
+    /// The states, of the most recently active streams.
+    pub states: Vec<StreamState>,
+    /// Streams with a state left out past [`MAX_STREAM_STATES`] (after a restore they start
+    /// afresh).
+    pub left_out: usize,
 }
 
 /// A line held while its stream's format is sniffed.
@@ -71,9 +88,11 @@ impl LineBytes {
 }
 
 impl Ingest {
-    /// The state of every open stream that has one, for a checkpoint.
-    pub fn stream_states(&self) -> Vec<StreamState> {
-        self.streams
+    /// The state of every open stream that has one, for a checkpoint; past
+    /// [`MAX_STREAM_STATES`], those of the most recently active.
+    pub fn stream_states(&self) -> StreamStates {
+        let mut states: Vec<StreamState> = self
+            .streams
             .iter()
             .flatten()
             .filter_map(|s| {
@@ -96,9 +115,16 @@ impl Ingest {
                     lines: s.lines,
                     decoder,
                     sniffing,
+                    last_ms: s.last_ms,
                 })
             })
-            .collect()
+            .collect();
+        let left_out = states.len().saturating_sub(MAX_STREAM_STATES);
+        if left_out > 0 {
+            states.sort_by_key(|s| std::cmp::Reverse(s.last_ms));
+            states.truncate(MAX_STREAM_STATES);
+        }
+        StreamStates { states, left_out }
     }
 
     /// Open the streams `states` name, each from where it was: read as its format from its
@@ -119,6 +145,7 @@ impl Ingest {
                 continue;
             };
             stream.lines = st.lines;
+            stream.last_ms = st.last_ms;
             let resumed = match (&mut stream.decoding, st.decoder) {
                 (Decoding::Provider(d), Some(state)) => d.resume(state),
                 (Decoding::Sniffing(held), None) => {
@@ -147,5 +174,50 @@ fn refill(held: &mut Held, lines: Vec<SniffedLine>) {
         held.head.extend_from_slice(&bytes);
         held.head.push(b'\n');
         held.lines.push((l.number, l.place, bytes));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::correlate::{Correlator, CorrelatorConfig};
+    use crate::cost::PriceTable;
+
+    fn ingest() -> Ingest {
+        let c = Correlator::new(CorrelatorConfig::default(), Arc::new(PriceTable::builtin()));
+        Ingest::new(c, Format::Auto)
+    }
+
+    #[test]
+    fn past_the_bound_the_most_recently_active_streams_states_are_kept() {
+        let mut i = ingest();
+        let mut out = Vec::new();
+        let extra = 5;
+        for n in 0..MAX_STREAM_STATES + extra {
+            let id = i.stream_as(Source::File, &format!("s{n}.sse"), Format::OpenAiChat);
+            // Stream n's only line arrives at n.
+            i.line(id, None, b": ping", Some(n as i64), &mut out, &mut |_| {});
+        }
+        let s = i.stream_states();
+        assert_eq!((s.states.len(), s.left_out), (MAX_STREAM_STATES, extra));
+        let oldest_kept = s.states.iter().map(|st| st.last_ms).min();
+        assert_eq!(
+            oldest_kept,
+            Some(extra as i64),
+            "the five quietest are left out"
+        );
+        // Resumed, each keeps its recency (so a later bound leaves out the same ones).
+        let mut j = ingest();
+        assert_eq!(j.resume_streams(s.states.clone()), 0);
+        let again = j.stream_states();
+        assert_eq!(again.left_out, 0);
+        let key = |v: &[StreamState]| {
+            let mut k: Vec<(String, i64)> = v.iter().map(|s| (s.name.clone(), s.last_ms)).collect();
+            k.sort();
+            k
+        };
+        assert_eq!(key(&again.states), key(&s.states));
     }
 }

@@ -48,6 +48,9 @@ pub(super) struct Stream {
     /// Its format was told in a [`Note::Format`].
     pub(super) announced: bool,
     pub(super) decoding: Decoding,
+    /// When its last line arrived (ms; the logical clock where the caller gives none): the
+    /// most recently active streams' states are the ones a checkpoint keeps.
+    pub(super) last_ms: i64,
 }
 
 impl Stream {

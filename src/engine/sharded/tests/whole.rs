@@ -230,7 +230,7 @@ fn resumed(
         &state.correlator,
         &state.counters,
         &state.joined,
-        &state.streams,
+        &state.streams.states,
     ))
     .unwrap();
     let snapshot = metrics.snapshot();
