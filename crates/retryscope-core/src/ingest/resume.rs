@@ -91,14 +91,34 @@ impl Ingest {
     /// The state of every open stream that has one, for a checkpoint; past
     /// [`MAX_STREAM_STATES`], those of the most recently active.
     pub fn stream_states(&self) -> StreamStates {
-        let mut states: Vec<StreamState> = self
+        // The streams that have a state, the most recently active first past the bound: chosen
+        // before any is written (a receiver may hold 100,000 sessions' streams).
+        let mut with: Vec<(i64, usize)> = self
             .streams
             .iter()
-            .flatten()
-            .filter_map(|s| {
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let has = match &s.as_ref()?.decoding {
+                    Decoding::Provider(_) => true,
+                    Decoding::Sniffing(held) => !held.lines.is_empty(),
+                    _ => false,
+                };
+                has.then(|| (s.as_ref().map_or(i64::MIN, |s| s.last_ms), i))
+            })
+            .collect();
+        let left_out = with.len().saturating_sub(MAX_STREAM_STATES);
+        if left_out > 0 {
+            with.select_nth_unstable_by_key(MAX_STREAM_STATES, |(at, _)| std::cmp::Reverse(*at));
+            with.truncate(MAX_STREAM_STATES);
+        }
+        with.sort_unstable_by_key(|(_, i)| *i);
+        let states = with
+            .into_iter()
+            .filter_map(|(_, i)| {
+                let s = self.streams.get(i)?.as_ref()?;
                 let (decoder, sniffing) = match &s.decoding {
                     Decoding::Provider(d) => (Some(d.state()?), Vec::new()),
-                    Decoding::Sniffing(held) if !held.lines.is_empty() => {
+                    Decoding::Sniffing(held) => {
                         let lines = held.lines.iter().map(|(number, place, bytes)| SniffedLine {
                             number: *number,
                             place: *place,
@@ -119,11 +139,6 @@ impl Ingest {
                 })
             })
             .collect();
-        let left_out = states.len().saturating_sub(MAX_STREAM_STATES);
-        if left_out > 0 {
-            states.sort_by_key(|s| std::cmp::Reverse(s.last_ms));
-            states.truncate(MAX_STREAM_STATES);
-        }
         StreamStates { states, left_out }
     }
 
