@@ -44,7 +44,11 @@ fn main() {
         let mut i = ingest();
         let mut out = Vec::new();
         for s in 0..n {
-            let id = i.stream_as(Source::File, &format!("/logs/call-{s}.sse"), Format::OpenAiChat);
+            let id = i.stream_as(
+                Source::File,
+                &format!("/logs/call-{s}.sse"),
+                Format::OpenAiChat,
+            );
             for l in lines {
                 i.line(id, None, l, Some(s as i64), &mut out, &mut |_| {});
             }

@@ -296,6 +296,7 @@ impl Engine {
         };
         let fresh = restored.is_none();
         let workers = self.cfg.workers.unwrap_or_else(default_workers);
+        let mut resumed_otlp = Vec::new();
         let (restored, mut positions, mut sink_positions) = match restored {
             Some(cp) => {
                 tracing::info!(
@@ -316,6 +317,14 @@ impl Engine {
                 self.metrics
                     .restore(&cp.metrics)
                     .map_err(|e| RunError::MetricsRestore(e.to_string()))?;
+                // The receiver ends its sessions' streams once quiet: it must know the resumed
+                // ones too.
+                resumed_otlp = cp
+                    .streams
+                    .iter()
+                    .filter(|s| s.source == retryscope_core::ingest::Source::Otlp.as_str())
+                    .map(|s| (s.name.clone(), s.last_ms))
+                    .collect();
                 let restored = Restored {
                     correlator: cp.correlator,
                     counters: cp.counters,
@@ -387,7 +396,7 @@ impl Engine {
         }
         if let Some(queue) = &self.sources.otlp {
             let from = OtlpFeed::restore(positions.remove("otlp")).map_err(unusable)?;
-            let feed = OtlpFeed::start(
+            let mut feed = OtlpFeed::start(
                 queue.clone(),
                 self.cfg.data_dir.as_deref(),
                 from,
@@ -395,6 +404,7 @@ impl Engine {
                 self.cfg.idle_timeout_secs,
             )
             .map_err(|(dir, source)| RunError::Spool { dir, source })?;
+            feed.resumed(std::mem::take(&mut resumed_otlp));
             sources.push(Box::new(feed));
         }
         for name in positions.keys() {

@@ -207,7 +207,8 @@ fn new_ingest(
     if failed > 0 {
         tracing::warn!(
             streams = failed,
-            "streams' decoder states in the checkpoint did not fit their decoders: they start afresh"
+            "streams' states in the checkpoint do not fit this run (a --format other than \
+             theirs, or a state their decoder does not read): they start afresh"
         );
     }
     ingest

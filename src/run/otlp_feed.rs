@@ -126,6 +126,14 @@ impl OtlpFeed {
         (n, records > 0)
     }
 
+    /// Sessions' streams resumed from the checkpoint, with when each last had a record: ended
+    /// once quiet like the ones this run opens.
+    pub fn resumed(&mut self, streams: Vec<(String, i64)>) {
+        for (name, last_ms) in streams {
+            self.seen.entry(name).or_insert(last_ms);
+        }
+    }
+
     /// End the streams that got nothing for `idle_secs`, and the least recently active beyond
     /// [`MAX_STREAMS`] (their decoders are dropped; their turns close by the correlator's own
     /// idle timeout or open-turn bound).
@@ -199,5 +207,77 @@ impl LiveSource for OtlpFeed {
         if let Some(pos) = self.pos {
             self.queue.release_spool(pos);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{Restored, ShardedIngest, Sinks};
+    use retryscope_core::correlate::{Correlator, CorrelatorConfig};
+    use retryscope_core::cost::PriceTable;
+
+    fn core(metrics: &Arc<Metrics>, restored: Option<Restored>) -> Core {
+        let prices = Arc::new(PriceTable::builtin());
+        let ingest = ShardedIngest::start(
+            1,
+            CorrelatorConfig::default(),
+            prices,
+            Format::Auto,
+            false,
+            restored,
+            metrics.clone(),
+        )
+        .expect("ingest");
+        Core::new(ingest, Sinks::new(), metrics.clone())
+    }
+
+    /// A session's stream resumed from a checkpoint is ended once quiet, like the sessions
+    /// this run opens: before, the feed did not know it, so it stayed open (its decoder never
+    /// finished, its state in every later checkpoint).
+    #[test]
+    fn resumed_sessions_streams_are_ended_once_quiet_like_this_runs_own() {
+        let metrics = Arc::new(Metrics::new(Default::default()).expect("metrics"));
+        let name = "otlp:gemini-cli/s1";
+        let states = {
+            let mut c = core(&metrics, None);
+            let id = c.ingest.stream_as(Source::Otlp, name, Format::Otlp);
+            let mut out = Vec::new();
+            c.ingest
+                .line(id, None, b"", Some(1_000), &mut out, &mut |_| {});
+            c.ingest.checkpoint(&mut out).expect("alive").streams.states
+        };
+        assert_eq!(states.len(), 1);
+        let resumed = |feed: &mut OtlpFeed| {
+            let correlator =
+                Correlator::new(CorrelatorConfig::default(), Arc::new(PriceTable::builtin()));
+            let mut c = core(
+                &metrics,
+                Some(Restored {
+                    correlator: correlator.snapshot(),
+                    counters: Default::default(),
+                    clock_ms: 1_000,
+                    joined: Default::default(),
+                    streams: states.clone(),
+                }),
+            );
+            // Quiet for longer than the idle time (1 s).
+            feed.end_quiet_streams(&mut c, 10_000);
+            let mut out = Vec::new();
+            c.ingest
+                .checkpoint(&mut out)
+                .expect("alive")
+                .streams
+                .states
+                .len()
+        };
+        let queue = Arc::new(Queue::new(1 << 20));
+        let mut feed = OtlpFeed::start(queue.clone(), None, None, metrics.clone(), 1)
+            .unwrap_or_else(|_| panic!("a feed"));
+        assert_eq!(resumed(&mut feed), 1, "unknown to the feed: never ended");
+        let mut feed = OtlpFeed::start(queue, None, None, metrics.clone(), 1)
+            .unwrap_or_else(|_| panic!("a feed"));
+        feed.resumed(states.iter().map(|s| (s.name.clone(), s.last_ms)).collect());
+        assert_eq!(resumed(&mut feed), 0, "ended once quiet");
     }
 }

@@ -160,34 +160,45 @@ impl HeldLines {
         spans + self.lines.len().max(self.seqs.len()) as u64
     }
 
-    /// Each line and its arrival number, as written; the number of lines named that cannot
-    /// be (a run too long, lists of unequal length).
-    fn each(&self) -> (Vec<(u32, i64)>, u64) {
-        let mut out = Vec::new();
-        let mut bad = 0u64;
+    /// Hand each line and its arrival number, as written, to `each`, until it answers
+    /// `false` (the line is past the message's end: so are the rest, which are not walked);
+    /// the number of lines named that were not handed over (a run too long, lists of unequal
+    /// length, the lines past the end).
+    fn each(&self, mut each: impl FnMut(u32, i64) -> bool) -> u64 {
+        let mut skipped = 0u64;
+        let mut ended = false;
         let (mut at, mut seq) = (0u32, 0i64);
         for &(dl, ds, n) in &self.spans {
-            if n == 0 || n > Self::MAX_SPAN {
-                bad += u64::from(n);
-                continue;
-            }
             at = at.saturating_add(dl);
             seq = seq.wrapping_add(ds);
-            out.push((at, seq));
-            for _ in 1..n {
-                at = at.saturating_add(1);
-                seq = seq.wrapping_add(1);
-                out.push((at, seq));
+            if n == 0 {
+                continue; // never written: nothing named
             }
+            if ended || n > Self::MAX_SPAN {
+                skipped += u64::from(n);
+            } else {
+                for k in 0..n {
+                    if !each(at.saturating_add(k), seq.wrapping_add(i64::from(k))) {
+                        skipped += u64::from(n - k);
+                        ended = true;
+                        break;
+                    }
+                }
+            }
+            // The next run is written from this one's last line.
+            at = at.saturating_add(n - 1);
+            seq = seq.wrapping_add(i64::from(n - 1));
         }
         let (mut at, mut seq) = (0u32, 0i64);
         for (dl, ds) in self.lines.iter().zip(&self.seqs) {
             at = at.saturating_add(*dl);
             seq = seq.wrapping_add(*ds);
-            out.push((at, seq));
+            if ended || !each(at, seq) {
+                skipped += 1;
+                ended = true;
+            }
         }
-        bad += self.lines.len().abs_diff(self.seqs.len()) as u64;
-        (out, bad)
+        skipped + self.lines.len().abs_diff(self.seqs.len()) as u64
     }
 }
 
@@ -212,22 +223,23 @@ impl HoldSnapshot {
         let mut lost = 0u64;
         let mut skips = SkipCounts::default();
         for r in std::mem::take(&mut self.refs) {
-            let (lines, bad) = r.each();
-            lost += bad;
-            for (at, seq) in lines {
+            let mut events = Vec::new();
+            let skipped = r.each(|at, seq| {
                 let place = Place {
                     msg: r.msg,
                     line: at,
                 };
-                let event =
-                    line(place).and_then(|bytes| match native::decode_line(bytes, &mut skips) {
-                        Ok(NativeLine::Event(ev)) if crate::bounds::check(&ev).is_ok() => {
-                            Some(ev.into_owned())
-                        }
-                        _ => None,
-                    });
+                let Some(bytes) = line(place) else {
+                    return false; // past the message's end (or the message is gone)
+                };
+                let event = match native::decode_line(bytes, &mut skips) {
+                    Ok(NativeLine::Event(ev)) if crate::bounds::check(&ev).is_ok() => {
+                        Some(ev.into_owned())
+                    }
+                    _ => None,
+                };
                 match (event, u64::try_from(seq)) {
-                    (Some(event), Ok(seq)) => self.events.push(HeldEvent {
+                    (Some(event), Ok(seq)) => events.push(HeldEvent {
                         event,
                         arrival_ms: r.arrival_ms,
                         seq,
@@ -237,7 +249,10 @@ impl HoldSnapshot {
                     }),
                     _ => lost += 1,
                 }
-            }
+                true
+            });
+            lost += skipped;
+            self.events.append(&mut events);
         }
         lost
     }
@@ -968,12 +983,24 @@ mod tests {
         let new = serde_json::to_string(&refs[0]).expect("encodes");
         assert!(serde_json::from_str::<BeforeLines>(&new).is_err(), "{new}");
 
-        // A run too long to be a message's is counted lost, not walked.
+        // A run too long to be a message's is counted lost, not walked, and the next run is
+        // still read from where it ends (past this message's three lines: lost too).
         let hostile = r#"{"by_value":[],"refs":[{"msg":9,"arrival_ms":5,"input":null,"route":0,
-            "spans":[[0,0,4294967295],[0,0,1]]}],"seq":7}"#;
+            "spans":[[1,0,4194305],[0,0,1]]}],"seq":7}"#;
         let mut snap: HoldSnapshot = serde_json::from_str(hostile).expect("read");
         let lost = snap.resolve(|p| lines.get(p.line as usize).map(|l| l.as_bytes()));
-        assert_eq!((lost, snap.events.len()), (4_294_967_295, 1));
+        assert_eq!((lost, snap.events.len()), (4_194_306, 0));
+        // Runs of the longest length, thousands of them, against a message of three lines:
+        // the three are read back, the rest counted at once (not walked, nothing allocated).
+        let runs = vec!["[0,0,4194304]"; 5_000].join(",");
+        let bomb = format!(
+            r#"{{"by_value":[],"refs":[{{"msg":9,"arrival_ms":5,"input":null,"route":0,
+            "spans":[{runs}]}}],"seq":7}}"#
+        );
+        let mut snap: HoldSnapshot = serde_json::from_str(&bomb).expect("read");
+        let lost = snap.resolve(|p| lines.get(p.line as usize).map(|l| l.as_bytes()));
+        assert_eq!(snap.events.len(), 3);
+        assert_eq!(lost, 5_000 * 4_194_304 - 3);
     }
 
     #[test]

@@ -19,8 +19,9 @@ pub struct StreamState {
     pub source: String,
     /// Its name.
     pub name: String,
-    /// The format it is read as (`None`: still being sniffed).
-    #[serde(default)]
+    /// The format it is read as (`None`: still being sniffed). A format this build does not
+    /// know (a later one's) reads as none: that stream's state is not resumed, the rest are.
+    #[serde(default, deserialize_with = "known_format")]
     pub format: Option<Format>,
     /// Lines read from it.
     pub lines: u64,
@@ -69,6 +70,12 @@ pub enum LineBytes {
     Text(String),
     /// Anything else.
     Bytes(Vec<u8>),
+}
+
+/// A format's name, or none when this build does not know it.
+fn known_format<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Format>, D::Error> {
+    let name: Option<String> = serde::Deserialize::deserialize(d)?;
+    Ok(name.and_then(|n| n.parse().ok()))
 }
 
 impl LineBytes {
@@ -145,8 +152,9 @@ impl Ingest {
     /// Open the streams `states` name, each from where it was: read as its format from its
     /// decoder's state, or still sniffing with its held lines (sharded, a stream another
     /// shard reads is only opened, as that shard's); the number that could not be resumed (an
-    /// unknown source, a state that does not fit its format's decoder: those streams start
-    /// afresh).
+    /// unknown source, a format other than the one this path now forces, a state that does
+    /// not fit its format's decoder: those streams start afresh, and lines a stream held while
+    /// sniffing are lost).
     pub fn resume_streams(&mut self, states: Vec<StreamState>) -> usize {
         let mut failed = 0;
         for st in states {
@@ -154,6 +162,17 @@ impl Ingest {
                 failed += 1;
                 continue;
             };
+            // Read as this run reads it: a format forced now (`--format`) wins over the one
+            // the state was taken with, whose state is then of no use (the OTLP receiver's
+            // streams are always OTLP).
+            let now = match source {
+                Source::Otlp => Format::Otlp,
+                _ => self.format,
+            };
+            if now != Format::Auto && st.format != Some(now) {
+                failed += 1;
+                continue;
+            }
             let id = self.stream_as(source, &st.name, st.format.unwrap_or(Format::Auto));
             let Some(stream) = self.streams.get_mut(id.0 as usize).and_then(Option::as_mut) else {
                 failed += 1;
@@ -234,5 +253,33 @@ mod tests {
             k
         };
         assert_eq!(key(&again.states), key(&s.states));
+    }
+
+    #[test]
+    fn a_state_of_another_format_than_the_one_now_forced_or_an_unknown_one_is_not_resumed() {
+        let mut i = ingest();
+        let mut out = Vec::new();
+        let id = i.stream_as(Source::File, "a.sse", Format::OpenAiChat);
+        i.line(id, None, b": ping", Some(1), &mut out, &mut |_| {});
+        let states = i.stream_states().states;
+        // Forced to another format now (`--format anthropic`): not resumed as OpenAI Chat.
+        let c = Correlator::new(CorrelatorConfig::default(), Arc::new(PriceTable::builtin()));
+        let mut forced = Ingest::new(c, Format::Anthropic);
+        assert_eq!(forced.resume_streams(states.clone()), 1);
+        let id = forced.stream(Source::File, "a.sse");
+        assert_eq!(forced.format_of(id), Some(Format::Anthropic));
+        // Forced to the same format, or sniffing: resumed.
+        let c = Correlator::new(CorrelatorConfig::default(), Arc::new(PriceTable::builtin()));
+        assert_eq!(
+            Ingest::new(c, Format::OpenAiChat).resume_streams(states.clone()),
+            0
+        );
+        assert_eq!(ingest().resume_streams(states.clone()), 0);
+        // A format this build does not know: that state is not resumed, the checkpoint reads.
+        let mut json = serde_json::to_value(&states).expect("encodes");
+        json[0]["format"] = "some-later-format".into();
+        let back: Vec<StreamState> = serde_json::from_value(json).expect("still reads");
+        assert_eq!(back[0].format, None);
+        assert_eq!(ingest().resume_streams(back), 1);
     }
 }
