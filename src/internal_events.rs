@@ -245,14 +245,16 @@ impl InternalEvent for CheckpointWritten {
 
 /// A checkpoint kept the states of the most recently active streams only
 /// ([`retryscope_core::ingest::MAX_STREAM_STATES`]): after a restore the others start their
-/// decoders afresh. Logged (rate-limited); nothing is counted, the checkpoint is written.
+/// decoders afresh. A gauge (`retryscope_checkpoint_stream_states_left_out`, set at every
+/// checkpoint) and a log line (rate-limited); the checkpoint is written.
 pub struct StreamStatesLeftOut {
     /// Streams whose state was left out.
     pub left_out: usize,
 }
 
 impl InternalEvent for StreamStatesLeftOut {
-    fn emit(self, _metrics: &Metrics) {
+    fn emit(self, metrics: &Metrics) {
+        metrics.set_stream_states_left_out(self.left_out);
         if self.left_out > 0 {
             tracing::warn!(
                 left_out = self.left_out,

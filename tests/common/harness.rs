@@ -320,3 +320,21 @@ impl Checked {
         self.summary[key].as_f64().unwrap_or(0.0)
     }
 }
+
+/// Findings (JSON, one each) without their time, sorted: a line without a time is stamped
+/// with its arrival by a live source and with the logical clock by `check`.
+pub fn untimed<S: AsRef<str>>(findings: impl IntoIterator<Item = S>) -> Vec<String> {
+    let mut out: Vec<String> = findings
+        .into_iter()
+        .map(|f| {
+            let mut v: serde_json::Value =
+                serde_json::from_str(f.as_ref()).expect("a finding is JSON");
+            if let Some(o) = v.as_object_mut() {
+                o.remove("ts_ms");
+            }
+            v.to_string()
+        })
+        .collect();
+    out.sort();
+    out
+}

@@ -451,22 +451,6 @@ fn kill_9_while_gemini_cli_events_are_held_for_the_join_loses_none() {
     assert_eq!(a, b, "the same findings, each exactly once");
 }
 
-/// Findings without their time (lines without one are stamped with their arrival), sorted.
-fn untimed(text: &str) -> Vec<String> {
-    let mut out: Vec<String> = text
-        .lines()
-        .map(|l| {
-            let mut v: serde_json::Value = serde_json::from_str(l).expect("a finding is JSON");
-            if let Some(o) = v.as_object_mut() {
-                o.remove("ts_ms");
-            }
-            v.to_string()
-        })
-        .collect();
-    out.sort();
-    out
-}
-
 /// A stream's decoder state is in the checkpoint: real agents' outputs (Codex's `exec
 /// --json`, Claude Code's stream-json, each recorded with a cut after a tool ran), written
 /// half, `run` killed -9 after a checkpoint, the rest written, restarted: the findings of a
@@ -536,8 +520,8 @@ fn kill_9_half_way_through_an_agents_output_resumes_its_decoder() {
         assert!(c.terminate().success());
         let text = std::fs::read_to_string(dir.path().join("findings.jsonl")).unwrap();
         assert_eq!(
-            untimed(&text),
-            untimed(&reference),
+            untimed(text.lines()),
+            untimed(reference.lines()),
             "{run}: the same findings, each exactly once"
         );
     }

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use crate::harness::{append, wait_for};
+use crate::harness::{append, untimed, wait_for};
 use crate::nats_support::{
     check, collector_with, have_nats_server, partition_state, server_in, settled_findings_using,
     shipper,
@@ -78,23 +78,6 @@ fn checkpointed(url: &str, lines: usize) -> bool {
         partition_state(url, p)
             .is_some_and(|s| s["counters"]["lines"].as_u64().unwrap_or(0) >= lines as u64)
     })
-}
-
-/// Findings without their time (a line without one is stamped with its arrival live, with
-/// the logical clock by `check`), sorted.
-fn untimed(findings: &[String]) -> Vec<String> {
-    let mut out: Vec<String> = findings
-        .iter()
-        .map(|f| {
-            let mut v: serde_json::Value = serde_json::from_str(f).expect("a finding is JSON");
-            if let Some(o) = v.as_object_mut() {
-                o.remove("ts_ms");
-            }
-            v.to_string()
-        })
-        .collect();
-    out.sort();
-    out
 }
 
 /// `first` and then `rest` of a file named `name`, shipped; its partition's owner SIGKILLed

@@ -111,6 +111,8 @@ families! {
         "Checkpoints written successfully.";
     CheckpointFailures => "retryscope_checkpoint_failures_total", Counter, [],
         "Checkpoint writes that failed.";
+    StreamStatesLeftOut => "retryscope_checkpoint_stream_states_left_out", Gauge, [],
+        "Streams whose decoder state the last checkpoint left out (past its 10,000 most recently active): after a restart they start afresh.";
     OtlpExported => "retryscope_otlp_spans_exported_total", Counter, [],
         "Spans exported over OTLP.";
     OtlpDropped => "retryscope_otlp_spans_dropped_total", Counter, [],

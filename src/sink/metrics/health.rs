@@ -106,6 +106,13 @@ impl Metrics {
         lock(&self.inner).add(F::CheckpointFailures, &[], 1.0);
     }
 
+    /// Streams whose state the last checkpoint left out.
+    pub fn set_stream_states_left_out(&self, streams: usize) {
+        lock(&self.inner)
+            .table
+            .set(F::StreamStatesLeftOut as usize, &[], streams as f64);
+    }
+
     /// Move the OTLP counters by the growth of the exporter's absolute counters since the
     /// last call. These baselines are process-local (not in the snapshot): after a restart
     /// the exporter's atomics begin at zero again, and so does the baseline.

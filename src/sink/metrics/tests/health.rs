@@ -99,4 +99,10 @@ fn health_deltas_move_counters_by_growth_only() {
         m.value("retryscope_checkpoint_failures_total", &[]),
         Some(1.0)
     );
+    // A gauge: the last checkpoint's figure, not a sum.
+    let left_out = "retryscope_checkpoint_stream_states_left_out";
+    assert_eq!(m.value(left_out, &[]), Some(0.0), "exists from the start");
+    m.set_stream_states_left_out(90_000);
+    m.set_stream_states_left_out(12);
+    assert_eq!(m.value(left_out, &[]), Some(12.0));
 }
