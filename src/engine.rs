@@ -125,6 +125,20 @@ impl Core {
         });
     }
 
+    /// End the OTLP receiver's session streams (`otlp:<service>/<session>`, read as OTLP)
+    /// quiet for longer than `quiet_ms` at `now`, as `run`'s receiver ends its own: a cluster
+    /// partition keeps a stream per session it has seen, and cannot tell when one is over.
+    pub fn end_quiet_sessions(&mut self, now: i64, quiet_ms: i64) {
+        let metrics = &*self.metrics;
+        let session = |name: &str, format: Option<retryscope_core::decode::Format>| {
+            name.starts_with("otlp:") && format == Some(retryscope_core::decode::Format::Otlp)
+        };
+        self.ingest
+            .end_quiet(now, quiet_ms, session, &mut self.out, &mut |n| {
+                Ingested(n).emit(metrics)
+            });
+    }
+
     /// Once a second of the driver's clock: decide the format of streams that went quiet while
     /// sniffing, correlate the joined outputs of gemini-cli sessions quiet for
     /// [`JOIN_QUIET_TICKS`], and let idle turns time out.

@@ -451,6 +451,21 @@ impl ShardedIngest {
         }
     }
 
+    /// See [`Ingest::end_quiet`]: on one thread only (sharded, the sources end their own
+    /// streams; a cluster partition, which calls this, is one thread).
+    pub fn end_quiet(
+        &mut self,
+        now_ms: i64,
+        quiet_ms: i64,
+        ends: impl Fn(&str, Option<Format>) -> bool,
+        out: &mut Vec<Output>,
+        note: &mut dyn FnMut(Note<'_>),
+    ) {
+        if let Mode::Local(i) = &mut self.mode {
+            i.end_quiet(now_ms, quiet_ms, ends, out, note);
+        }
+    }
+
     /// See [`Ingest::end`].
     pub fn end(
         &mut self,

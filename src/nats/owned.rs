@@ -144,7 +144,13 @@ pub(super) async fn take(
     }
     sinks.push(Box::new(FindingsStreamOut(tx)));
     let mut core = Core::new(ingest, sinks, metrics);
-    let source = PartitionSource::new(p, seq, now_ms, tick_ms);
+    // A session quiet for the turns' idle timeout has had its turns closed: its stream ends
+    // too (without an idle timeout, never).
+    let session_quiet_ms = match sh.cfg.correlator.idle_timeout_ms {
+        Some(ms) if ms > 0 => ms,
+        _ => i64::MAX,
+    };
+    let source = PartitionSource::new(p, seq, now_ms, tick_ms, session_quiet_ms);
     // The previous owner's next checkpoint now fails its compare-and-set.
     let state_now = core
         .checkpoint(None)

@@ -58,11 +58,21 @@ pub(super) struct PartitionSource {
     pub(super) tick_ms: i64,
     /// The last message correlated (acknowledged, with all before it, at the checkpoint).
     pub(super) last_msg: Option<jetstream::Message>,
+    /// An OTLP session's stream quiet this long (the turns' idle timeout) is ended at a
+    /// tick, as `run`'s receiver ends its own (`i64::MAX`: never).
+    pub(super) session_quiet_ms: i64,
 }
 
 impl PartitionSource {
-    /// Partition `partition`, resuming after `seq` with its clock at `now_ms` and `tick_ms`.
-    pub(super) fn new(partition: u32, seq: u64, now_ms: i64, tick_ms: i64) -> Self {
+    /// Partition `partition`, resuming after `seq` with its clock at `now_ms` and `tick_ms`;
+    /// its OTLP sessions' streams end once quiet for `session_quiet_ms`.
+    pub(super) fn new(
+        partition: u32,
+        seq: u64,
+        now_ms: i64,
+        tick_ms: i64,
+        session_quiet_ms: i64,
+    ) -> Self {
         PartitionSource {
             partition,
             fetched: VecDeque::new(),
@@ -70,6 +80,7 @@ impl PartitionSource {
             now_ms,
             tick_ms,
             last_msg: None,
+            session_quiet_ms,
         }
     }
 }
@@ -109,6 +120,8 @@ impl LiveSource for PartitionSource {
             if self.now_ms - self.tick_ms >= 1000 {
                 self.tick_ms = self.now_ms;
                 core.tick(self.now_ms);
+                // On the partition's clock, at the same ticks in a replay: deterministic.
+                core.end_quiet_sessions(self.now_ms, self.session_quiet_ms);
                 core.deliver(Some(&format!("p{p}-{}-t", f.seq)));
             }
             self.seq = f.seq;

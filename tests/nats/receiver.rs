@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::nats_support::{
-    collector_with, findings_in_stream, free_port, have_nats_server, retryscope, scrape, server_in,
-    shipper, sum, wait_for,
+    collector_with, findings_in_stream, free_port, have_nats_server, partition_state, retryscope,
+    scrape, server_in, shipper, sum, wait_for,
 };
 use crate::otlp_post::{capture, post};
 
@@ -114,6 +114,21 @@ fn a_collector_receives_otlp_and_finds_what_run_finds() {
             "retryscope_otlp_receiver_records_total{signal=\"logs\"}"
         ) > 0.0,
         "{m:?}"
+    );
+    // The session's stream ends once quiet for the idle timeout (2 s, on the partition's
+    // clock), as `run`'s receiver ends its own: its decoder's state leaves the checkpoint.
+    // Before, a partition kept every session's stream it had seen, for good.
+    let sessions_kept = || {
+        (0..4)
+            .filter_map(|p| partition_state(&url, p))
+            .flat_map(|s| s["streams"].as_array().cloned().unwrap_or_default())
+            .filter(|st| st["name"].as_str().is_some_and(|n| n.starts_with("otlp:")))
+            .count()
+    };
+    wait_for(
+        "the quiet session's stream to leave the checkpoints",
+        Duration::from_secs(30),
+        || sessions_kept() == 0,
     );
     c1.terminate();
     ship.terminate();

@@ -426,6 +426,33 @@ impl Ingest {
         }
     }
 
+    /// End the streams that `ends` picks (by name and format) and that have had no line for
+    /// longer than `quiet_ms` at `now_ms` (on the clock their lines arrived by), as
+    /// [`Ingest::end`] ends one: for a reader that keeps a stream per session and cannot tell
+    /// when a session is over (a cluster partition's OTLP sessions), so they do not pile up.
+    pub fn end_quiet(
+        &mut self,
+        now_ms: i64,
+        quiet_ms: i64,
+        ends: impl Fn(&str, Option<Format>) -> bool,
+        out: &mut Vec<Output>,
+        note: &mut dyn FnMut(Note<'_>),
+    ) {
+        let quiet: Vec<StreamId> = self
+            .streams
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let s = s.as_ref()?;
+                let idle = s.last_ms != i64::MIN && now_ms.saturating_sub(s.last_ms) > quiet_ms;
+                (idle && ends(&s.name, s.format)).then_some(StreamId(i as u32))
+            })
+            .collect();
+        for id in quiet {
+            self.end(id, Some(now_ms), out, note);
+        }
+    }
+
     /// End of all input: end every stream, then close every open turn.
     pub fn close_all(&mut self, out: &mut Vec<Output>, note: &mut dyn FnMut(Note<'_>)) {
         self.close_all_batched(usize::MAX, out, note, &mut |_| {});

@@ -282,4 +282,40 @@ mod tests {
         assert_eq!(back[0].format, None);
         assert_eq!(ingest().resume_streams(back), 1);
     }
+
+    /// A reader that keeps a stream per session ends the quiet ones it picks
+    /// ([`Ingest::end_quiet`]): their states leave the checkpoint; the others, and the
+    /// sessions still sending, stay.
+    #[test]
+    fn quiet_streams_picked_by_name_and_format_are_ended_and_leave_the_checkpoint() {
+        let mut i = ingest();
+        let mut out = Vec::new();
+        let mut open = |i: &mut Ingest, name: &str, format: Format, at: i64| {
+            let id = i.stream_as(Source::Nats, name, format);
+            i.line(id, None, b"", Some(at), &mut out, &mut |_| {});
+        };
+        open(&mut i, "otlp:svc/quiet", Format::Otlp, 1_000);
+        open(&mut i, "otlp:svc/busy", Format::Otlp, 9_000);
+        open(&mut i, "host:/logs/calls.sse", Format::OpenAiChat, 1_000);
+        let names = |i: &Ingest| {
+            let mut n: Vec<String> = i
+                .stream_states()
+                .states
+                .into_iter()
+                .map(|s| s.name)
+                .collect();
+            n.sort();
+            n
+        };
+        assert_eq!(names(&i).len(), 3);
+        let mut out = Vec::new();
+        let session =
+            |name: &str, f: Option<Format>| name.starts_with("otlp:") && f == Some(Format::Otlp);
+        i.end_quiet(10_000, 5_000, session, &mut out, &mut |_| {});
+        assert_eq!(names(&i), vec!["host:/logs/calls.sse", "otlp:svc/busy"]);
+        // A session that sends again after it ended starts a new stream.
+        let id = i.stream_as(Source::Nats, "otlp:svc/quiet", Format::Otlp);
+        i.line(id, None, b"", Some(11_000), &mut out, &mut |_| {});
+        assert_eq!(names(&i).len(), 3);
+    }
 }
