@@ -80,11 +80,11 @@ impl StreamDecoder for Decoder {
     }
 
     fn state(&self) -> Option<serde_json::Value> {
-        super::state::state_of(&(self.ctx.state(), self.skips))
+        super::state::state_of(&(&self.ctx, self.skips))
     }
 
     fn resume(&mut self, state: serde_json::Value) -> bool {
-        let mut s = (self.ctx.state(), self.skips);
+        let mut s = (self.ctx.clone(), self.skips);
         if !super::state::resume_into(&mut s, state) {
             return false;
         }

@@ -188,8 +188,9 @@ enum TurnNaming {
     Fixed,
 }
 
-/// Where a chunk decoder's events go: turn, attempt, time and provider.
-#[derive(Debug, Clone)]
+/// Where a chunk decoder's events go: turn, attempt, time and provider. A checkpoint keeps
+/// what changes as a stream goes ([`Ctx::resume`]); the provider and agent are the format's.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Ctx {
     naming: TurnNaming,
     turn: String,
@@ -197,41 +198,21 @@ pub(crate) struct Ctx {
     calls: u32,
     ts_ms: Option<TimestampMs>,
     default_ts: Option<TimestampMs>,
+    #[serde(skip)]
     provider: &'static str,
     /// The client kind, when the format is one client's own (the turns' `agent`).
+    #[serde(skip)]
     agent: Option<&'static str>,
 }
 
-/// What a [`Ctx`] changes as a stream goes (its provider and agent are the format's).
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub(crate) struct CtxState {
-    naming: TurnNaming,
-    turn: String,
-    attempt: u32,
-    calls: u32,
-    ts_ms: Option<TimestampMs>,
-    default_ts: Option<TimestampMs>,
-}
-
 impl Ctx {
-    pub(crate) fn state(&self) -> CtxState {
-        CtxState {
-            naming: self.naming.clone(),
-            turn: self.turn.clone(),
-            attempt: self.attempt,
-            calls: self.calls,
-            ts_ms: self.ts_ms,
-            default_ts: self.default_ts,
-        }
-    }
-
-    pub(crate) fn resume(&mut self, s: CtxState) {
-        self.naming = s.naming;
-        self.turn = s.turn;
-        self.attempt = s.attempt;
-        self.calls = s.calls;
-        self.ts_ms = s.ts_ms;
-        self.default_ts = s.default_ts;
+    /// Take on what `read` (a checkpoint's) says of the stream so far, keeping this
+    /// context's provider and agent (the format's, not written).
+    pub(crate) fn resume(&mut self, read: Ctx) {
+        let (provider, agent) = (self.provider, self.agent);
+        *self = read;
+        self.provider = provider;
+        self.agent = agent;
     }
 
     /// A context for a raw stream named `name`.
@@ -388,7 +369,7 @@ impl<D: ChunkDecoder> SseStream<D> {
 /// An [`SseStream`]'s state as a checkpoint keeps it (serialised by reference).
 #[derive(serde::Serialize)]
 struct SseStateRef<'a, D> {
-    ctx: CtxState,
+    ctx: &'a Ctx,
     framer: &'a super::sse::SseFramer,
     decoder: &'a D,
 }
@@ -396,7 +377,7 @@ struct SseStateRef<'a, D> {
 /// An [`SseStream`]'s state read back.
 #[derive(serde::Deserialize)]
 struct SseState<D> {
-    ctx: CtxState,
+    ctx: Ctx,
     framer: super::sse::SseFramer,
     decoder: D,
 }
@@ -430,7 +411,7 @@ where
 
     fn state(&self) -> Option<serde_json::Value> {
         serde_json::to_value(SseStateRef {
-            ctx: self.ctx.state(),
+            ctx: &self.ctx,
             framer: &self.framer,
             decoder: &self.decoder,
         })
