@@ -132,10 +132,20 @@ impl LiveSource for PartitionSource {
 }
 
 /// The lines of a message's payload: joined by `\n` when `batched`, else the payload is one.
+/// As `split` on `\n` splits it, with `memchr`: a byte-by-byte split was four fifths of a
+/// collector's time in this function.
 pub(super) fn lines(payload: &[u8], batched: bool) -> impl Iterator<Item = &[u8]> {
-    let mut split = payload.split(|b| *b == b'\n');
-    let mut whole = Some(payload);
-    std::iter::from_fn(move || if batched { split.next() } else { whole.take() })
+    let mut rest = Some(payload);
+    std::iter::from_fn(move || {
+        let r = rest?;
+        match memchr::memchr(b'\n', r).filter(|_| batched) {
+            Some(i) => {
+                rest = r.get(i + 1..);
+                r.get(..i)
+            }
+            None => rest.take(),
+        }
+    })
 }
 
 /// A finding for the findings stream, with its deterministic id.
@@ -168,5 +178,32 @@ impl Sink for FindingsStreamOut {
             kind: f.kind.as_str(),
             body,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lines;
+
+    #[test]
+    fn a_batch_splits_as_split_on_newlines_does_and_a_single_line_is_whole() {
+        for payload in [
+            &b""[..],
+            b"a",
+            b"a\n",
+            b"\n",
+            b"\n\n",
+            b"a\nb",
+            b"ab\n\ncd\n",
+            br#"{"turn":"t","type":"text"}"#,
+        ] {
+            let want: Vec<&[u8]> = payload.split(|b| *b == b'\n').collect();
+            assert_eq!(
+                lines(payload, true).collect::<Vec<_>>(),
+                want,
+                "{payload:?}"
+            );
+            assert_eq!(lines(payload, false).collect::<Vec<_>>(), vec![payload]);
+        }
     }
 }
