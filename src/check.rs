@@ -486,7 +486,7 @@ fn sequential(
             if since_tick == TICK_EVERY_LINES {
                 since_tick = 0;
                 let clock = ingest.pipeline().clock_ms();
-                ingest.tick(clock, &mut out);
+                ingest.tick(clock, &mut out, &mut |n| collect_bad(n, &mut noted));
                 observer.progress(done_bytes + lines.consumed());
             }
             report(&mut noted, &mut out, &mut summary, observer, sinks);

@@ -147,7 +147,8 @@ impl Core {
         self.ingest
             .settle_idle(Some(now), &mut self.out, &mut |n| Ingested(n).emit(metrics));
         self.ingest.release_joined(JOIN_QUIET_TICKS, &mut self.out);
-        self.ingest.tick(now, &mut self.out);
+        self.ingest
+            .tick(now, &mut self.out, &mut |n| Ingested(n).emit(metrics));
     }
 
     /// The end of all input: every stream ends and every turn closes.

@@ -61,6 +61,12 @@ impl InternalEvent for Ingested<'_> {
             }
             .emit(metrics),
             Note::Line { .. } => {}
+            Note::Decoded {
+                source,
+                outcome: LineOutcome::Event,
+                lines,
+            } => metrics.add_events_decoded(source, lines),
+            Note::Decoded { source, lines, .. } => metrics.add_unknown_events(source, lines),
             Note::Format {
                 name,
                 format,

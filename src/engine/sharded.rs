@@ -388,13 +388,8 @@ impl ShardedIngest {
                 // Successful lines are counted here and added to the metrics at the next
                 // flush, as the workers do (a metrics lock per line cost ~8%).
                 let counts = &mut self.counts;
-                i.line(id, number, bytes, arrival_ms, out, &mut |n| match n {
-                    Note::Line {
-                        source,
-                        outcome: Ok(outcome),
-                        ..
-                    } => counts.add(source, outcome),
-                    other => note(other),
+                i.line(id, number, bytes, arrival_ms, out, &mut |n| {
+                    counts.note(n, note)
                 });
             }
             Mode::Workers(w) => w.line(id.index(), number, bytes, arrival_ms, out),
@@ -444,9 +439,13 @@ impl ShardedIngest {
     }
 
     /// See [`Ingest::tick`].
-    pub fn tick(&mut self, now_ms: i64, out: &mut Vec<Output>) {
+    pub fn tick(&mut self, now_ms: i64, out: &mut Vec<Output>, note: &mut dyn FnMut(Note<'_>)) {
         match &mut self.mode {
-            Mode::Local(i) => i.tick(now_ms, out),
+            Mode::Local(i) => {
+                // Held lines decoded at their turn's release: counted as `line` counts.
+                let counts = &mut self.counts;
+                i.tick(now_ms, out, &mut |n| counts.note(n, note));
+            }
             Mode::Workers(w) => w.push(&Op::Tick { now_ms }, out),
         }
     }
@@ -572,12 +571,29 @@ impl ShardedIngest {
 struct LineCounts([[u64; 2]; Source::ALL.len()]);
 
 impl LineCounts {
-    fn add(&mut self, source: Source, outcome: LineOutcome) {
+    fn add(&mut self, source: Source, outcome: LineOutcome, lines: u64) {
         let i = match outcome {
             LineOutcome::Event => 0,
             LineOutcome::Skipped => 1,
         };
-        self.0[source as usize][i] += 1;
+        self.0[source as usize][i] += lines;
+    }
+
+    /// Count `n` if it tells successful lines; hand anything else to `other`.
+    fn note(&mut self, n: Note<'_>, other: &mut dyn FnMut(Note<'_>)) {
+        match n {
+            Note::Line {
+                source,
+                outcome: Ok(outcome),
+                ..
+            } => self.add(source, outcome, 1),
+            Note::Decoded {
+                source,
+                outcome,
+                lines,
+            } => self.add(source, outcome, lines),
+            n => other(n),
+        }
     }
 
     fn publish(&mut self, metrics: &Metrics) {

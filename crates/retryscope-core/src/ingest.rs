@@ -329,6 +329,8 @@ impl Ingest {
             out,
             note,
         );
+        // Holding it may have released turns early (past the hold's bound).
+        self.tell_fates(note);
     }
 
     /// A line of a stream skipped for its length (`len` bytes): counted as a bad line.
@@ -400,6 +402,7 @@ impl Ingest {
                 }
             }
         }
+        self.tell_fates(note);
     }
 
     /// A stream ended: its held lines are decoded, its provider decoder flushed (a stream cut
@@ -413,6 +416,7 @@ impl Ingest {
         note: &mut dyn FnMut(Note<'_>),
     ) {
         self.settle(id, arrival_ms, out, note);
+        self.tell_fates(note);
         let Some(stream) = self.streams.get_mut(id.0 as usize).and_then(Option::take) else {
             return;
         };
@@ -423,6 +427,7 @@ impl Ingest {
             let line = stream.lines_known.then_some(stream.lines);
             self.pipeline.set_origin(&stream.origin, line, route);
             self.pipeline.stream_end(decoder.as_mut(), arrival_ms, out);
+            self.tell_fates(note);
         }
     }
 
@@ -480,11 +485,43 @@ impl Ingest {
             self.pipeline.observe_events(&mut events, out);
         }
         self.pipeline.close_all_batched(batch, out, drain);
+        self.tell_fates(note);
     }
 
-    /// Let idle turns time out.
-    pub fn tick(&mut self, now_ms: i64, out: &mut Vec<Output>) {
+    /// Let idle turns time out (and held turns quiet for the settle time be correlated: the
+    /// fates of their lines held undecoded are told to `note`).
+    pub fn tick(&mut self, now_ms: i64, out: &mut Vec<Output>, note: &mut dyn FnMut(Note<'_>)) {
         self.pipeline.tick(now_ms, out);
+        self.tell_fates(note);
+    }
+
+    /// Tell the fates of held lines decoded since the last time (their turns released).
+    fn tell_fates(&mut self, note: &mut dyn FnMut(Note<'_>)) {
+        let Some(fates) = self.pipeline.take_fates() else {
+            return;
+        };
+        for (source, [events, skipped]) in Source::ALL.into_iter().zip(fates.decoded) {
+            for (outcome, lines) in [
+                (crate::pipeline::LineOutcome::Event, events),
+                (crate::pipeline::LineOutcome::Skipped, skipped),
+            ] {
+                if lines > 0 {
+                    note(Note::Decoded {
+                        source,
+                        outcome,
+                        lines,
+                    });
+                }
+            }
+        }
+        for fate in fates.bad {
+            note(Note::Line {
+                source: fate.at.source,
+                name: fate.name.as_deref().unwrap_or_default(),
+                number: fate.at.number,
+                outcome: Err(fate.error),
+            });
+        }
     }
 
     fn decide(

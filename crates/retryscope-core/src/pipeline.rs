@@ -13,7 +13,10 @@ use crate::correlate::{Correlator, Output};
 use crate::decode::native::{self, NativeLine};
 use crate::decode::{BadLineReason, DecodeError, EnvelopeDecoder, SkipCounts, StreamDecoder};
 use crate::event::{Event, EventKind};
-use crate::reorder::{HeldEvent, HoldSnapshot, Place, TurnHold};
+use crate::reorder::{HoldSnapshot, Place, ReleasedTurn, TurnHold};
+
+mod held;
+pub(crate) use held::Fates;
 
 /// Counters about the input.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,7 +82,10 @@ pub struct Pipeline {
         Option<u64>,
         crate::turn_route::Route,
     ),
-    released: Vec<HeldEvent>,
+    released: Vec<ReleasedTurn>,
+    /// Held lines' fates, known once decoded at their turn's release, until the ingest path
+    /// tells them ([`Pipeline::take_fates`]).
+    fates: Fates,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -105,6 +111,7 @@ impl Pipeline {
             hold: None,
             origin: (None, None, 0),
             released: Vec::new(),
+            fates: Fates::default(),
         }
     }
 
@@ -121,30 +128,6 @@ impl Pipeline {
     /// What the turn hold holds, for a checkpoint.
     pub fn held_snapshot(&self) -> Option<HoldSnapshot> {
         self.hold.as_ref()?.snapshot()
-    }
-
-    /// Correlate the held turns quiet at `now_ms` (all of them with `all`).
-    fn release_held(&mut self, now_ms: i64, all: bool, out: &mut Vec<Output>) {
-        let Some(hold) = &mut self.hold else {
-            return;
-        };
-        let correlator = &mut self.correlator;
-        let mut any = false;
-        hold.release_each(now_ms, all, |turn| {
-            any = true;
-            correlate_held(correlator, turn, out);
-        });
-        if any {
-            self.restore_origin();
-        }
-    }
-
-    fn correlate_released(&mut self, released: &mut Vec<HeldEvent>, out: &mut Vec<Output>) {
-        if released.is_empty() {
-            return;
-        }
-        correlate_held(&mut self.correlator, released, out);
-        self.restore_origin();
     }
 
     /// Back to where the events being read now come from, after correlating held ones.
@@ -186,7 +169,12 @@ impl Pipeline {
         self.correlator.set_origin(input, line);
         self.correlator.set_route(route);
         if self.hold.is_some() {
-            self.origin = (Some(input.clone()), line, route);
+            // The same input line after line: no reference counted twice per line.
+            match &mut self.origin.0 {
+                Some(name) if std::sync::Arc::ptr_eq(name, input) => {}
+                name => *name = Some(input.clone()),
+            }
+            (self.origin.1, self.origin.2) = (line, route);
         }
     }
 
@@ -434,18 +422,4 @@ impl Pipeline {
         self.release_held(i64::MAX, true, out);
         self.correlator.close_all_batched(batch, out, drain);
     }
-}
-
-/// Correlate released held events (emptying `events`), each from where it came.
-fn correlate_held(correlator: &mut Correlator, events: &mut Vec<HeldEvent>, out: &mut Vec<Output>) {
-    // By reference, then cleared: moving each event (hundreds of bytes) out cost as much as
-    // a tenth of correlating it.
-    for e in events.iter() {
-        if let Some(from) = &e.input {
-            correlator.set_origin(from, None);
-        }
-        correlator.set_route(e.route);
-        correlator.observe(&e.event, e.arrival_ms, out);
-    }
-    events.clear();
 }

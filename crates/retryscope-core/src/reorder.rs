@@ -54,6 +54,10 @@ pub struct HeldEvent {
     /// Where it can be read again, if it can.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub place: Option<Place>,
+    /// Decoded from a line held undecoded ([`TurnHold::push_line`]) whose fate is not told
+    /// yet: the event is counted, and its line's fate told, when it is correlated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deferred: Option<LineAt>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -62,7 +66,10 @@ struct Held {
     first_seq: u64,
     last_arrival_ms: i64,
     events: Vec<HeldEvent>,
-    /// Of its events, those with a place (in [`TurnHold`]'s log) and those without.
+    /// Its lines held undecoded, and their bytes.
+    lines: Vec<HeldLine>,
+    bytes: Vec<u8>,
+    /// Of its events and lines, those with a place (in [`TurnHold`]'s log) and those without.
     placed: usize,
     unplaced: usize,
 }
@@ -79,6 +86,8 @@ struct Placed {
     route: Route,
     /// The holding it belongs to ([`Held::first_seq`]): gone once that turn is released.
     holding: u64,
+    /// For a line held undecoded, where its fate is told (from its message's first line).
+    deferred: Option<Deferred>,
 }
 
 /// One message's entries in [`TurnHold`]'s log of placed events (a range of it: the log is
@@ -98,8 +107,11 @@ struct Group {
     written: OnceCell<Vec<HeldLines>>,
 }
 
+mod released;
 mod snapshot;
-pub use snapshot::{HeldLines, HoldSnapshot};
+use released::HeldLine;
+pub use released::{LineAt, Released, ReleasedLine, ReleasedTurn};
+pub use snapshot::{Deferred, HeldLines, HoldSnapshot};
 
 /// Turns' events held until each turn is quiet. See the module docs.
 #[derive(Debug, Clone)]
@@ -159,24 +171,45 @@ impl TurnHold {
         hold.seq = snapshot.seq;
         let mut events = snapshot.events;
         events.sort_by_key(|e| e.seq);
+        let mut lines = snapshot.lines;
+        lines.sort_by_key(|l| l.seq);
+        // In arrival order: a turn's holding is named by its first.
+        let mut lines = lines.into_iter().peekable();
         for e in events {
+            while let Some(l) = lines.next_if(|l| l.seq < e.seq) {
+                hold.restore_line(l);
+            }
             hold.insert(e);
+        }
+        for l in lines {
+            hold.restore_line(l);
         }
         // The log in place order, each entry under its turn's holding as restored.
         let mut placed: Vec<Placed> = hold
             .turns
             .values()
             .flat_map(|h| {
-                h.events.iter().filter_map(|e| {
+                let events = h.events.iter().filter_map(|e| {
+                    let place = e.place?;
                     Some(Placed {
-                        place: e.place?,
+                        place,
                         seq: e.seq,
                         arrival_ms: e.arrival_ms,
                         input: e.input.clone(),
                         route: e.route,
                         holding: h.first_seq,
+                        deferred: e.deferred.map(|at| Deferred::of(at, place)),
                     })
-                })
+                });
+                events.chain(h.lines.iter().map(|l| Placed {
+                    place: l.place,
+                    seq: l.seq,
+                    arrival_ms: l.arrival_ms,
+                    input: l.input.clone(),
+                    route: l.route,
+                    holding: h.first_seq,
+                    deferred: Some(Deferred::of(l.at, l.place)),
+                }))
             })
             .collect();
         placed.sort_by_key(|p| p.place);
@@ -223,6 +256,16 @@ impl TurnHold {
                         .filter(|e| e.place.is_none() || e.arrival_ms < horizon)
                         .cloned(),
                 );
+                // A line too old for a reference is decoded and kept whole, still to be
+                // counted; one that does not decode would only have been counted bad.
+                if old {
+                    events.extend(
+                        h.lines
+                            .iter()
+                            .filter(|l| l.arrival_ms < horizon)
+                            .filter_map(|l| l.decode(&h.bytes)),
+                    );
+                }
             }
             events.sort_by_key(|e| e.seq);
         }
@@ -230,6 +273,7 @@ impl TurnHold {
             events,
             refs,
             seq: self.seq,
+            lines: Vec::new(),
         })
     }
 
@@ -254,6 +298,7 @@ impl TurnHold {
                         && p.place.line >= line
                         && r.arrival_ms == p.arrival_ms
                         && r.route == p.route
+                        && r.deferred == p.deferred
                         && match (&r.input, &p.input) {
                             (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
                             (None, None) => true,
@@ -267,6 +312,7 @@ impl TurnHold {
                     arrival_ms: p.arrival_ms,
                     input: p.input.clone(),
                     route: p.route,
+                    deferred: p.deferred,
                     ..HeldLines::default()
                 });
                 (line, seq) = (0, 0);
@@ -355,7 +401,7 @@ impl TurnHold {
         input: Option<Arc<str>>,
         route: Route,
         place: Option<Place>,
-        released: &mut Vec<HeldEvent>,
+        released: &mut Vec<ReleasedTurn>,
     ) {
         let seq = self.seq;
         self.seq += 1;
@@ -366,28 +412,164 @@ impl TurnHold {
             input: input.clone(),
             route,
             place,
+            deferred: None,
         });
         if let Some(place) = place {
-            self.placed.push(Placed {
+            self.log(Placed {
                 place,
                 seq,
                 arrival_ms,
                 input,
                 route,
                 holding,
+                deferred: None,
             });
-            self.group_entry(self.placed.len() - 1);
         }
         if self.events > Self::MAX_EVENTS {
             self.release_early(released);
         }
     }
 
+    /// Hold native line `bytes` undecoded, under turn `turn` at its time `ts_ms` (what
+    /// `crate::turn_route::deferrable` read of it), arrived at `arrival_ms` from `input`
+    /// through `route`; `at` names it when its fate is told, once it is decoded at its
+    /// turn's release. `false` (nothing held) when the turn's buffer would pass 4 GiB: the
+    /// caller decodes it now. When the bound is passed, the turns released early are
+    /// appended to `released`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn push_line(
+        &mut self,
+        (turn, ts_ms): (&str, i64),
+        bytes: &[u8],
+        arrival_ms: i64,
+        (input, route): (Option<Arc<str>>, Route),
+        place: Place,
+        at: LineAt,
+        released: &mut Vec<ReleasedTurn>,
+    ) -> bool {
+        let seq = self.seq;
+        if !self.insert_line(
+            (turn, ts_ms),
+            bytes,
+            arrival_ms,
+            (input, route),
+            place,
+            at,
+            seq,
+        ) {
+            return false;
+        }
+        self.seq += 1;
+        if self.events > Self::MAX_EVENTS {
+            self.release_early(released);
+        }
+        true
+    }
+
+    /// Hold a line read back from a checkpoint undecoded again (see [`TurnHold::restore`],
+    /// which rebuilds the log). One that no longer reads as a line to hold undecoded (by
+    /// another version's rules) is decoded and held whole, or dropped if it does not decode.
+    fn restore_line(&mut self, l: snapshot::ResolvedLine) {
+        match crate::turn_route::deferrable(&l.bytes) {
+            Some(d) => {
+                let origin = (l.input, l.route);
+                let key = (d.turn, d.ts_ms);
+                self.insert_line(key, &l.bytes, l.arrival_ms, origin, l.place, l.at, l.seq);
+            }
+            None => {
+                let line = HeldLine {
+                    start: 0,
+                    len: u32::try_from(l.bytes.len()).unwrap_or(0),
+                    ts_ms: 0,
+                    arrival_ms: l.arrival_ms,
+                    seq: l.seq,
+                    place: l.place,
+                    input: l.input,
+                    route: l.route,
+                    at: l.at,
+                };
+                if let Some(e) = line.decode(&l.bytes) {
+                    self.insert(e);
+                }
+            }
+        }
+    }
+
+    /// [`TurnHold::push_line`] with arrival number `seq`, without the bound.
+    #[allow(clippy::too_many_arguments)]
+    fn insert_line(
+        &mut self,
+        (turn, ts_ms): (&str, i64),
+        bytes: &[u8],
+        arrival_ms: i64,
+        (input, route): (Option<Arc<str>>, Route),
+        place: Place,
+        at: LineAt,
+        seq: u64,
+    ) -> bool {
+        if bytes.len() > u32::MAX as usize {
+            return false;
+        }
+        // One lookup for a held turn: a second one cost a tenth of holding a line.
+        let held = match self.turns.get_mut(turn) {
+            Some(held) => held,
+            None => {
+                let new = self.new_holding(seq, arrival_ms);
+                self.turns.entry(turn.to_string()).or_insert(new)
+            }
+        };
+        let start = held.bytes.len();
+        if start.saturating_add(bytes.len()) > u32::MAX as usize {
+            return false; // (never for a turn new now: it holds no line yet)
+        }
+        let start = start as u32;
+        held.last_arrival_ms = held.last_arrival_ms.max(arrival_ms);
+        if held.lines.capacity() == 0 {
+            // Room for a turn's tens of lines (at most 64 KiB at first): growing from one,
+            // each doubling copying them again.
+            held.lines.reserve(16);
+            held.bytes
+                .reserve(bytes.len().saturating_mul(16).min(1 << 16));
+        }
+        held.bytes.extend_from_slice(bytes);
+        held.lines.push(HeldLine {
+            start,
+            len: bytes.len() as u32,
+            ts_ms,
+            arrival_ms,
+            seq,
+            place,
+            input: input.clone(),
+            route,
+            at,
+        });
+        held.placed += 1;
+        let holding = held.first_seq;
+        self.events += 1;
+        self.latest_arrival_ms = self.latest_arrival_ms.max(arrival_ms);
+        self.log(Placed {
+            place,
+            seq,
+            arrival_ms,
+            input,
+            route,
+            holding,
+            deferred: Some(Deferred::of(at, place)),
+        });
+        true
+    }
+
+    /// Add an entry to the log of placed events.
+    fn log(&mut self, entry: Placed) {
+        self.placed.push(entry);
+        self.group_entry(self.placed.len() - 1);
+    }
+
     /// Past [`TurnHold::MAX_EVENTS`]: release the turns quiet the longest until a tenth of
     /// the bound is free, so the scan of every turn this takes is paid once per that many
     /// events (one turn at a time, each event past the bound paid a scan: 7 µs a push with
     /// 20,000 turns held, against 0.3).
-    fn release_early(&mut self, released: &mut Vec<HeldEvent>) {
+    fn release_early(&mut self, released: &mut Vec<ReleasedTurn>) {
         let mut quiet: Vec<(i64, u64, &String)> = self
             .turns
             .iter()
@@ -401,50 +583,62 @@ impl TurnHold {
             if self.events - freed <= target {
                 break;
             }
-            freed += self.turns.get(id).map_or(0, |h| h.events.len());
+            freed += self
+                .turns
+                .get(id)
+                .map_or(0, |h| h.events.len() + h.lines.len());
             ids.push(id.clone());
         }
-        for id in ids {
-            self.release_turn(&id, released);
-        }
+        released.extend(ids.iter().filter_map(|id| self.take_turn(id)));
     }
 
     /// Hold `e` (events come in arrival order); its turn's holding.
     fn insert(&mut self, e: HeldEvent) -> u64 {
         self.events += 1;
         self.latest_arrival_ms = self.latest_arrival_ms.max(e.arrival_ms);
+        let placed = e.place.is_some();
+        if !placed {
+            self.unplaced += 1;
+        }
         let held = match self.turns.get_mut(&*e.event.turn) {
             Some(held) => held,
             None => {
-                self.holdings.insert(e.seq, ());
-                self.turns
-                    .entry(e.event.turn.to_string())
-                    .or_insert_with(|| Held {
-                        first_seq: e.seq,
-                        last_arrival_ms: e.arrival_ms,
-                        // A turn is tens of events: growing from one, moving each held
-                        // event (hundreds of bytes) at every doubling, cost a tenth of
-                        // holding it.
-                        events: Vec::with_capacity(16),
-                        ..Held::default()
-                    })
+                let new = self.new_holding(e.seq, e.arrival_ms);
+                self.turns.entry(e.event.turn.to_string()).or_insert(new)
             }
         };
         held.last_arrival_ms = held.last_arrival_ms.max(e.arrival_ms);
-        if e.place.is_some() {
+        if held.events.capacity() == 0 {
+            // A turn is tens of events: growing from one, moving each held event (hundreds
+            // of bytes) at every doubling, cost a tenth of holding it.
+            held.events.reserve(16);
+        }
+        if placed {
             held.placed += 1;
         } else {
             held.unplaced += 1;
-            self.unplaced += 1;
         }
         held.events.push(e);
         held.first_seq
     }
 
+    /// A new holding of a turn, first held with arrival number `seq` at `arrival_ms`.
+    fn new_holding(&mut self, seq: u64, arrival_ms: i64) -> Held {
+        self.holdings.insert(seq, ());
+        Held {
+            first_seq: seq,
+            last_arrival_ms: arrival_ms,
+            ..Held::default()
+        }
+    }
+
     /// Release every turn quiet for the settle time at `now_ms` (all of them with `all`),
     /// each turn's events in time order, turns in the order they were first seen.
+    /// Lines held undecoded are decoded (one that does not decode to an event is left out).
     pub fn release(&mut self, now_ms: i64, all: bool, released: &mut Vec<HeldEvent>) {
-        self.release_each(now_ms, all, |turn| released.append(turn));
+        self.release_each(now_ms, all, |turn| {
+            released.extend(std::mem::take(turn).into_events())
+        });
     }
 
     /// [`TurnHold::release`], one turn at a time: `each` gets a turn's events (in time order)
@@ -455,32 +649,31 @@ impl TurnHold {
         &mut self,
         now_ms: i64,
         all: bool,
-        mut each: impl FnMut(&mut Vec<HeldEvent>),
+        mut each: impl FnMut(&mut ReleasedTurn),
     ) {
-        let mut quiet: Vec<(u64, String)> = self
+        let settle_ms = self.settle_ms;
+        // Taken out whole (no id copied): the quiet turns of a busy partition's tick are
+        // tens of thousands.
+        let mut quiet: Vec<Held> = self
             .turns
-            .iter()
-            .filter(|(_, h)| all || now_ms.saturating_sub(h.last_arrival_ms) >= self.settle_ms)
-            .map(|(id, h)| (h.first_seq, id.clone()))
+            .extract_if(|_, h| all || now_ms.saturating_sub(h.last_arrival_ms) >= settle_ms)
+            .map(|(_, h)| h)
             .collect();
-        quiet.sort_unstable();
-        for (_, id) in quiet {
-            if let Some(mut events) = self.take_turn(&id) {
-                each(&mut events);
-            }
+        quiet.sort_unstable_by_key(|h| h.first_seq);
+        for held in quiet {
+            each(&mut self.released(held));
         }
     }
 
-    fn release_turn(&mut self, id: &str, released: &mut Vec<HeldEvent>) {
-        if let Some(mut events) = self.take_turn(id) {
-            released.append(&mut events);
-        }
+    /// Remove turn `id` from the hold: its events and lines, each in time order.
+    fn take_turn(&mut self, id: &str) -> Option<ReleasedTurn> {
+        let held = self.turns.remove(id)?;
+        Some(self.released(held))
     }
 
-    /// Remove turn `id` from the hold: its events, in time order.
-    fn take_turn(&mut self, id: &str) -> Option<Vec<HeldEvent>> {
-        let mut held = self.turns.remove(id)?;
-        self.events -= held.events.len();
+    /// A holding taken out of the hold: its events and lines, each in time order.
+    fn released(&mut self, mut held: Held) -> ReleasedTurn {
+        self.events -= held.events.len() + held.lines.len();
         self.holdings.remove(&held.first_seq);
         self.unplaced -= held.unplaced;
         self.placed_dead += held.placed;
@@ -491,7 +684,8 @@ impl TurnHold {
             self.regroup();
         } else if held.placed > 0 && !self.unordered {
             let mut last = None;
-            for msg in held.events.iter().filter_map(|e| e.place.map(|p| p.msg)) {
+            let events = held.events.iter().filter_map(|e| e.place.map(|p| p.msg));
+            for msg in events.chain(held.lines.iter().map(|l| l.place.msg)) {
                 if last != Some(msg) {
                     self.ungroup(msg);
                     last = Some(msg);
@@ -500,7 +694,12 @@ impl TurnHold {
         }
         held.events
             .sort_by_key(|e| (e.event.ts_ms.unwrap_or(e.arrival_ms), e.seq));
-        Some(held.events)
+        held.lines.sort_by_key(|l| (l.ts_ms, l.seq));
+        ReleasedTurn {
+            events: held.events,
+            lines: held.lines,
+            bytes: held.bytes,
+        }
     }
 }
 

@@ -296,13 +296,99 @@ fn canonical_turn(line: &[u8]) -> Option<usize> {
 /// Where a canonical line's `ts` value starts, given the end of its `turn` string: after
 /// `,"type":"…","ts":`.
 fn canonical_ts(line: &[u8], turn_end: usize) -> Option<usize> {
+    canonical_type_and_ts(line, turn_end).map(|(_, ts)| ts)
+}
+
+/// A canonical line's `type` string (its quotes left out) and where its `ts` value starts.
+fn canonical_type_and_ts(line: &[u8], turn_end: usize) -> Option<(&[u8], usize)> {
     let ty = turn_end + br#","type":"#.len();
     if line.get(turn_end..ty)? != br#","type":"# || line.get(ty) != Some(&b'"') {
         return None;
     }
     let ty_end = string_end(line, ty)?;
     let ts = ty_end + br#","ts":"#.len();
-    (line.get(ty_end..ts)? == br#","ts":"#).then_some(ts)
+    (line.get(ty_end..ts)? == br#","ts":"#).then_some((&line[ty + 1..ty_end - 1], ts))
+}
+
+/// Whether a type's event is the line's alone: decoding one later gives the same event.
+/// Not `provider_chunk` (it feeds the turn's chunk decoders), whose place in the stream
+/// matters; `turn_end` (it flushes them) is [`Deferrable::ends_turn`].
+fn deferrable_type(ty: &[u8]) -> bool {
+    matches!(
+        ty,
+        b"turn_start"
+            | b"attempt_start"
+            | b"retry"
+            | b"stream_splice"
+            | b"text"
+            | b"tool_call"
+            | b"tool_exec"
+            | b"render_reset"
+            | b"usage"
+            | b"finish"
+            | b"error"
+            | b"output"
+            | b"turn_end"
+    )
+}
+
+/// What [`deferrable`] reads of a line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Deferrable<'a> {
+    /// The turn id.
+    pub(crate) turn: &'a str,
+    /// `ts`, in milliseconds.
+    pub(crate) ts_ms: TimestampMs,
+    /// A `turn_end`: read at once (it flushes the turn's provider chunk decoders) unless
+    /// the turn has none.
+    pub(crate) ends_turn: bool,
+}
+
+/// A canonical native line (`{"v":1,"turn":…,"type":…,"ts":…`, or without `v`) whose
+/// decoding can wait until its turn is released from a hold ([`crate::reorder`]): its turn
+/// id, plain (no escape; the decoder gives the same string), and its integer `ts` as the
+/// decoder reads it, within the sane range ([`crate::bounds`]); its type one of
+/// [`deferrable_type`]'s. `None` for any other line, which is decoded at once.
+///
+/// A line that repeats `turn`, `type` or `ts` later is read by the decoder with the last
+/// value: held under the first, it is correlated with the turn it names, at the place in
+/// time of the first.
+pub(crate) fn deferrable(line: &[u8]) -> Option<Deferrable<'_>> {
+    let i = canonical_turn(line)?;
+    let turn_end = string_end(line, i)?;
+    let id = &line[i + 1..turn_end - 1];
+    if id.contains(&b'\\') {
+        return None;
+    }
+    let id = std::str::from_utf8(id).ok()?;
+    let (ty, ts) = canonical_type_and_ts(line, turn_end)?;
+    if !deferrable_type(ty) {
+        return None;
+    }
+    let digits = line
+        .get(ts..)?
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    // As `ts_token` reads plain milliseconds: 1 to 18 digits, no leading zero.
+    if !(1..=18).contains(&digits)
+        || (digits > 1 && line[ts] == b'0')
+        || !matches!(line.get(ts + digits), Some(b',' | b'}'))
+    {
+        return None;
+    }
+    let ms = line[ts..ts + digits]
+        .iter()
+        .fold(0 as TimestampMs, |ms, b| {
+            ms * 10 + TimestampMs::from(b - b'0')
+        });
+    (crate::bounds::MIN_TS_MS..=crate::bounds::MAX_TS_MS)
+        .contains(&ms)
+        .then_some(Deferrable {
+            turn: id,
+            ts_ms: ms,
+            ends_turn: ty == b"turn_end",
+        })
 }
 
 /// The top-level `turn` and `ts` tokens of a line in the key order retryscope's writers
@@ -522,6 +608,54 @@ mod tests {
             if let Some(Ok(id)) = turn.map(serde_json::from_slice::<String>) {
                 prop_assert_eq!(turn.and_then(hash_turn_token), Some(fasthash::fnv1a(id.as_bytes())));
             }
+        }
+
+        /// A line held undecoded is held under the turn and at the time its event has.
+        #[test]
+        fn a_line_held_undecoded_is_held_as_its_event_reads(line in line()) {
+            if let Some(d) = deferrable(&line) {
+                let mut skips = crate::decode::SkipCounts::default();
+                if let Ok(crate::decode::native::NativeLine::Event(ev)) =
+                    crate::decode::native::decode_line(&line, &mut skips)
+                {
+                    prop_assert_eq!(&*ev.turn, d.turn);
+                    prop_assert_eq!(ev.ts_ms, Some(d.ts_ms));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn only_lines_of_the_common_shape_whose_event_is_their_own_are_held_undecoded() {
+        let held =
+            |l: &str| deferrable(l.as_bytes()).map(|d| (d.turn.to_string(), d.ts_ms, d.ends_turn));
+        let t = "t-1";
+        assert_eq!(
+            held(
+                r#"{"v":1,"turn":"t-1","type":"text","ts":1770000000000,"attempt":0,"text":"hi"}"#
+            ),
+            Some((t.into(), 1_770_000_000_000, false))
+        );
+        assert_eq!(
+            held(r#"{"turn":"t-1","type":"turn_end","ts":5}"#),
+            Some((t.into(), 5, true)),
+            "a turn_end, read at once if the turn has provider chunk decoders"
+        );
+        for not in [
+            // Its place among the turn's chunks matters.
+            r#"{"turn":"t-1","type":"provider_chunk","ts":5,"provider":"openai"}"#,
+            // Read at once: an escaped id, another key order, no or an RFC 3339 `ts`, a
+            // leading zero, a `ts` past 2100, an unknown type, a number id.
+            r#"{"turn":"t\u002d1","type":"text","ts":5}"#,
+            r#"{"type":"text","turn":"t-1","ts":5}"#,
+            r#"{"turn":"t-1","type":"text"}"#,
+            r#"{"turn":"t-1","type":"text","ts":"2026-01-01T00:00:00Z"}"#,
+            r#"{"turn":"t-1","type":"text","ts":05}"#,
+            r#"{"turn":"t-1","type":"text","ts":99999999999999}"#,
+            r#"{"turn":"t-1","type":"mystery","ts":5}"#,
+            r#"{"turn":1,"type":"text","ts":5}"#,
+        ] {
+            assert_eq!(held(not), None, "{not}");
         }
     }
 }

@@ -3,6 +3,7 @@
 //! files, a gemini-cli session's joined outputs); a checkpoint taken with shards resumes
 //! (with another worker count) losing and doubling nothing; a dead worker is reported.
 
+mod held;
 mod whole;
 
 use std::collections::BTreeMap;
@@ -159,7 +160,7 @@ fn feed(
         if at.is_multiple_of(1000) {
             ingest.settle_idle(Some(now), &mut out, note);
             ingest.release_joined(10, &mut out);
-            ingest.tick(now, &mut out);
+            ingest.tick(now, &mut out, note);
         }
         ingest.flush(&mut out);
         seen.take(&mut out, metrics);

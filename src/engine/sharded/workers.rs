@@ -437,14 +437,8 @@ fn worker(
     while let Ok(msg) = rx.recv() {
         match msg {
             Msg::Batch(batch) => {
-                let note = &mut |n: Note<'_>| match n {
-                    Note::Line {
-                        source,
-                        outcome: Ok(outcome),
-                        ..
-                    } => counts.add(source, outcome),
-                    other => Ingested(other).emit(metrics),
-                };
+                let note =
+                    &mut |n: Note<'_>| counts.note(n, &mut |other| Ingested(other).emit(metrics));
                 for op in &batch.ops {
                     if index == 0
                         && let Op::Open { id, .. } = op
@@ -548,7 +542,7 @@ fn apply(
         }
         Op::SettleIdle { arrival_ms } => ingest.settle_idle(*arrival_ms, out, note),
         Op::ReleaseJoined { quiet_ticks } => ingest.release_joined(*quiet_ticks, out),
-        Op::Tick { now_ms } => ingest.tick(*now_ms, out),
+        Op::Tick { now_ms } => ingest.tick(*now_ms, out, note),
         Op::CloseAll => ingest.close_all(out, note),
     }
 }

@@ -339,7 +339,7 @@ fn an_open_stream_silent_past_the_idle_timeout_keeps_its_turn() {
             .ok()
             .and_then(|v| v["ts"].as_i64())
             .expect("ts");
-        ingest.tick(at, &mut out);
+        ingest.tick(at, &mut out, &mut |_| {});
         ingest.line(id, None, line, Some(at), &mut out, &mut |_| {});
     }
     ingest.close_all(&mut out, &mut |_| {});

@@ -111,6 +111,21 @@ impl EnvelopeDecoder {
         self.offsets.remove(turn);
     }
 
+    /// Whether it keeps anything for turn `turn` (a chunk decoder, or attempts a splice
+    /// added), which [`EnvelopeDecoder::end_turn`] flushes: a `turn_end` line decoded later
+    /// gives the same events only when it keeps nothing.
+    pub(crate) fn holds_turn(&self, turn: &str) -> bool {
+        if self.states.is_empty() && self.offsets.is_empty() {
+            return false;
+        }
+        self.offsets.contains_key(turn)
+            || self
+                .states
+                .range((turn.to_owned(), None, String::new())..)
+                .next()
+                .is_some_and(|(k, _)| k.0 == turn)
+    }
+
     /// Skips so far (unknown providers, and every chunk decoder's).
     pub(crate) fn skips(&self) -> SkipCounts {
         let mut s = self.skips;

@@ -7,7 +7,8 @@ use crate::decode::{DecodeError, Format};
 use crate::pipeline::LineOutcome;
 
 /// Where a stream comes from: a bounded set, used as a metric label by the sinks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Source {
     /// Tailed or named files.
     File,
@@ -89,6 +90,17 @@ pub enum Note<'a> {
         format: Format,
         /// Forced by the caller (`--format`, the OTLP receiver), not sniffed.
         forced: bool,
+    },
+    /// Lines held undecoded until their turn's release (`crate::reorder`) that decoded
+    /// well, told together by source and outcome; those that did not are told one by one
+    /// as [`Note::Line`]s.
+    Decoded {
+        /// Their streams' source.
+        source: Source,
+        /// What became of them.
+        outcome: LineOutcome,
+        /// How many.
+        lines: u64,
     },
     /// A stream was refused: it borrows a provider format's names without its shape. Its
     /// lines are counted as bad lines (`unknown_format`), never decoded.

@@ -129,7 +129,16 @@ pub(super) fn decode_line(
         {
             return;
         }
-        Decoding::Native => pipeline.native_line_at(bytes, arrival_ms, place, out),
+        Decoding::Native => {
+            let at = crate::reorder::LineAt {
+                source: stream.source,
+                number,
+            };
+            if pipeline.defer_line(bytes, arrival_ms, place, at, out) {
+                return; // its fate is told once it is decoded, at its turn's release
+            }
+            pipeline.native_line_at(bytes, arrival_ms, place, out)
+        }
         Decoding::Provider(decoder) => {
             pipeline.stream_line(decoder.as_mut(), bytes, arrival_ms, out)
         }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{HeldEvent, Place};
+use super::{HeldEvent, LineAt, Place};
 use crate::decode::SkipCounts;
 use crate::decode::native::{self, NativeLine};
 use crate::turn_route::Route;
@@ -22,6 +22,22 @@ pub struct HoldSnapshot {
     pub refs: Vec<HeldLines>,
     /// The next arrival number.
     pub seq: u64,
+    /// Lines held undecoded, read back by [`HoldSnapshot::resolve`]: held undecoded again.
+    #[serde(skip)]
+    pub(super) lines: Vec<ResolvedLine>,
+}
+
+/// A line held undecoded, read back from its place: it is decoded (and counted, or counted
+/// bad) at its turn's release, as it would have been.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct ResolvedLine {
+    pub(super) bytes: Vec<u8>,
+    pub(super) arrival_ms: i64,
+    pub(super) seq: u64,
+    pub(super) input: Option<Arc<str>>,
+    pub(super) route: Route,
+    pub(super) place: Place,
+    pub(super) at: LineAt,
 }
 
 /// Held events read from lines of one message, arrived together from one input.
@@ -41,6 +57,10 @@ pub struct HeldLines {
     pub input: Option<Arc<str>>,
     /// The route of the feed.
     pub route: Route,
+    /// Lines held undecoded: their events are counted, and their fates told, when they are
+    /// correlated (the line numbers counted from the message's first line's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deferred: Option<Deferred>,
     /// Runs of lines, ascending: each `(line, seq, count)` is a first line ([`Place::line`])
     /// and its arrival number ([`HeldEvent::seq`]), each as the difference from the last of
     /// the run before (the first run's from 0), and how many lines the run has, each one
@@ -125,8 +145,9 @@ impl HoldSnapshot {
     }
 
     /// Read every reference back through `line` (the bytes at a place, if it is still
-    /// there) and keep the events whole; the number that could not be read (the message is
-    /// gone, or its line no longer decodes to an event), which are lost.
+    /// there) and keep the events whole (lines held undecoded stay undecoded); the number
+    /// that could not be read (the message is gone, or its line no longer decodes to an
+    /// event), which are lost.
     pub fn resolve<'a>(&mut self, line: impl Fn(Place) -> Option<&'a [u8]>) -> u64 {
         let mut lost = 0u64;
         let mut skips = SkipCounts::default();
@@ -140,6 +161,18 @@ impl HoldSnapshot {
                 let Some(bytes) = line(place) else {
                     return false; // past the message's end (or the message is gone)
                 };
+                if let (Some(d), Ok(seq)) = (r.deferred, u64::try_from(seq)) {
+                    self.lines.push(ResolvedLine {
+                        bytes: bytes.to_vec(),
+                        arrival_ms: r.arrival_ms,
+                        seq,
+                        input: r.input.clone(),
+                        route: r.route,
+                        place,
+                        at: d.at(at),
+                    });
+                    return true;
+                }
                 let event = match native::decode_line(bytes, &mut skips) {
                     Ok(NativeLine::Event(ev)) if crate::bounds::check(&ev).is_ok() => {
                         Some(ev.into_owned())
@@ -154,6 +187,7 @@ impl HoldSnapshot {
                         input: r.input.clone(),
                         route: r.route,
                         place: Some(place),
+                        deferred: None,
                     }),
                     _ => lost += 1,
                 }
@@ -163,5 +197,34 @@ impl HoldSnapshot {
             self.events.append(&mut events);
         }
         lost
+    }
+}
+
+/// Where the fates of a message's lines held undecoded are told: their stream's source, and
+/// the number in that stream of the message's line 0 (a message's lines are consecutive
+/// lines of one stream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Deferred {
+    /// The stream's source.
+    pub source: crate::ingest::Source,
+    /// The number of the message's line 0.
+    pub first: u64,
+}
+
+impl Deferred {
+    /// Of line `place` told at `at`.
+    pub(super) fn of(at: LineAt, place: Place) -> Self {
+        Deferred {
+            source: at.source,
+            first: at.number.saturating_sub(u64::from(place.line)),
+        }
+    }
+
+    /// Where line `line` of the message is told.
+    fn at(self, line: u32) -> LineAt {
+        LineAt {
+            source: self.source,
+            number: self.first.saturating_add(u64::from(line)),
+        }
     }
 }

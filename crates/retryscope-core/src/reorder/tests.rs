@@ -10,7 +10,7 @@ fn ev(turn: &str, ts: i64) -> Event<'static> {
 #[test]
 fn released_one_turn_at_a_time_each_whole_in_time_order_turns_as_first_seen() {
     let mut h = TurnHold::new(1_000);
-    let mut out = Vec::new();
+    let mut early = Vec::new();
     for (turn, ts, at) in [
         ("b", 7, 0),
         ("a", 3, 10),
@@ -18,12 +18,13 @@ fn released_one_turn_at_a_time_each_whole_in_time_order_turns_as_first_seen() {
         ("a", 1, 30),
         ("c", 9, 900),
     ] {
-        h.push(ev(turn, ts), at, None, 0, None, &mut out);
+        h.push(ev(turn, ts), at, None, 0, None, &mut early);
     }
     let mut turns = Vec::new();
-    h.release_each(1_100, false, |events| {
+    h.release_each(1_100, false, |turn| {
         turns.push(
-            events
+            std::mem::take(turn)
+                .into_events()
                 .iter()
                 .map(|e| (e.event.turn.to_string(), e.event.ts_ms))
                 .collect::<Vec<_>>(),
@@ -45,7 +46,8 @@ fn released_one_turn_at_a_time_each_whole_in_time_order_turns_as_first_seen() {
 #[test]
 fn a_quiet_turn_comes_out_in_time_order_and_a_busy_one_waits() {
     let mut h = TurnHold::new(1_000);
-    let mut out = Vec::new();
+    let mut out: Vec<HeldEvent> = Vec::new();
+    let mut early = Vec::new();
     // Turn a's second half first (ts 10, 11), its first half later (ts 1, 2).
     for (turn, ts, at) in [
         ("a", 10, 0),
@@ -54,7 +56,7 @@ fn a_quiet_turn_comes_out_in_time_order_and_a_busy_one_waits() {
         ("a", 1, 500),
         ("a", 2, 600),
     ] {
-        h.push(ev(turn, ts), at, None, 0, None, &mut out);
+        h.push(ev(turn, ts), at, None, 0, None, &mut early);
     }
     h.release(1_050, false, &mut out);
     assert!(
@@ -96,7 +98,7 @@ fn events_that_can_be_read_again_are_checkpointed_by_reference_and_read_back() {
     ];
     let input: Arc<str> = Arc::from("host-b:agent.jsonl");
     let mut h = TurnHold::new(1_000);
-    let mut out = Vec::new();
+    let mut early = Vec::new();
     for (m, lines) in msgs.iter().enumerate() {
         for (i, l) in lines.iter().enumerate() {
             let mut skips = SkipCounts::default();
@@ -113,11 +115,11 @@ fn events_that_can_be_read_again_are_checkpointed_by_reference_and_read_back() {
                 Some(input.clone()),
                 0,
                 Some(place),
-                &mut out,
+                &mut early,
             );
         }
     }
-    h.push(ev("a", 2), 60, None, 3, None, &mut out);
+    h.push(ev("a", 2), 60, None, 3, None, &mut early);
     let want = {
         let mut all = Vec::new();
         h.clone().release(i64::MAX, true, &mut all);
@@ -158,24 +160,32 @@ fn events_that_can_be_read_again_are_checkpointed_by_reference_and_read_back() {
 #[test]
 fn a_released_turn_leaves_the_references_and_held_again_keeps_only_its_new_events() {
     let mut h = TurnHold::new(1_000);
-    let mut out = Vec::new();
+    let mut out: Vec<HeldEvent> = Vec::new();
+    let mut early = Vec::new();
     let at = |msg, line| Some(Place { msg, line });
-    h.push(ev("a", 1), 0, None, 0, at(1, 0), &mut out);
-    h.push(ev("b", 1), 0, None, 0, at(1, 1), &mut out);
-    h.push(ev("a", 2), 500, None, 0, at(2, 0), &mut out);
+    h.push(ev("a", 1), 0, None, 0, at(1, 0), &mut early);
+    h.push(ev("b", 1), 0, None, 0, at(1, 1), &mut early);
+    h.push(ev("a", 2), 500, None, 0, at(2, 0), &mut early);
     h.release(1_200, false, &mut out); // b is quiet, a is not
     assert_eq!(out.len(), 1);
     h.release(1_600, false, &mut out); // now a
     assert_eq!(out.len(), 3);
     assert!(h.snapshot().is_none());
     // Turn a again, in a later message: only that event is referenced.
-    h.push(ev("a", 9), 2_000, None, 0, at(3, 4), &mut out);
+    h.push(ev("a", 9), 2_000, None, 0, at(3, 4), &mut early);
     let snap = h.snapshot().expect("held");
     assert_eq!(snap.ref_messages(), vec![3]);
     assert_eq!((snap.ref_count(), snap.events.len()), (1, 0));
     // Many turns released: the log is compacted and still right.
     for i in 0..5_000u32 {
-        h.push(ev(&format!("t{i}"), 1), 3_000, None, 0, at(4, i), &mut out);
+        h.push(
+            ev(&format!("t{i}"), 1),
+            3_000,
+            None,
+            0,
+            at(4, i),
+            &mut early,
+        );
     }
     h.release(3_500, false, &mut out); // a (last at 2,000) goes, the t-turns stay
     assert_eq!(
@@ -184,7 +194,7 @@ fn a_released_turn_leaves_the_references_and_held_again_keeps_only_its_new_event
         "the four entries of released turns wait for more"
     );
     h.release(10_000, false, &mut out);
-    h.push(ev("z", 1), 10_000, None, 0, at(5, 0), &mut out);
+    h.push(ev("z", 1), 10_000, None, 0, at(5, 0), &mut early);
     assert!(
         h.placed.len() <= 1 + 1024,
         "compacted (at most 1,024 dead entries wait): {}",
@@ -197,16 +207,16 @@ fn a_released_turn_leaves_the_references_and_held_again_keeps_only_its_new_event
 #[test]
 fn an_event_held_past_the_reference_age_is_kept_whole() {
     let mut h = TurnHold::new(TurnHold::REF_MAX_AGE_MS * 4);
-    let mut out = Vec::new();
+    let mut early = Vec::new();
     let place = |msg| Some(Place { msg, line: 0 });
-    h.push(ev("long", 1), 0, None, 0, place(1), &mut out);
+    h.push(ev("long", 1), 0, None, 0, place(1), &mut early);
     h.push(
         ev("long", 2),
         TurnHold::REF_MAX_AGE_MS + 1,
         None,
         0,
         place(2),
-        &mut out,
+        &mut early,
     );
     let snap = h.snapshot().expect("held");
     assert_eq!(snap.events.len(), 1);
@@ -237,7 +247,7 @@ fn consecutive_lines_are_written_as_runs_and_read_back_each_in_its_place() {
         .map(|i| line(&format!("t{}", i % 10), i))
         .collect();
     let mut h = TurnHold::new(1_000);
-    let mut out = Vec::new();
+    let mut early = Vec::new();
     for (i, l) in lines.iter().enumerate() {
         let mut skips = SkipCounts::default();
         let Ok(NativeLine::Event(ev)) = native::decode_line(l.as_bytes(), &mut skips) else {
@@ -247,7 +257,7 @@ fn consecutive_lines_are_written_as_runs_and_read_back_each_in_its_place() {
             msg: 7,
             line: i as u32,
         });
-        h.push(ev.into_owned(), 5, None, 0, at, &mut out);
+        h.push(ev.into_owned(), 5, None, 0, at, &mut early);
     }
     let snap = h.snapshot().expect("held");
     assert_eq!(snap.refs.len(), 1);
@@ -344,7 +354,8 @@ fn a_snapshot_written_from_kept_groups_equals_one_walking_every_entry() {
     // Lines of 40 turns over 300 messages, turns released as they go quiet, snapshots
     // taken in between: each must equal a walk of the whole log (what `unordered` does).
     let mut h = TurnHold::new(400);
-    let mut out = Vec::new();
+    let mut out: Vec<HeldEvent> = Vec::new();
+    let mut early = Vec::new();
     let mut rng = 0x2545_f491_4f6c_dd1du64;
     let mut next = |n: u64| {
         rng ^= rng << 13;
@@ -358,7 +369,7 @@ fn a_snapshot_written_from_kept_groups_equals_one_walking_every_entry() {
         for line in 0..(1 + next(8)) as u32 {
             let turn = format!("t{}", (msg / 10) * 4 + next(4));
             let place = Some(Place { msg, line });
-            h.push(ev(&turn, now), now, None, 0, place, &mut out);
+            h.push(ev(&turn, now), now, None, 0, place, &mut early);
         }
         if next(3) == 0 {
             h.release(now, false, &mut out);
@@ -379,7 +390,7 @@ fn a_snapshot_written_from_kept_groups_equals_one_walking_every_entry() {
         None,
         0,
         Some(Place { msg: 3, line: 0 }),
-        &mut out,
+        &mut early,
     );
     assert!(h.unordered);
     let snap = h.snapshot().expect("held");
@@ -389,15 +400,19 @@ fn a_snapshot_written_from_kept_groups_equals_one_walking_every_entry() {
 #[test]
 fn past_the_bound_the_longest_quiet_turn_goes_first() {
     let mut h = TurnHold::new(60_000);
-    let mut out = Vec::new();
+    let mut early = Vec::new();
     for i in 0..=TurnHold::MAX_EVENTS {
         let turn = if i == 0 {
             "old".to_string()
         } else {
             format!("t{}", i % 1000)
         };
-        h.push(ev(&turn, i as i64), 1 + i as i64, None, 0, None, &mut out);
+        h.push(ev(&turn, i as i64), 1 + i as i64, None, 0, None, &mut early);
     }
+    let out: Vec<HeldEvent> = early
+        .into_iter()
+        .flat_map(ReleasedTurn::into_events)
+        .collect();
     // The quietest turns go, "old" first, until a tenth of the bound is free: the turns
     // quiet the longest, whole.
     assert_eq!(&*out[0].event.turn, "old");
