@@ -81,13 +81,11 @@ struct Held {
 struct Placed {
     place: Place,
     seq: u64,
-    arrival_ms: i64,
-    input: Option<Arc<str>>,
-    route: Route,
     /// The holding it belongs to ([`Held::first_seq`]): gone once that turn is released.
     holding: u64,
-    /// For a line held undecoded, where its fate is told (from its message's first line).
-    deferred: Option<Deferred>,
+    /// Its message's arrival, input and route (and, for a line held undecoded, where its
+    /// fate is told).
+    origin: Arc<Origin>,
 }
 
 /// One message's entries in [`TurnHold`]'s log of placed events (a range of it: the log is
@@ -109,7 +107,7 @@ struct Group {
 
 mod released;
 mod snapshot;
-use released::HeldLine;
+use released::{HeldLine, Origin};
 pub use released::{LineAt, Released, ReleasedLine, ReleasedTurn};
 pub use snapshot::{Deferred, HeldLines, HoldSnapshot};
 
@@ -135,6 +133,9 @@ pub struct TurnHold {
     holdings: FastMap<u64, ()>,
     /// Held events without a place.
     unplaced: usize,
+    /// The origin of the last held line or event with a place: the next ones of its message
+    /// share it.
+    last_origin: Option<Arc<Origin>>,
 }
 
 impl TurnHold {
@@ -161,6 +162,7 @@ impl TurnHold {
             unordered: false,
             holdings: FastMap::default(),
             unplaced: 0,
+            last_origin: None,
         }
     }
 
@@ -194,21 +196,21 @@ impl TurnHold {
                     Some(Placed {
                         place,
                         seq: e.seq,
-                        arrival_ms: e.arrival_ms,
-                        input: e.input.clone(),
-                        route: e.route,
                         holding: h.first_seq,
-                        deferred: e.deferred.map(|at| Deferred::of(at, place)),
+                        origin: Arc::new(Origin {
+                            msg: place.msg,
+                            arrival_ms: e.arrival_ms,
+                            input: e.input.clone(),
+                            route: e.route,
+                            deferred: e.deferred.map(|at| Deferred::of(at, place)),
+                        }),
                     })
                 });
                 events.chain(h.lines.iter().map(|l| Placed {
-                    place: l.place,
+                    place: l.place(),
                     seq: l.seq,
-                    arrival_ms: l.arrival_ms,
-                    input: l.input.clone(),
-                    route: l.route,
                     holding: h.first_seq,
-                    deferred: Some(Deferred::of(l.at, l.place)),
+                    origin: l.origin.clone(),
                 }))
             })
             .collect();
@@ -262,7 +264,7 @@ impl TurnHold {
                     events.extend(
                         h.lines
                             .iter()
-                            .filter(|l| l.arrival_ms < horizon)
+                            .filter(|l| l.origin.arrival_ms < horizon)
                             .filter_map(|l| l.decode(&h.bytes)),
                     );
                 }
@@ -288,7 +290,7 @@ impl TurnHold {
             if !self.holdings.contains_key(&p.holding) {
                 continue; // its turn was released
             }
-            if p.arrival_ms < horizon {
+            if p.origin.arrival_ms < horizon {
                 old = true;
                 continue;
             }
@@ -296,10 +298,10 @@ impl TurnHold {
                 && refs.last().is_some_and(|r| {
                     r.msg == p.place.msg
                         && p.place.line >= line
-                        && r.arrival_ms == p.arrival_ms
-                        && r.route == p.route
-                        && r.deferred == p.deferred
-                        && match (&r.input, &p.input) {
+                        && r.arrival_ms == p.origin.arrival_ms
+                        && r.route == p.origin.route
+                        && r.deferred == p.origin.deferred
+                        && match (&r.input, &p.origin.input) {
                             (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
                             (None, None) => true,
                             _ => false,
@@ -309,10 +311,10 @@ impl TurnHold {
             if !same {
                 refs.push(HeldLines {
                     msg: p.place.msg,
-                    arrival_ms: p.arrival_ms,
-                    input: p.input.clone(),
-                    route: p.route,
-                    deferred: p.deferred,
+                    arrival_ms: p.origin.arrival_ms,
+                    input: p.origin.input.clone(),
+                    route: p.origin.route,
+                    deferred: p.origin.deferred,
                     ..HeldLines::default()
                 });
                 (line, seq) = (0, 0);
@@ -351,14 +353,14 @@ impl TurnHold {
         match self.groups.last_mut() {
             Some(g) if g.msg == p.place.msg && g.end == at => {
                 g.end = at + 1;
-                g.first_arrival_ms = g.first_arrival_ms.min(p.arrival_ms);
+                g.first_arrival_ms = g.first_arrival_ms.min(p.origin.arrival_ms);
                 g.written.take();
             }
             _ => self.groups.push(Group {
                 msg: p.place.msg,
                 start: at,
                 end: at + 1,
-                first_arrival_ms: p.arrival_ms,
+                first_arrival_ms: p.origin.arrival_ms,
                 written: OnceCell::new(),
             }),
         }
@@ -415,14 +417,12 @@ impl TurnHold {
             deferred: None,
         });
         if let Some(place) = place {
+            let origin = self.origin(place.msg, arrival_ms, input, route, None);
             self.log(Placed {
                 place,
                 seq,
-                arrival_ms,
-                input,
-                route,
                 holding,
-                deferred: None,
+                origin,
             });
         }
         if self.events > Self::MAX_EVENTS {
@@ -448,15 +448,9 @@ impl TurnHold {
         released: &mut Vec<ReleasedTurn>,
     ) -> bool {
         let seq = self.seq;
-        if !self.insert_line(
-            (turn, ts_ms),
-            bytes,
-            arrival_ms,
-            (input, route),
-            place,
-            at,
-            seq,
-        ) {
+        let deferred = Some(Deferred::of(at, place));
+        let origin = self.origin(place.msg, arrival_ms, input, route, deferred);
+        if !self.insert_line((turn, ts_ms), bytes, origin, place.line, seq) {
             return false;
         }
         self.seq += 1;
@@ -472,21 +466,24 @@ impl TurnHold {
     fn restore_line(&mut self, l: snapshot::ResolvedLine) {
         match crate::turn_route::deferrable(&l.bytes) {
             Some(d) => {
-                let origin = (l.input, l.route);
-                let key = (d.turn, d.ts_ms);
-                self.insert_line(key, &l.bytes, l.arrival_ms, origin, l.place, l.at, l.seq);
+                let deferred = Some(Deferred::of(l.at, l.place));
+                let origin = self.origin(l.place.msg, l.arrival_ms, l.input, l.route, deferred);
+                self.insert_line((d.turn, d.ts_ms), &l.bytes, origin, l.place.line, l.seq);
             }
             None => {
                 let line = HeldLine {
                     start: 0,
                     len: u32::try_from(l.bytes.len()).unwrap_or(0),
                     ts_ms: 0,
-                    arrival_ms: l.arrival_ms,
                     seq: l.seq,
-                    place: l.place,
-                    input: l.input,
-                    route: l.route,
-                    at: l.at,
+                    line: l.place.line,
+                    origin: Arc::new(Origin {
+                        msg: l.place.msg,
+                        arrival_ms: l.arrival_ms,
+                        input: l.input,
+                        route: l.route,
+                        deferred: Some(Deferred::of(l.at, l.place)),
+                    }),
                 };
                 if let Some(e) = line.decode(&l.bytes) {
                     self.insert(e);
@@ -495,22 +492,55 @@ impl TurnHold {
         }
     }
 
-    /// [`TurnHold::push_line`] with arrival number `seq`, without the bound.
-    #[allow(clippy::too_many_arguments)]
+    /// The origin of a held line or event of message `msg` (the last one's, shared, when
+    /// they are the same).
+    fn origin(
+        &mut self,
+        msg: u64,
+        arrival_ms: i64,
+        input: Option<Arc<str>>,
+        route: Route,
+        deferred: Option<Deferred>,
+    ) -> Arc<Origin> {
+        if let Some(last) = &self.last_origin
+            && last.msg == msg
+            && last.arrival_ms == arrival_ms
+            && last.route == route
+            && last.deferred == deferred
+            && match (&last.input, &input) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+                (None, None) => true,
+                _ => false,
+            }
+        {
+            return last.clone();
+        }
+        let origin = Arc::new(Origin {
+            msg,
+            arrival_ms,
+            input,
+            route,
+            deferred,
+        });
+        self.last_origin = Some(origin.clone());
+        origin
+    }
+
+    /// Hold line `line` of `origin`'s message (`bytes`, turn and time as
+    /// [`TurnHold::push_line`] takes them) with arrival number `seq`, without the bound.
     fn insert_line(
         &mut self,
         (turn, ts_ms): (&str, i64),
         bytes: &[u8],
-        arrival_ms: i64,
-        (input, route): (Option<Arc<str>>, Route),
-        place: Place,
-        at: LineAt,
+        origin: Arc<Origin>,
+        line: u32,
         seq: u64,
     ) -> bool {
+        let arrival_ms = origin.arrival_ms;
         if bytes.len() > u32::MAX as usize {
             return false;
         }
-        // One lookup for a held turn: a second one cost a tenth of holding a line.
+        // One lookup for a held turn (each a likely cache miss in a map of thousands).
         let held = match self.turns.get_mut(turn) {
             Some(held) => held,
             None => {
@@ -536,25 +566,23 @@ impl TurnHold {
             start,
             len: bytes.len() as u32,
             ts_ms,
-            arrival_ms,
             seq,
-            place,
-            input: input.clone(),
-            route,
-            at,
+            line,
+            origin: origin.clone(),
         });
         held.placed += 1;
         let holding = held.first_seq;
         self.events += 1;
         self.latest_arrival_ms = self.latest_arrival_ms.max(arrival_ms);
+        let place = Place {
+            msg: origin.msg,
+            line,
+        };
         self.log(Placed {
             place,
             seq,
-            arrival_ms,
-            input,
-            route,
             holding,
-            deferred: Some(Deferred::of(at, place)),
+            origin,
         });
         true
     }
@@ -685,7 +713,7 @@ impl TurnHold {
         } else if held.placed > 0 && !self.unordered {
             let mut last = None;
             let events = held.events.iter().filter_map(|e| e.place.map(|p| p.msg));
-            for msg in events.chain(held.lines.iter().map(|l| l.place.msg)) {
+            for msg in events.chain(held.lines.iter().map(|l| l.origin.msg)) {
                 if last != Some(msg) {
                     self.ungroup(msg);
                     last = Some(msg);

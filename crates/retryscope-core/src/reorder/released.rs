@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use super::{HeldEvent, Place};
+use super::{Deferred, HeldEvent, Place};
 use crate::decode::SkipCounts;
 use crate::decode::native::{self, NativeLine};
 use crate::ingest::Source;
@@ -25,6 +25,36 @@ pub struct LineAt {
     pub number: u64,
 }
 
+/// What the held lines and events of one message have in common, shared by reference (one
+/// `Arc` a message, not a copy a line: the hold's bookkeeping a line was twice its bytes,
+/// and a busy collector's hold waited on memory).
+#[derive(Debug, PartialEq)]
+pub(super) struct Origin {
+    /// The message.
+    pub(super) msg: u64,
+    /// When it arrived.
+    pub(super) arrival_ms: i64,
+    /// The input it came from.
+    pub(super) input: Option<Arc<str>>,
+    /// The route of its feed.
+    pub(super) route: Route,
+    /// For lines held undecoded (every line's origin has it): where their fates are told.
+    pub(super) deferred: Option<Deferred>,
+}
+
+impl Origin {
+    /// Where line `line` of the message is told (a line's origin always says).
+    pub(super) fn at(&self, line: u32) -> LineAt {
+        self.deferred.map_or(
+            LineAt {
+                source: Source::Nats,
+                number: u64::from(line) + 1,
+            },
+            |d| d.at(line),
+        )
+    }
+}
+
 /// A line held undecoded: its bytes are `bytes[start..start + len]` of its turn's buffer.
 #[derive(Debug, Clone)]
 pub(super) struct HeldLine {
@@ -32,15 +62,21 @@ pub(super) struct HeldLine {
     pub(super) len: u32,
     /// Its time: the line's `ts`.
     pub(super) ts_ms: i64,
-    pub(super) arrival_ms: i64,
     pub(super) seq: u64,
-    pub(super) place: Place,
-    pub(super) input: Option<Arc<str>>,
-    pub(super) route: Route,
-    pub(super) at: LineAt,
+    /// Its line in its message ([`Place::line`]; the message is the origin's).
+    pub(super) line: u32,
+    pub(super) origin: Arc<Origin>,
 }
 
 impl HeldLine {
+    /// Where it can be read again.
+    pub(super) fn place(&self) -> Place {
+        Place {
+            msg: self.origin.msg,
+            line: self.line,
+        }
+    }
+
     /// The line's bytes in its turn's buffer.
     pub(super) fn bytes<'b>(&self, buffer: &'b [u8]) -> &'b [u8] {
         let start = self.start as usize;
@@ -56,12 +92,12 @@ impl HeldLine {
         match native::decode_line(self.bytes(buffer), &mut skips) {
             Ok(NativeLine::Event(ev)) if crate::bounds::check(&ev).is_ok() => Some(HeldEvent {
                 event: ev.into_owned(),
-                arrival_ms: self.arrival_ms,
+                arrival_ms: self.origin.arrival_ms,
                 seq: self.seq,
-                input: self.input.clone(),
-                route: self.route,
-                place: Some(self.place),
-                deferred: Some(self.at),
+                input: self.origin.input.clone(),
+                route: self.origin.route,
+                place: Some(self.place()),
+                deferred: Some(self.origin.at(self.line)),
             }),
             _ => None,
         }
@@ -128,10 +164,10 @@ impl ReleasedTurn {
                 if let Some(l) = lines.next() {
                     each(Released::Line(ReleasedLine {
                         bytes: l.bytes(&self.bytes),
-                        arrival_ms: l.arrival_ms,
-                        input: l.input.as_ref(),
-                        route: l.route,
-                        at: l.at,
+                        arrival_ms: l.origin.arrival_ms,
+                        input: l.origin.input.as_ref(),
+                        route: l.origin.route,
+                        at: l.origin.at(l.line),
                     }));
                 }
             } else if let Some(e) = events.next() {

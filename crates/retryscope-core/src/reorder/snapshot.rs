@@ -221,7 +221,7 @@ impl Deferred {
     }
 
     /// Where line `line` of the message is told.
-    fn at(self, line: u32) -> LineAt {
+    pub(super) fn at(self, line: u32) -> LineAt {
         LineAt {
             source: self.source,
             number: self.first.saturating_add(u64::from(line)),
