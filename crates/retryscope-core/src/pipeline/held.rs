@@ -68,11 +68,12 @@ impl Pipeline {
         let Some(line) = crate::turn_route::deferrable(bytes) else {
             return false;
         };
-        if line.ends_turn && self.envelope.holds_turn(line.turn) {
+        let chunks = |t: &[u8]| std::str::from_utf8(t).is_ok_and(|t| self.envelope.holds_turn(t));
+        if line.ends_turn && chunks(line.turn) {
             return false;
         }
         let mut released = std::mem::take(&mut self.released);
-        let origin = (self.origin.0.clone(), self.origin.2);
+        let origin = (self.origin.0.as_ref(), self.origin.2);
         let key = (line.turn, line.ts_ms);
         let held = hold.push_line(key, bytes, arrival_ms, origin, place, at, &mut released);
         if held {

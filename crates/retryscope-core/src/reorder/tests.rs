@@ -264,7 +264,7 @@ fn consecutive_lines_are_written_as_runs_and_read_back_each_in_its_place() {
     assert_eq!(snap.refs[0].spans, vec![(0, 0, 1000)], "one run");
     assert!(snap.refs[0].lines.is_empty());
     // Release t3 alone: every tenth line leaves a gap.
-    let t3 = h.take_turn("t3").expect("held");
+    let t3 = h.take_turn(b"t3").expect("held");
     assert_eq!(t3.len(), 100);
     let want = {
         let mut all = Vec::new();
@@ -431,7 +431,7 @@ fn past_the_bound_the_longest_quiet_turn_goes_first() {
         .map(|e| &e.event.turn)
         .collect::<std::collections::HashSet<_>>()
         .into_iter()
-        .all(|t| !h.turns.contains_key(&**t));
+        .all(|t| !h.turns.contains_key(t.as_bytes()));
     assert!(released_quiet, "released turns are released whole");
     assert!(
         last_released <= first_held,
