@@ -342,7 +342,10 @@ fn a_folder_contributes_its_logs_not_its_source_files() {
     sources(&dir, &mut skipped);
     skipped.sort();
     assert!(skipped.len() >= 9, "{skipped:?}");
-    assert!(skipped[0].starts_with(&format!("{base}/bench_")), "{skipped:?}");
+    assert!(
+        skipped[0].starts_with(&format!("{base}/bench_")),
+        "{skipped:?}"
+    );
     assert_eq!(
         stderr(&out),
         format!(
