@@ -8,7 +8,7 @@ use crate::decode::SkipCounts;
 use crate::decode::native::{self, NativeLine};
 use crate::turn_route::Route;
 
-/// What a checkpoint keeps of a [`TurnHold`].
+/// What a checkpoint keeps of a [`TurnHold`](super::TurnHold).
 ///
 /// The whole events are stored as `by_value` (older versions wrote `events`, still read): a
 /// version that does not know references refuses the snapshot rather than losing them.
