@@ -102,21 +102,17 @@ impl Pipeline {
 
     /// Correlate the held turns quiet at `now_ms` (all of them with `all`).
     pub(super) fn release_held(&mut self, now_ms: i64, all: bool, out: &mut Vec<Output>) {
-        let Some(hold) = &mut self.hold else {
+        // Out while its turns are correlated (they touch everything else of the pipeline).
+        let Some(mut hold) = self.hold.take() else {
             return;
         };
-        let mut sink = HeldSink {
-            correlator: &mut self.correlator,
-            counters: &mut self.counters,
-            fates: &mut self.fates,
-            clock_ms: &mut self.clock_ms,
-            recorded: &mut self.recorded,
-        };
+        let mut sink = self.held_sink();
         let mut any = false;
         hold.release_each(now_ms, all, |turn| {
             any = true;
             sink.correlate(turn, out);
         });
+        self.hold = Some(hold);
         if any {
             self.restore_origin();
         }
