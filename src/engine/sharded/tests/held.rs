@@ -55,9 +55,22 @@ fn log() -> Vec<String> {
             r#"{{"turn":"h9","attempt":0,"ts":{ts},"type":"provider_chunk","provider":"openai.chat","data":{{"id":"c1","created":1770000000,"model":"gpt-4o","choices":[{{"index":0,"delta":{{"tool_calls":[{{"index":0,"id":"call_1","type":"function","function":{{"name":"refund","arguments":"{{\"order\":1}}"}}}}]}}}}]}}}}"#
         ),
         format!(r#"{{"turn":"h9","type":"turn_end","ts":{ts}}}"#),
+        // An Anthropic stream cut off before `message_stop`, then its `turn_end`: flushing
+        // the decoder bills what the attempt used before the turn closes. Held undecoded,
+        // the turn_end would close the turn first, and the usage would come after it.
+        format!(
+            r#"{{"turn":"h10","attempt":0,"ts":{ts},"type":"provider_chunk","provider":"anthropic","data":{{"type":"message_start","message":{{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"usage":{{"input_tokens":1200,"output_tokens":1}}}}}}}}"#
+        ),
+        format!(
+            r#"{{"turn":"h10","attempt":0,"ts":{ts},"type":"provider_chunk","provider":"anthropic","data":{{"type":"content_block_start","index":0,"content_block":{{"type":"text","text":""}}}}}}"#
+        ),
+        format!(
+            r#"{{"turn":"h10","attempt":0,"ts":{ts},"type":"provider_chunk","provider":"anthropic","data":{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":"Refunding order 1"}}}}}}"#
+        ),
+        format!(r#"{{"v":1,"turn":"h10","type":"turn_end","ts":{ts}}}"#),
     ];
     for (i, h) in hostile.into_iter().enumerate() {
-        lines.insert(500 + i * 797, h);
+        lines.insert(500 + i * 700, h);
     }
     lines
 }
