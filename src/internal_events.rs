@@ -78,6 +78,7 @@ impl InternalEvent for Ingested<'_> {
                 forced,
             }
             .emit(metrics),
+            Note::ReleasedEarly { turns, events } => HoldFull { turns, events }.emit(metrics),
             Note::Refused {
                 name, lookalike, ..
             } => StreamRefused {
@@ -86,6 +87,30 @@ impl InternalEvent for Ingested<'_> {
             }
             .emit(metrics),
         }
+    }
+}
+
+/// A partition's hold of turns waiting to settle was full: its quietest turns were released
+/// before they were quiet. Counted, and logged (rate-limited): at this rate cross-host order
+/// is no longer waited for.
+pub struct HoldFull {
+    /// Turns released early.
+    pub turns: u64,
+    /// Their events.
+    pub events: u64,
+}
+
+impl InternalEvent for HoldFull {
+    fn emit(self, metrics: &Metrics) {
+        metrics.add_held_released_early(self.turns);
+        tracing::warn!(
+            turns = self.turns,
+            events = self.events,
+            bound = retryscope_core::reorder::TurnHold::MAX_EVENTS,
+            "a partition's hold was full: turns released before they were quiet (their late \
+             parts will find them closed); spread the load over more partitions or collectors, \
+             or lower --settle-secs"
+        );
     }
 }
 

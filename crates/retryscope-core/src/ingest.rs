@@ -514,6 +514,12 @@ impl Ingest {
                 }
             }
         }
+        if fates.early.turns > 0 {
+            note(Note::ReleasedEarly {
+                turns: fates.early.turns,
+                events: fates.early.events,
+            });
+        }
         for fate in fates.bad {
             note(Note::Line {
                 source: fate.at.source,

@@ -138,6 +138,18 @@ pub struct TurnHold {
     /// The origin of the last held line or event with a place: the next ones of its message
     /// share it.
     last_origin: Option<Arc<Origin>>,
+    /// Turns, and their events, released early since [`TurnHold::take_released_early`].
+    early: ReleasedEarly,
+}
+
+/// Turns released before they were quiet, because the hold was full
+/// ([`TurnHold::MAX_EVENTS`]): their late parts, if any come, find them closed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReleasedEarly {
+    /// Turns.
+    pub turns: u64,
+    /// Their events and lines.
+    pub events: u64,
 }
 
 impl TurnHold {
@@ -165,6 +177,7 @@ impl TurnHold {
             holdings: FastMap::default(),
             unplaced: 0,
             last_origin: None,
+            early: ReleasedEarly::default(),
         }
     }
 
@@ -620,7 +633,17 @@ impl TurnHold {
                 .map_or(0, |h| h.events.len() + h.lines.len());
             ids.push(id.clone());
         }
+        let before = released.len();
         released.extend(ids.iter().filter_map(|id| self.take_turn(id)));
+        for turn in &released[before..] {
+            self.early.turns += 1;
+            self.early.events += turn.len() as u64;
+        }
+    }
+
+    /// The turns released early (the hold full) since the last call.
+    pub fn take_released_early(&mut self) -> ReleasedEarly {
+        std::mem::take(&mut self.early)
     }
 
     /// Hold `e` (events come in arrival order); its turn's holding.

@@ -29,6 +29,12 @@ impl Metrics {
         lock(&self.inner).add(F::UnknownEvents, &[source.as_str()], n as f64);
     }
 
+    /// Count `turns` released early from a full hold
+    /// (`retryscope_nats_held_turns_released_early_total`).
+    pub fn add_held_released_early(&self, turns: u64) {
+        lock(&self.inner).add(F::NatsReleasedEarly, &[], turns as f64);
+    }
+
     /// Set `retryscope_open_turns` and move `retryscope_evicted_turns_total`,
     /// `retryscope_late_events_total` and `retryscope_after_close_events_total` by the growth of the correlator's cumulative stats since
     /// the last call. Call it on every tick (and after each batch of events).

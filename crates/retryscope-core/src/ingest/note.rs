@@ -102,6 +102,14 @@ pub enum Note<'a> {
         /// How many.
         lines: u64,
     },
+    /// Turns held to settle (`crate::reorder`) released before they were quiet, because the
+    /// hold was full: a late part of one (another host's half) finds it closed.
+    ReleasedEarly {
+        /// How many turns.
+        turns: u64,
+        /// Their events and lines.
+        events: u64,
+    },
     /// A stream was refused: it borrows a provider format's names without its shape. Its
     /// lines are counted as bad lines (`unknown_format`), never decoded.
     Refused {

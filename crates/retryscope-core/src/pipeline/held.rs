@@ -13,7 +13,7 @@ use crate::decode::native::{self, NativeLine};
 use crate::decode::{BadLineReason, DecodeError};
 use crate::event::Event;
 use crate::ingest::Source;
-use crate::reorder::{LineAt, Place, Released, ReleasedLine, ReleasedTurn};
+use crate::reorder::{LineAt, Place, Released, ReleasedEarly, ReleasedLine, ReleasedTurn};
 
 /// A held line that did not decode well, known once its turn is released; the ingest path
 /// tells it as a [`crate::ingest::Note::Line`].
@@ -28,13 +28,15 @@ pub(crate) struct Fate {
 }
 
 /// Held lines' fates since they were last told: those that decoded well counted by source
-/// and outcome (told together, as [`crate::ingest::Note::Decoded`]), the others each.
+/// and outcome (told together, as [`crate::ingest::Note::Decoded`]), the others each; and
+/// the turns the hold released early, full ([`crate::ingest::Note::ReleasedEarly`]).
 #[derive(Debug, Default)]
 pub(crate) struct Fates {
     /// Lines by source (`Source as usize`): events, and records of a type this version
     /// skips.
     pub(crate) decoded: [[u64; 2]; Source::ALL.len()],
     pub(crate) bad: Vec<Fate>,
+    pub(crate) early: ReleasedEarly,
 }
 
 impl Fates {
@@ -120,7 +122,12 @@ impl Pipeline {
 
     /// The fates of held lines decoded since the last call.
     pub(crate) fn take_fates(&mut self) -> Option<Fates> {
-        let told = self.fates.bad.is_empty() && self.fates.decoded == Fates::default().decoded;
+        if let Some(hold) = &mut self.hold {
+            self.fates.early = hold.take_released_early();
+        }
+        let told = self.fates.bad.is_empty()
+            && self.fates.decoded == Fates::default().decoded
+            && self.fates.early == ReleasedEarly::default();
         (!told).then(|| std::mem::take(&mut self.fates))
     }
 

@@ -419,6 +419,22 @@ fn past_the_bound_the_longest_quiet_turn_goes_first() {
     let target = TurnHold::MAX_EVENTS - TurnHold::MAX_EVENTS / 10;
     assert!(h.len() <= target, "{} held", h.len());
     assert_eq!(h.len() + out.len(), TurnHold::MAX_EVENTS + 1, "none lost");
+    // Counted, once.
+    let turns = out
+        .iter()
+        .map(|e| &e.event.turn)
+        .collect::<std::collections::HashSet<_>>()
+        .len() as u64;
+    let early = h.take_released_early();
+    assert_eq!(
+        early,
+        crate::reorder::ReleasedEarly {
+            turns,
+            events: out.len() as u64
+        }
+    );
+    assert!(turns > 1);
+    assert_eq!(h.take_released_early(), Default::default());
     let last_released = out.iter().map(|e| e.arrival_ms).max().unwrap_or(0);
     let first_held = h
         .turns

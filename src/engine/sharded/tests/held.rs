@@ -6,7 +6,7 @@
 //! its references read back, resumes to the same.
 
 use super::*;
-use retryscope_core::reorder::{HoldSnapshot, Place};
+use retryscope_core::reorder::{HoldSnapshot, Place, TurnHold};
 
 /// Lines per message, as a shipper batches them.
 const PER_MESSAGE: usize = 64;
@@ -273,4 +273,51 @@ fn a_checkpoint_of_lines_held_undecoded_resumes_to_the_same() {
             "cut {cut}: same outputs"
         );
     }
+}
+
+/// A hold past its bound releases its quietest turns before they are quiet: counted in
+/// `retryscope_nats_held_turns_released_early_total` (in the partition's metrics, which
+/// travel in its checkpoint), and nothing is lost: every line is decoded and correlated.
+#[test]
+fn a_full_hold_counts_the_turns_it_releases_early() {
+    let mut fleet = Fleet::new(FleetConfig::bench(3));
+    let mut log = Vec::new();
+    let mut line = String::new();
+    while log.len() < TurnHold::MAX_EVENTS + 20_000 && fleet.next_line(&mut line) {
+        log.push(std::mem::take(&mut line));
+    }
+    let metrics = Arc::new(Metrics::new(MetricsConfig::default()).unwrap());
+    let mut ingest = partition(&metrics, None, None);
+    let mut out = Vec::new();
+    let mut note = |n: Note<'_>| Ingested(n).emit(&metrics);
+    let id = ingest.stream(Source::Nats, "host-a:agent.jsonl");
+    // All within the settle time: only the bound releases anything.
+    let now = 1_794_477_600_000i64;
+    for (i, line) in log.iter().enumerate() {
+        ingest.place_next_line(place(i));
+        ingest.line(id, None, line.as_bytes(), Some(now), &mut out, &mut note);
+    }
+    ingest.tick(now, &mut out, &mut note);
+    let early = value(&metrics, "retryscope_nats_held_turns_released_early_total");
+    let turns_out = out
+        .iter()
+        .filter(|o| matches!(o, Output::TurnClosed(_)))
+        .count() as f64;
+    assert!(early > 0.0, "turns released early are counted");
+    assert!(early <= turns_out, "{early} counted, {turns_out} closed");
+    let gave = finish(ingest, &metrics, Default::default());
+    assert_eq!(gave.counters.lines, log.len() as u64);
+    assert_eq!(
+        gave.counters.events,
+        log.len() as u64,
+        "every line correlated"
+    );
+    assert!(gave.bad.is_empty());
+}
+
+fn value(metrics: &Metrics, name: &str) -> f64 {
+    let text = String::from_utf8(metrics.render().1).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0.0)
 }
