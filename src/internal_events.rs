@@ -107,8 +107,8 @@ impl InternalEvent for HoldFull {
             turns = self.turns,
             events = self.events,
             bound = retryscope_core::reorder::TurnHold::MAX_EVENTS,
-            "a partition's hold was full: turns released before they were quiet (their late \
-             parts will find them closed); spread the load over more partitions or collectors, \
+            "a partition's hold was full: turns released before they were quiet (a late part \
+             of one is correlated after the rest); spread the load over more partitions or collectors, \
              or lower --settle-secs"
         );
     }

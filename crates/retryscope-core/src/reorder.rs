@@ -143,7 +143,8 @@ pub struct TurnHold {
 }
 
 /// Turns released before they were quiet, because the hold was full
-/// ([`TurnHold::MAX_EVENTS`]): their late parts, if any come, find them closed.
+/// ([`TurnHold::MAX_EVENTS`]): a late part of one, if any comes, is correlated after the rest
+/// (out of time order, or after the turn closed).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReleasedEarly {
     /// Turns.

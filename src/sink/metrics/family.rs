@@ -152,7 +152,7 @@ families! {
     NatsHeldLost => "retryscope_nats_held_events_lost_total", Counter, [],
         "Events of turns held to settle (--settle-secs) that a new owner could not read back from the events stream: their messages were gone (the stream's max age, or a purge). They are missing from their turns; logged (run --nats).";
     NatsReleasedEarly => "retryscope_nats_held_turns_released_early_total", Counter, [],
-        "Turns held to settle (--settle-secs) released before they were quiet, because a partition's hold was full (200,000 events): a late part of one (another host's half) finds it closed. Logged (run --nats).";
+        "Turns held to settle (--settle-secs) released before they were quiet, because a partition's hold was full (200,000 events): a late part of one (another host's half) is correlated after the rest: out of time order, or after the turn closed. Logged (run --nats).";
     ProxyUnobserved => "retryscope_proxy_unobserved_answers_total", Counter, [],
         "Non-streaming answers over the proxy's 8 MiB cap, passed to the client unobserved.";
     ProxyFeedLost => "retryscope_proxy_feed_lost_lines_total", Counter, [],
