@@ -150,6 +150,33 @@ impl ReleasedTurn {
     /// Hand each event and line to `each`, in time order (its own time, the arrival time
     /// where it has none; ties in arrival order).
     pub fn each<'a>(&'a self, mut each: impl FnMut(Released<'a>)) {
+        self.merge(|item| {
+            each(match item {
+                Item::Event(e) => Released::Event(e),
+                Item::Line(l) => Released::Line(ReleasedLine {
+                    bytes: l.bytes(&self.bytes),
+                    arrival_ms: l.origin.arrival_ms,
+                    input: l.origin.input.as_ref(),
+                    route: l.origin.route,
+                    at: l.origin.at(l.line),
+                }),
+            })
+        });
+    }
+
+    /// Its events whole, in time order, its lines decoded (one that does not decode to an
+    /// event is left out).
+    pub fn into_events(self) -> Vec<HeldEvent> {
+        let mut out = Vec::with_capacity(self.len());
+        self.merge(|item| match item {
+            Item::Event(e) => out.push(e.clone()),
+            Item::Line(l) => out.extend(l.decode(&self.bytes)),
+        });
+        out
+    }
+
+    /// Its events and lines merged in time order.
+    fn merge<'a>(&'a self, mut each: impl FnMut(Item<'a>)) {
         let (mut events, mut lines) = (self.events.iter().peekable(), self.lines.iter().peekable());
         loop {
             let line_first = match (events.peek(), lines.peek()) {
@@ -160,49 +187,20 @@ impl ReleasedTurn {
                 (Some(_), None) => false,
                 (None, None) => return,
             };
-            if line_first {
-                if let Some(l) = lines.next() {
-                    each(Released::Line(ReleasedLine {
-                        bytes: l.bytes(&self.bytes),
-                        arrival_ms: l.origin.arrival_ms,
-                        input: l.origin.input.as_ref(),
-                        route: l.origin.route,
-                        at: l.origin.at(l.line),
-                    }));
-                }
-            } else if let Some(e) = events.next() {
-                each(Released::Event(e));
-            }
-        }
-    }
-
-    /// Its events whole, in time order, its lines decoded (one that does not decode to an
-    /// event is left out).
-    pub fn into_events(self) -> Vec<HeldEvent> {
-        let mut lines = self
-            .lines
-            .iter()
-            .filter_map(|l| l.decode(&self.bytes).map(|e| (l, e)));
-        let mut out = Vec::with_capacity(self.len());
-        let mut events = self.events.into_iter().peekable();
-        let mut next_line = lines.next();
-        loop {
-            let line_first = match (events.peek(), &next_line) {
-                (Some(e), Some((l, _))) => {
-                    (l.ts_ms, l.seq) < (e.event.ts_ms.unwrap_or(e.arrival_ms), e.seq)
-                }
-                (None, Some(_)) => true,
-                (Some(_), None) => false,
-                (None, None) => return out,
+            let item = if line_first {
+                lines.next().map(Item::Line)
+            } else {
+                events.next().map(Item::Event)
             };
-            if line_first {
-                if let Some((_, e)) = next_line.take() {
-                    out.push(e);
-                }
-                next_line = lines.next();
-            } else if let Some(e) = events.next() {
-                out.push(e);
+            if let Some(item) = item {
+                each(item);
             }
         }
     }
+}
+
+/// One item of a released turn as held.
+enum Item<'a> {
+    Event(&'a HeldEvent),
+    Line(&'a HeldLine),
 }
