@@ -108,8 +108,8 @@ impl InternalEvent for HoldFull {
             events = self.events,
             bound = retryscope_core::reorder::TurnHold::MAX_EVENTS,
             "a partition's hold was full: turns released before they were quiet (a late part \
-             of one is correlated after the rest); spread the load over more partitions or collectors, \
-             or lower --settle-secs"
+             of one is correlated after the rest); spread the load over more partitions or \
+             collectors, or lower --settle-secs"
         );
     }
 }

@@ -103,8 +103,8 @@ pub enum Note<'a> {
         lines: u64,
     },
     /// Turns held to settle (`crate::reorder`) released before they were quiet, because the
-    /// hold was full: a late part of one (another host's half) is correlated after the rest: out of
-    /// time order, or after the turn closed.
+    /// hold was full: a late part of one (another host's half) is correlated after the rest,
+    /// out of time order or after the turn closed.
     ReleasedEarly {
         /// How many turns.
         turns: u64,
