@@ -7,7 +7,8 @@
 //!   ([`fence`]), which moves the revision past the one the deposed owner holds.
 //! - **Any size.** A state too large for one message (NATS refuses a message over the
 //!   server's `max_payload`, 1 MiB by default: ~700 open turns) is written as chunks under
-//!   `p<N>.c.<generation>.<i>` first, and the head then names the generation, its chunk count,
+//!   `p<N>.c.<generation>.<i>` first, each at most [`CHUNK_BYTES`] and within the server's
+//!   limit ([`chunk_limit`]), and the head then names the generation, its chunk count,
 //!   length and hash. A writer that loses the compare-and-set removes its chunks; a winner
 //!   removes the previous generation's. A head written before chunking (the state inline) is
 //!   still read.
@@ -29,8 +30,19 @@ use retryscope_core::pipeline::InputCounters;
 /// The bucket of partition checkpoints.
 pub const STATE_BUCKET: &str = "retryscope_state";
 
-/// States up to this size are stored in the head itself; larger ones in chunks of this size.
+/// States up to this size are stored in the head itself; larger ones in chunks of this size
+/// (less on a server whose largest message is smaller: [`chunk_limit`]).
 pub const CHUNK_BYTES: usize = 256 * 1024;
+
+/// What a key-value message carries besides its value: subject, headers, protocol line.
+const ENVELOPE: usize = 512;
+
+/// The largest value [`save`] writes in one message to a server whose largest message is
+/// `max_payload`: a server configured below [`CHUNK_BYTES`] refused every checkpoint (even
+/// an empty partition's, 26 KB of metric series), so no partition could ever be taken.
+pub fn chunk_limit(max_payload: usize) -> usize {
+    CHUNK_BYTES.min(max_payload.saturating_sub(ENVELOPE)).max(1)
+}
 
 /// One partition's checkpoint.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -231,20 +243,23 @@ async fn read_chunks(store: &kv::Store, p: u32, r: &ChunkRef) -> Result<Partitio
 
 /// Rewrite the head as it is (or create an empty one), so its revision moves on: a deposed
 /// owner's next [`save`], at the revision it held, fails. The new [`Stored`].
+/// With no head yet, `empty` is stored as [`save`] stores a state (in chunks of at most
+/// `limit` bytes if it needs them).
 pub async fn fence(
     store: &kv::Store,
     p: u32,
     loaded: &Loaded,
     empty: &PartitionState,
+    limit: usize,
 ) -> Result<Stored, NatsError> {
-    let value = match &loaded.head {
-        Some(h) => h.clone(),
-        None => Bytes::from(
-            serde_json::to_vec(&Head::Inline(Box::new(empty.clone())))
-                .map_err(|e| NatsError::new("encoding a checkpoint", e))?,
-        ),
+    let Some(head) = &loaded.head else {
+        let prev = Stored {
+            revision: loaded.revision,
+            chunks: None,
+        };
+        return save(store, p, empty, &prev, limit).await;
     };
-    let revision = put_head(store, p, value, loaded.revision).await?;
+    let revision = put_head(store, p, head.clone(), loaded.revision).await?;
     Ok(Stored {
         revision,
         chunks: loaded.chunks.clone(),
@@ -271,16 +286,19 @@ async fn put_head(
     }
 }
 
-/// Store `state` if the head is still at `prev.revision`; what is stored now.
+/// Store `state` if the head is still at `prev.revision`, in one message if it fits in
+/// `limit` bytes ([`chunk_limit`]), else in chunks of that size; what is stored now.
 pub async fn save(
     store: &kv::Store,
     p: u32,
     state: &PartitionState,
     prev: &Stored,
+    limit: usize,
 ) -> Result<Stored, NatsError> {
+    let limit = limit.clamp(1, CHUNK_BYTES);
     let bytes = super::cpu(|| serde_json::to_vec(state))
         .map_err(|e| NatsError::new("encoding a checkpoint", e))?;
-    if bytes.len() <= CHUNK_BYTES {
+    if bytes.len() <= limit {
         let revision = put_head(store, p, Bytes::from(bytes), prev.revision).await?;
         remove_chunks(store, p, prev.chunks.as_ref()).await;
         return Ok(Stored {
@@ -290,7 +308,7 @@ pub async fn save(
     }
     let r = ChunkRef {
         generation: format!("{:016x}", rand_u64()),
-        parts: u32::try_from(bytes.len().div_ceil(CHUNK_BYTES))
+        parts: u32::try_from(bytes.len().div_ceil(limit))
             .map_err(|e| NatsError::new("encoding a checkpoint", e))?,
         bytes: bytes.len() as u64,
         fnv: retryscope_core::fasthash::fnv1a(&bytes),
@@ -298,8 +316,8 @@ pub async fn save(
     // All chunks in flight at once: one round trip, not one per chunk.
     let bytes = Bytes::from(bytes);
     let puts = (0..r.parts).map(|i| {
-        let from = i as usize * CHUNK_BYTES;
-        let part = bytes.slice(from..(from + CHUNK_BYTES).min(bytes.len()));
+        let from = i as usize * limit;
+        let part = bytes.slice(from..(from + limit).min(bytes.len()));
         store.put(chunk_key(p, &r.generation, i), part)
     });
     if let Err(e) = futures_util::future::try_join_all(puts).await {

@@ -5,6 +5,7 @@
 mod clocks;
 mod cluster;
 mod conformance;
+mod dead_letters;
 mod decoder_state;
 mod deploy;
 mod faults;

@@ -1,0 +1,169 @@
+//! What can never be published: a server whose largest message (`max_payload`) is smaller
+//! than a line or a finding. The shipper skips the line (logged with its file and offset,
+//! counted), the collector writes the finding to its own findings output only (logged,
+//! `retryscope_nats_dead_letters_total`), and both move on: the turns after them come
+//! through whole.
+//!
+//! Before: a finding over `max_payload` wedged its partition for good (retaken 47 times in
+//! 25 s, no checkpoint), and a line over it made the shipper retry forever.
+//!
+//! The log is invented: refund turns as `nats_support::refund_turn` builds them, one with
+//! call ids of 3,000 characters (a duplicated refund's finding names both: 6.2 KB, over the
+//! 6 KiB server's limit; the others name one: 3.2 KB, under it) and one with a 7,000
+//! character text line (over the limit itself). No real client writes ids that long; a
+//! real server with a small `max_payload` is the point.
+
+use std::time::Duration;
+
+use crate::nats_support::{
+    check_json, collector, have_nats_server, log_text, nats_server_with, refund_turn, scrape,
+    settled_findings_using, shipper, wait_for,
+};
+
+/// The server's largest message for this test.
+const MAX_PAYLOAD: usize = 6 * 1024;
+/// What a message carries besides its body, as `ship` and the collector reserve it.
+const ENVELOPE: usize = 512;
+
+#[test]
+fn what_is_larger_than_the_servers_largest_message_is_a_counted_dead_letter_and_the_partition_moves_on()
+ {
+    if !have_nats_server() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let conf = d.join("nats.conf");
+    std::fs::write(&conf, format!("max_payload: {MAX_PAYLOAD}\n")).expect("write config");
+
+    // Refund turns before and after the two oversized ones, all in one partition.
+    let mut lines: Vec<serde_json::Value> = Vec::new();
+    let mut turn = |name: &str, ts: i64| {
+        let (a, b) = refund_turn(name, ts, 10);
+        lines.extend(a);
+        lines.extend(b);
+    };
+    for i in 0..20 {
+        turn(&format!("before-{i}"), 1_700_000_000_000 + i * 20);
+    }
+    let (mut a, mut b) = refund_turn("long-ids", 1_700_000_001_000, 10);
+    for e in a.iter_mut().chain(b.iter_mut()) {
+        if let Some(id) = e.get("id").and_then(|v| v.as_str()).map(str::to_string) {
+            e["id"] = serde_json::json!(format!("{id}{}", "i".repeat(3000)));
+        }
+    }
+    lines.extend(a);
+    lines.extend(b);
+    let ts = 1_700_000_002_000i64;
+    lines.extend([
+        serde_json::json!({"turn": "long-text", "type": "turn_start", "ts": ts, "model": "gpt-4o", "provider": "openai"}),
+        serde_json::json!({"turn": "long-text", "type": "text", "attempt": 0, "ts": ts + 1, "text": "t".repeat(7000)}),
+        serde_json::json!({"turn": "long-text", "type": "finish", "attempt": 0, "ts": ts + 2, "reason": "stop"}),
+        serde_json::json!({"turn": "long-text", "type": "turn_end", "ts": ts + 3}),
+    ]);
+    let mut turn = |name: &str, ts: i64| {
+        let (a, b) = refund_turn(name, ts, 10);
+        lines.extend(a);
+        lines.extend(b);
+    };
+    for i in 0..20 {
+        turn(&format!("after-{i}"), 1_700_000_003_000 + i * 20);
+    }
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let too_long = text
+        .lines()
+        .filter(|l| l.len() + ENVELOPE > MAX_PAYLOAD)
+        .count();
+    assert_eq!(too_long, 1, "one line over the limit: the long text");
+    let log = d.join("agent.jsonl");
+    std::fs::write(&log, &text).expect("write log");
+
+    // The oracle: `check` over the log without the line the shipper cannot ship (it changes
+    // no finding: the long text's turn has none).
+    let shippable: String = text
+        .lines()
+        .filter(|l| l.len() + ENVELOPE <= MAX_PAYLOAD)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let oracle = d.join("oracle.jsonl");
+    std::fs::write(&oracle, shippable).expect("write oracle log");
+    let mut expected: Vec<String> = check_json(&[&oracle])
+        .findings()
+        .map(|f| f.to_string())
+        .collect();
+    expected.sort();
+    let (fit, dead): (Vec<String>, Vec<String>) = expected
+        .iter()
+        .cloned()
+        .partition(|f| f.len() + ENVELOPE <= MAX_PAYLOAD);
+    assert_eq!(dead.len(), 1, "one finding over the limit: {dead:?}");
+    assert!(
+        dead[0].contains("duplicate_effect") && dead[0].contains("long-ids"),
+        "the long ids' duplicated refund: {dead:?}"
+    );
+    assert!(
+        fit.iter().any(|f| f.contains("long-ids")),
+        "the long ids' other findings fit"
+    );
+    assert!(fit.iter().any(|f| f.contains("after-19")), "turns after it");
+
+    let port = crate::nats_support::free_port();
+    let conf_arg = conf.display().to_string();
+    let server = nats_server_with(port, &d.join("js"), &d.join("nats.log"), &["-c", &conf_arg]);
+    let url = format!("nats://127.0.0.1:{port}");
+    let ship = shipper(d, &url, &log, "1");
+    let (c1, mport) = collector(d, &url, "c1", "4", "300");
+
+    // The findings stream: every finding that fits, each once; the partition went past the
+    // dead letter (the turns after it are there).
+    let got = settled_findings_using(
+        &url,
+        async_nats::ConnectOptions::new,
+        fit.len(),
+        Duration::from_secs(90),
+    );
+    assert_eq!(
+        got.len(),
+        fit.len(),
+        "the findings that fit, each exactly once (the stream took {} of {})",
+        got.len(),
+        fit.len()
+    );
+    assert!(got == fit, "the same findings as check");
+
+    // Counted, logged, and kept in the collector's own findings output.
+    wait_for("the dead letter counted", Duration::from_secs(30), || {
+        scrape(mport).and_then(|m| m.get("retryscope_nats_dead_letters_total").copied())
+            == Some(1.0)
+    });
+    let collector_log = log_text(d, "c1");
+    assert!(
+        collector_log.contains("finding larger than the server's largest message"),
+        "the collector logs its dead letter:\n{collector_log}"
+    );
+    let local = std::fs::read_to_string(d.join("c1-findings.jsonl")).expect("findings output");
+    let local: Vec<String> = local
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .expect("a finding is JSON")
+                .to_string()
+        })
+        .collect();
+    assert!(
+        local.contains(&dead[0]),
+        "the dead letter is in the collector's own findings output"
+    );
+    let ship_log = log_text(d, "ship");
+    assert!(
+        ship_log.contains("line larger than the server's largest message"),
+        "the shipper logs the line it skipped:\n{ship_log}"
+    );
+    // Still live: the collector kept its partition (no retake loop) and checkpointed past it.
+    let takeovers =
+        scrape(mport).and_then(|m| m.get("retryscope_nats_lease_takeovers_total").copied());
+    assert_eq!(takeovers, Some(1.0), "one take of the one partition");
+    c1.terminate();
+    ship.terminate();
+    server.terminate();
+}
