@@ -34,10 +34,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # the collector on purpose (a full disk, an unreachable trace backend, a label cap of 1).
 ZERO_OK = {
     "Bad lines/s by reason": "the run's logs are well formed (bad lines: tests/live/run_collector.rs); only the proxy's deliberately broken upstream body may yield one",
-    "Evictions, late events, rotations": "no turn is evicted or late and no log rotates in the run (tests/live/tail_rotation.rs)",
+    "Evictions, late and dropped events, file problems": "no turn is evicted or late, no log rotates and every file opens in the run (tests/live/tail_rotation.rs, tests/live/trust_tail.rs)",
     "OTLP export": "the run exports no traces (tests/otlp/export.rs)",
     "Label overflow by label": "no label reaches its cap (the caps are 20 to 100 values)",
     "Findings publish failures/s": "JetStream accepts every finding; a failure needs a broken findings stream",
+    "Cluster data at risk/s": "the run's hold never fills (200,000 events a partition), no held message is purged and no finding is larger than the server's largest message (tests/nats/dead_letters.rs, tests/nats/lagging.rs, src/engine/sharded/tests/held.rs)",
+    "Blind spots and stream states left out": "the run's native logs show attempts, cuts, executions and text, so no input kind is blind while they are read (a blind spot: tests/cli/coverage.rs), and it has far fewer than 10,000 streams",
+    "Refused connections/s by listener and reason": "no client passes a listener's caps or timeouts in the run (src/listener/tests.rs)",
     "Source lag": "the collector keeps up with the writer: no byte waits unread at a scrape (a lagging tail: tests/live/trust_tail.rs)",
     "OTLP queue depth (records)": "the engine takes each accepted batch within milliseconds: the queue is empty at every scrape (a full queue: tests/otlp/backpressure.rs)",
 }

@@ -19,6 +19,9 @@ What it checks (exit status 1 and one line per problem if anything fails):
   5. Every alert has a runbook_url with the same base, whose anchor is a heading of
      docs/runbook.md (GitHub heading slugs), and a severity of critical, high or warning.
   6. Every alert name dashboards/alertmanager.yml routes or inhibits on exists in the rules.
+  7. Every exported metric (a histogram by its base name) is drawn by a dashboard panel and
+     has a row in docs/monitoring.md's tables: a counter of lost data that no panel shows
+     and no page explains is one nobody looks at.
 
 Standard library only; needs promtool on PATH (or --promtool).
 """
@@ -304,6 +307,34 @@ def check_parse(promtool, exprs, problems):
 # --------------------------------------------------------------------------- main
 
 
+def family_of(name, names):
+    """A sample name's metric: a histogram's `_bucket`, `_sum` and `_count` are one."""
+    base = re.sub(r"_(bucket|sum|count)$", "", name)
+    return base if base != name and f"{base}_bucket" in names else name
+
+
+def documented_metrics(path):
+    """Metric names in the first cell of a table row of `path`. A row may name several, the
+    later ones by their suffix after the first's stem: `retryscope_x_queue_records`,
+    `_queue_bytes` is also retryscope_x_queue_bytes."""
+    names = set()
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.startswith("| `retryscope_"):
+                continue
+            cell = line.split("|")[1]
+            first = None
+            for tok in re.findall(r"`([a-z_]+)`", cell):
+                if tok.startswith("retryscope_"):
+                    first = tok
+                    names.add(tok)
+                elif tok.startswith("_") and first:
+                    parts = first.split("_")
+                    stem = "_".join(parts[: len(parts) - (tok.count("_"))])
+                    names.add(stem + tok)
+    return names
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--metrics-names", required=True, help="file of metric sample names (or a /metrics scrape)")
@@ -311,6 +342,7 @@ def main():
     ap.add_argument("--rules", default=os.path.join(HERE, "alerts.yml"))
     ap.add_argument("--runbook", default=os.path.join(REPO, "docs", "runbook.md"))
     ap.add_argument("--alertmanager", default=os.path.join(HERE, "alertmanager.yml"))
+    ap.add_argument("--monitoring", default=os.path.join(REPO, "docs", "monitoring.md"))
     ap.add_argument("--promtool", default="promtool")
     args = ap.parse_args()
 
@@ -390,6 +422,18 @@ def main():
         for name in sorted(set(re.findall(r"\bRetryscope\w+", am))):
             if name not in alerts:
                 problems.add(args.alertmanager, f"names alert {name}, which {args.rules} does not define")
+
+    # 7. Every exported metric on the dashboard and in the reference.
+    dash_used = set()
+    for where, expr, _ in dash_items:
+        dash_used.update(METRIC_RE.findall(STRING_RE.sub('""', expr)))
+    documented = documented_metrics(args.monitoring)
+    for family in sorted({family_of(n, names) for n in names}):
+        samples = {n for n in names if family_of(n, names) == family}
+        if not samples & dash_used:
+            problems.add(args.dashboard, f"no panel draws {family}")
+        if family not in documented:
+            problems.add(args.monitoring, f"no row documents {family}")
 
     unused = sorted(names - used)
     print(f"check-promql: {len(dash_items)} dashboard expressions, {len(rule_exprs)} alert expressions, "
