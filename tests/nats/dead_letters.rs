@@ -37,15 +37,7 @@ fn what_is_larger_than_the_servers_largest_message_is_a_counted_dead_letter_and_
     std::fs::write(&conf, format!("max_payload: {MAX_PAYLOAD}\n")).expect("write config");
 
     // Refund turns before and after the two oversized ones, all in one partition.
-    let mut lines: Vec<serde_json::Value> = Vec::new();
-    let mut turn = |name: &str, ts: i64| {
-        let (a, b) = refund_turn(name, ts, 10);
-        lines.extend(a);
-        lines.extend(b);
-    };
-    for i in 0..20 {
-        turn(&format!("before-{i}"), 1_700_000_000_000 + i * 20);
-    }
+    let mut lines = refunds("before", 1_700_000_000_000);
     let (mut a, mut b) = refund_turn("long-ids", 1_700_000_001_000, 10);
     for e in a.iter_mut().chain(b.iter_mut()) {
         if let Some(id) = e.get("id").and_then(|v| v.as_str()).map(str::to_string) {
@@ -61,14 +53,7 @@ fn what_is_larger_than_the_servers_largest_message_is_a_counted_dead_letter_and_
         serde_json::json!({"turn": "long-text", "type": "finish", "attempt": 0, "ts": ts + 2, "reason": "stop"}),
         serde_json::json!({"turn": "long-text", "type": "turn_end", "ts": ts + 3}),
     ]);
-    let mut turn = |name: &str, ts: i64| {
-        let (a, b) = refund_turn(name, ts, 10);
-        lines.extend(a);
-        lines.extend(b);
-    };
-    for i in 0..20 {
-        turn(&format!("after-{i}"), 1_700_000_003_000 + i * 20);
-    }
+    lines.extend(refunds("after", 1_700_000_003_000));
     let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
     let too_long = text
         .lines()
@@ -166,4 +151,14 @@ fn what_is_larger_than_the_servers_largest_message_is_a_counted_dead_letter_and_
     c1.terminate();
     ship.terminate();
     server.terminate();
+}
+
+/// Twenty refund turns `<prefix>-<i>`, each whole, from `ts`.
+fn refunds(prefix: &str, ts: i64) -> Vec<serde_json::Value> {
+    (0..20)
+        .flat_map(|i| {
+            let (a, b) = refund_turn(&format!("{prefix}-{i}"), ts + i * 20, 10);
+            a.into_iter().chain(b)
+        })
+        .collect()
 }
