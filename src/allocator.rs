@@ -30,8 +30,8 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// instead of mimalloc's 1 s. A cluster collector holds a settle time's events (5 s by
 /// default) and frees them as it correlates them: purged after 1 s, that memory was
 /// faulted in again for the next turns, a third of the collector's page faults (490k of
-/// them for 10M events) and a tenth of its CPU (`bench_nats --events 10000000`; 310k
-/// faults at 10 s, no fewer without purging at all). `check`'s peak RSS is the same at
+/// them for 10M events against 310k at 10 s, and no fewer without purging at all:
+/// `bench_nats --events 10000000 --collectors 1`, docs/scaling.md). `check`'s peak RSS is the same at
 /// either delay (17 MiB on 1M events). At 10 ms, `check` and `run` lost 5–15% to purging
 /// (`bench_floor`), for 2 MiB less peak RSS.
 const TUNING: [(libmimalloc_sys::mi_option_t, &CStr, std::ffi::c_long); 2] = [
@@ -109,9 +109,9 @@ mod tests {
         }
     }
 
-    /// The option numbers name the options meant: run again with each option's variable set
-    /// to a value of its own, this test binary (which mimalloc reads it in, by the option's
-    /// name) finds that value under the number.
+    /// The option numbers name the options meant: this test binary, run again with each
+    /// option's variable set to a value of its own (mimalloc reads the variable by the
+    /// option's name), finds that value under the option's number.
     #[test]
     fn option_numbers_are_the_options_their_variables_name() {
         const PROBE: &str = "RETRYSCOPE_ALLOCATOR_PROBE";
