@@ -156,8 +156,8 @@ pub(super) async fn take(
         .checkpoint(None)
         .map_err(|e| NatsError::new("reading the partition's state", e))?;
     let empty = partition_state(state_now, &core.metrics, 0, 0, 0, 0);
-    let limit = state::chunk_limit(super::max_payload(&sh.client));
-    let stored_state = state::fence(&sh.states, p, &loaded, &empty, limit).await?;
+    let max_payload = super::max_payload(&sh.client);
+    let stored_state = state::fence(&sh.states, p, &loaded, &empty, max_payload).await?;
     let (published, last_published) = published_since(&sh.findings_stream, p, findings_seq).await?;
     let consumer_name = format!("retryscope-p{p}-e{lease_rev}");
     remove_partition_consumers(&sh.events, p).await;
@@ -534,8 +534,8 @@ pub(super) async fn checkpoint(sh: &Shared, p: u32, o: &mut Owned) -> Result<(),
         o.source.tick_ms,
         findings_seq,
     );
-    let limit = state::chunk_limit(super::max_payload(&sh.client));
-    o.stored_state = state::save(&sh.states, p, &s, &o.stored_state, limit).await?;
+    let max_payload = super::max_payload(&sh.client);
+    o.stored_state = state::save(&sh.states, p, &s, &o.stored_state, max_payload).await?;
     o.stored = o.source.seq;
     sh.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
     if let Some(m) = o.source.last_msg.take()

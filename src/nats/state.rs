@@ -8,7 +8,7 @@
 //! - **Any size.** A state too large for one message (NATS refuses a message over the
 //!   server's `max_payload`, 1 MiB by default: ~700 open turns) is written as chunks under
 //!   `p<N>.c.<generation>.<i>` first, each at most [`CHUNK_BYTES`] and within the server's
-//!   limit ([`chunk_limit`]), and the head then names the generation, its chunk count,
+//!   limit (`chunk_limit`), and the head then names the generation, its chunk count,
 //!   length and hash. A writer that loses the compare-and-set removes its chunks; a winner
 //!   removes the previous generation's. A head written before chunking (the state inline) is
 //!   still read.
@@ -31,7 +31,7 @@ use retryscope_core::pipeline::InputCounters;
 pub const STATE_BUCKET: &str = "retryscope_state";
 
 /// States up to this size are stored in the head itself; larger ones in chunks of this size
-/// (less on a server whose largest message is smaller: [`chunk_limit`]).
+/// (less on a server whose largest message is smaller: `chunk_limit`).
 pub const CHUNK_BYTES: usize = 256 * 1024;
 
 /// What a key-value message carries besides its value: subject, headers, protocol line.
@@ -40,7 +40,7 @@ const ENVELOPE: usize = 512;
 /// The largest value [`save`] writes in one message to a server whose largest message is
 /// `max_payload`: a server configured below [`CHUNK_BYTES`] refused every checkpoint (even
 /// an empty partition's, 26 KB of metric series), so no partition could ever be taken.
-pub fn chunk_limit(max_payload: usize) -> usize {
+fn chunk_limit(max_payload: usize) -> usize {
     CHUNK_BYTES.min(max_payload.saturating_sub(ENVELOPE)).max(1)
 }
 
@@ -243,21 +243,21 @@ async fn read_chunks(store: &kv::Store, p: u32, r: &ChunkRef) -> Result<Partitio
 
 /// Rewrite the head as it is (or create an empty one), so its revision moves on: a deposed
 /// owner's next [`save`], at the revision it held, fails. The new [`Stored`].
-/// With no head yet, `empty` is stored as [`save`] stores a state (in chunks of at most
-/// `limit` bytes if it needs them).
+/// With no head yet, `empty` is stored as [`save`] stores a state, within the server's
+/// `max_payload`.
 pub async fn fence(
     store: &kv::Store,
     p: u32,
     loaded: &Loaded,
     empty: &PartitionState,
-    limit: usize,
+    max_payload: usize,
 ) -> Result<Stored, NatsError> {
     let Some(head) = &loaded.head else {
         let prev = Stored {
             revision: loaded.revision,
             chunks: None,
         };
-        return save(store, p, empty, &prev, limit).await;
+        return save(store, p, empty, &prev, max_payload).await;
     };
     let revision = put_head(store, p, head.clone(), loaded.revision).await?;
     Ok(Stored {
@@ -286,16 +286,17 @@ async fn put_head(
     }
 }
 
-/// Store `state` if the head is still at `prev.revision`, in one message if it fits in
-/// `limit` bytes ([`chunk_limit`]), else in chunks of that size; what is stored now.
+/// Store `state` if the head is still at `prev.revision`, in one message if it fits within
+/// a server whose largest message is `max_payload` (`chunk_limit`), else in chunks that
+/// do; what is stored now.
 pub async fn save(
     store: &kv::Store,
     p: u32,
     state: &PartitionState,
     prev: &Stored,
-    limit: usize,
+    max_payload: usize,
 ) -> Result<Stored, NatsError> {
-    let limit = limit.clamp(1, CHUNK_BYTES);
+    let limit = chunk_limit(max_payload);
     let bytes = super::cpu(|| serde_json::to_vec(state))
         .map_err(|e| NatsError::new("encoding a checkpoint", e))?;
     if bytes.len() <= limit {
