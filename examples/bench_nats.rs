@@ -285,18 +285,55 @@ fn cpu_secs(stat: &Path) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// CPU seconds of this process's threads whose name starts with `prefix`.
-fn threads_cpu(prefix: &str) -> f64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0.0;
-    };
-    tasks
-        .flatten()
-        .filter(|t| {
-            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(prefix))
-        })
-        .map(|t| cpu_secs(&t.path().join("stat")))
-        .sum()
+/// The CPU seconds of this process's threads by name, from `/proc/self/task`, counted from
+/// when the tracker started: sampled often, so that a thread that ends (a runtime's blocking
+/// thread, a partition's thread handed over) keeps what it spent until its last sample. Read
+/// once at the end, the threads gone by then were missing from the figures.
+#[derive(Default)]
+struct ThreadCpu {
+    /// By thread id: its name, its CPU seconds when first seen (0 if it started after the
+    /// tracker) and when last seen.
+    seen: std::collections::HashMap<String, (String, f64, f64)>,
+    started: bool,
+}
+
+impl ThreadCpu {
+    /// Start counting from now.
+    fn start() -> Self {
+        let mut t = ThreadCpu::default();
+        t.sample();
+        t.started = true;
+        t
+    }
+
+    /// Read every thread's CPU seconds now.
+    fn sample(&mut self) {
+        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+            return;
+        };
+        for t in tasks.flatten() {
+            let tid = t.file_name().to_string_lossy().into_owned();
+            let Ok(comm) = std::fs::read_to_string(t.path().join("comm")) else {
+                continue;
+            };
+            let cpu = cpu_secs(&t.path().join("stat"));
+            let first = if self.started { 0.0 } else { cpu };
+            let e = self
+                .seen
+                .entry(tid)
+                .or_insert_with(|| (comm.trim().to_string(), first, cpu));
+            e.2 = cpu;
+        }
+    }
+
+    /// CPU seconds since the start of the threads whose name starts with `prefix`.
+    fn of(&self, prefix: &str) -> f64 {
+        self.seen
+            .values()
+            .filter(|(name, ..)| name.starts_with(prefix))
+            .map(|(_, first, last)| last - first)
+            .sum()
+    }
 }
 
 fn wait_port(port: u16, what: &str) -> Result<(), Error> {
@@ -440,7 +477,8 @@ fn bench(
             std::thread::sleep(Duration::from_millis(50));
         }
     }
-    let before_collectors = threads_cpu("bench-collect");
+    // With a backlog, the collectors' CPU counts from their start, their takes included.
+    let mut threads_early = backlog.then(ThreadCpu::start);
     let spawned = Instant::now();
     let mut tasks = Vec::new();
     let mut served_all = Vec::new();
@@ -490,18 +528,17 @@ fn bench(
                     "the collectors did not take every partition within 60 s".into(),
                 );
             }
+            if let Some(t) = &mut threads_early {
+                t.sample();
+            }
             if consumers(&js).await.len() >= partitions as usize {
                 break;
             }
         }
-        let mut before = (
-            cpu_secs(&server_stat),
-            threads_cpu("bench-ship"),
-            threads_cpu("bench-collect"),
-        );
+        let before = cpu_secs(&server_stat);
+        let mut threads = threads_early.take().unwrap_or_else(ThreadCpu::start);
         let started = if backlog {
             // From the collectors' start: their takes, and what they pulled meanwhile.
-            before.2 = before_collectors;
             spawned
         } else {
             std::fs::copy(staged, dir.join("copy"))?;
@@ -519,6 +556,7 @@ fn bench(
                 return Err("throughput phase took over 10 minutes".into());
             }
             // Shipped: the shipper's checkpoint covers the whole log.
+            threads.sample();
             if shipped_offset(dir) < log_len {
                 continue;
             }
@@ -546,7 +584,7 @@ fn bench(
             }
             if checkpointed.is_none() && all(&|progress, last| progress.acked >= last) {
                 checkpointed = Some(started.elapsed().as_secs_f64());
-                collectors_then = threads_cpu("bench-collect") - before.2;
+                collectors_then = threads.of("bench-collect");
             }
             // Every turn correlated: with a settle time the turns are held until quiet, and
             // correlating them is work the figure must include, not leave to after it.
@@ -565,10 +603,11 @@ fn bench(
         }
         let drained = started.elapsed().as_secs_f64();
         let secs = checkpointed.unwrap_or(drained);
+        threads.sample();
         let cpu = Cpu {
-            server: cpu_secs(&server_stat) - before.0,
-            shipper: threads_cpu("bench-ship") - before.1,
-            collectors: threads_cpu("bench-collect") - before.2,
+            server: cpu_secs(&server_stat) - before,
+            shipper: threads.of("bench-ship"),
+            collectors: threads.of("bench-collect"),
             collectors_checkpointed: collectors_then,
         };
         let latency = if latency {
