@@ -39,7 +39,7 @@ const ENVELOPE: usize = 512;
 
 /// The largest value [`save`] writes in one message to a server whose largest message is
 /// `max_payload`: a server configured below [`CHUNK_BYTES`] refused every checkpoint (even
-/// an empty partition's, 26 KB of metric series), so no partition could ever be taken.
+/// an empty partition's, then 26 KB of zero metric series), so no partition could be taken.
 fn chunk_limit(max_payload: usize) -> usize {
     CHUNK_BYTES.min(max_payload.saturating_sub(ENVELOPE)).max(1)
 }

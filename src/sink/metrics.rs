@@ -128,6 +128,9 @@ struct Inner {
     /// The series subsystems pre-registered ([`Metrics::preregister`]): process
     /// configuration, not state, so a restore keeps them.
     registered: BTreeSet<(usize, Vec<String>)>,
+    /// Per family, the series [`Inner::preregister`] creates: a restore creates them again,
+    /// so a snapshot leaves them out while they are zero.
+    preregistered: Vec<BTreeSet<Vec<String>>>,
 }
 
 impl Inner {
@@ -146,9 +149,24 @@ impl Inner {
             agents_touched: Default::default(),
             coverage: Default::default(),
             registered: BTreeSet::new(),
+            preregistered: Vec::new(),
         };
         inner.preregister();
+        inner.preregistered = inner
+            .table
+            .families
+            .iter()
+            .map(|series| series.keys().cloned().collect())
+            .collect();
         inner
+    }
+
+    /// Whether a restore creates this series (pre-registered by the sink or a subsystem).
+    fn recreated(&self, fam: usize, labels: &[String]) -> bool {
+        self.preregistered
+            .get(fam)
+            .is_some_and(|keys| keys.contains(labels))
+            || self.registered.contains(&(fam, labels.to_vec()))
     }
 
     /// The bounded label value for `raw`, counting an overflow.

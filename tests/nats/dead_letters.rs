@@ -5,7 +5,8 @@
 //! through whole.
 //!
 //! Before: a finding over `max_payload` wedged its partition for good (retaken 47 times in
-//! 25 s, no checkpoint), and a line over it made the shipper retry forever.
+//! 25 s, no checkpoint), and a line over it made the shipper retry forever. And a partition's
+//! state over `max_payload` is stored in chunks, from the take's first checkpoint on.
 //!
 //! The log is invented: refund turns as `nats_support::refund_turn` builds them, one with
 //! call ids of 3,000 characters (a duplicated refund's finding names both: 6.2 KB, over the
@@ -17,7 +18,7 @@ use std::time::Duration;
 
 use crate::nats_support::{
     check_json, collector, have_nats_server, log_text, nats_server_with, refund_turn, scrape,
-    settled_findings_using, shipper, wait_for,
+    settled_findings_using, shipper, wait_for, with_js,
 };
 
 /// The server's largest message for this test.
@@ -148,6 +149,91 @@ fn what_is_larger_than_the_servers_largest_message_is_a_counted_dead_letter_and_
     let takeovers =
         scrape(mport).and_then(|m| m.get("retryscope_nats_lease_takeovers_total").copied());
     assert_eq!(takeovers, Some(1.0), "one take of the one partition");
+    c1.terminate();
+    ship.terminate();
+    server.terminate();
+}
+
+/// A server whose largest message is smaller than even a fresh partition's state: the first
+/// checkpoint (the take's) and every later one are stored in chunks that fit, so the partition
+/// is taken once and checkpointed. Before a9ae5aa the take wrote its state in one message and
+/// was refused, over and over. Since a fresh state shrank (pre-registered zero series left
+/// out) the 6 KiB server above no longer needs chunks, so this one is smaller still. Its
+/// findings (each over the 512 bytes left) are dead letters; the turns are counted.
+#[test]
+fn a_state_larger_than_the_servers_largest_message_is_taken_and_checkpointed_in_chunks() {
+    if !have_nats_server() {
+        return;
+    }
+    const TINY: usize = 1024;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let conf = d.join("nats.conf");
+    std::fs::write(&conf, format!("max_payload: {TINY}\n")).expect("write config");
+    let lines: Vec<serde_json::Value> = (0..5)
+        .flat_map(|i| {
+            let (a, b) = refund_turn(&format!("tiny-{i}"), 1_700_000_000_000 + i * 20, 1);
+            a.into_iter().chain(b)
+        })
+        .collect();
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    assert!(
+        text.lines().all(|l| l.len() + ENVELOPE <= TINY),
+        "every line fits"
+    );
+    let log = d.join("agent.jsonl");
+    std::fs::write(&log, &text).expect("write log");
+
+    let port = crate::nats_support::free_port();
+    let conf_arg = conf.display().to_string();
+    let server = nats_server_with(port, &d.join("js"), &d.join("nats.log"), &["-c", &conf_arg]);
+    let url = format!("nats://127.0.0.1:{port}");
+    let ship = shipper(d, &url, &log, "1");
+    let (c1, mport) = collector(d, &url, "c1", "4", "300");
+    wait_for("the five turns correlated", Duration::from_secs(60), || {
+        scrape(mport).is_some_and(|m| {
+            m.iter()
+                .filter(|(k, _)| k.starts_with("retryscope_turns_total{"))
+                .map(|(_, v)| v)
+                .sum::<f64>()
+                == 5.0
+        })
+    });
+    let wrote = |m: &std::collections::BTreeMap<String, f64>| {
+        m.get("retryscope_checkpoint_writes_total").copied()
+    };
+    let first = scrape(mport).and_then(|m| wrote(&m)).unwrap_or(0.0);
+    wait_for(
+        "a checkpoint after the turns",
+        Duration::from_secs(30),
+        || scrape(mport).and_then(|m| wrote(&m)).unwrap_or(0.0) > first,
+    );
+    let m = scrape(mport).unwrap_or_default();
+    assert_eq!(
+        m.get("retryscope_checkpoint_failures_total"),
+        Some(&0.0),
+        "no checkpoint failed: {}",
+        log_text(d, "c1")
+    );
+    assert_eq!(
+        m.get("retryscope_nats_lease_takeovers_total"),
+        Some(&1.0),
+        "one take of the one partition: {}",
+        log_text(d, "c1")
+    );
+    let head = with_js(&url, async |js| {
+        let kv = js
+            .get_key_value("retryscope_state")
+            .await
+            .expect("state bucket");
+        kv.get("p0").await.expect("read p0").expect("p0 stored")
+    });
+    let head: serde_json::Value = serde_json::from_slice(&head).expect("head JSON");
+    assert!(
+        head.get("chunked")
+            .is_some_and(|c| c["parts"].as_u64() > Some(1)),
+        "a state over the server's largest message is stored in chunks: {head}"
+    );
     c1.terminate();
     ship.terminate();
     server.terminate();

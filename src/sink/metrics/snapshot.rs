@@ -1,5 +1,6 @@
 //! The checkpointable form of the metric state, and [`Metrics::snapshot`] /
-//! [`Metrics::restore`], which copy the whole state out and back.
+//! [`Metrics::restore`], which copy the whole state out (less the zero series a restore
+//! creates anyway) and back.
 //!
 //! Floats are written as text (Rust's shortest round-trip form) rather than JSON numbers, so
 //! that a snapshot parsed back gives bit-identical values whatever the checkpoint format's
@@ -22,8 +23,9 @@ pub const SNAPSHOT_VERSION: u32 = 3;
 /// The oldest version this build restores.
 pub const OLDEST_SNAPSHOT_VERSION: u32 = 1;
 
-/// Everything needed to restore [`super::Metrics`] exactly: every series, the label guards'
-/// admitted values, and the baselines of the delta setters that are fed from checkpointed
+/// Everything needed to restore [`super::Metrics`] exactly: every series (but the
+/// pre-registered ones at zero, which a restore creates), the label guards' admitted values,
+/// and the baselines of the delta setters that are fed from checkpointed
 /// state (correlator stats; not the process-local OTLP counters).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MetricsSnapshot {
@@ -111,8 +113,13 @@ impl Metrics {
         let inner = lock(&self.inner);
         let mut values = Vec::new();
         let mut histograms = Vec::new();
-        for (fam, series) in FAMILIES.iter().zip(&inner.table.families) {
+        for (i, (fam, series)) in FAMILIES.iter().zip(&inner.table.families).enumerate() {
             for (labels, s) in series {
+                // A zero series a restore creates anyway: most of a fresh partition's state
+                // (26 KB of JSON, written into every checkpoint) was these.
+                if s.is_zero() && inner.recreated(i, labels) {
+                    continue;
+                }
                 match s {
                     Series::Value(v) => values.push(ValueSnapshot {
                         name: fam.name.to_owned(),

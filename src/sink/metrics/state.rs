@@ -51,6 +51,18 @@ pub enum Series {
     Hist(Hist),
 }
 
+impl Series {
+    /// Whether it is exactly what a new series is (a gauge at `-0.0` is not).
+    pub fn is_zero(&self) -> bool {
+        match self {
+            Series::Value(v) => v.to_bits() == 0,
+            Series::Hist(h) => {
+                h.count == 0 && h.sum.to_bits() == 0 && h.counts.iter().all(|c| *c == 0)
+            }
+        }
+    }
+}
+
 /// Every series of every family, indexed like [`FAMILIES`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Table {
