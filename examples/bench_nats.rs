@@ -29,7 +29,9 @@
 //!   by up to half between runs on a shared machine;
 //! - `RUST_LOG=retryscope=info` shows the collectors' and the shipper's logs (takes, leases);
 //! - where the CPU went until (2): the server process, the shipper's threads and the
-//!   collectors' threads (seconds of CPU, from /proc), and the collectors' by (1);
+//!   collectors' threads (seconds of CPU, from /proc), and the collectors' by (1); and the
+//!   server's and the collectors' page faults (on this VM a first touch of memory costs tens
+//!   of microseconds: the faults say what the CPU figures' variance is made of);
 //! - for `run`, the release binary (`retryscope run` tailing the same log with metrics on) until
 //!   `retryscope_events_read_total` shows every event;
 //! - with `--latency`, for 20 turns appended one at a time once the backlog is done, the time
@@ -196,7 +198,7 @@ fn run() -> Result<(), Error> {
                  (lines checkpointed after {:.2} s, fetched after {:.2} s, every turn correlated \
                  after {:.2} s = {:.2} s + the settle time); CPU s until then: server {:.2}, \
                  shipper {:.2}, collectors {:.2} ({:.2} by the lines' checkpoint; {:.0} events per \
-                 collector CPU s = {:.2}x run's){}",
+                 collector CPU s = {:.2}x run's); page faults: server {}, collectors {}{}",
                     r.rate,
                     r.rate / run_rate,
                     r.secs,
@@ -209,6 +211,8 @@ fn run() -> Result<(), Error> {
                     r.cpu.collectors_checkpointed,
                     written as f64 / r.cpu.collectors.max(1e-3),
                     written as f64 / r.cpu.collectors.max(1e-3) / run_per_cpu,
+                    r.cpu.faults.0,
+                    r.cpu.faults.1,
                     r.latency
                         .map(|(p50, p90, max)| format!(
                             "; latency p50 {p50:.0} ms, p90 {p90:.0} ms, max {max:.0} ms"
@@ -269,20 +273,32 @@ struct Cpu {
     collectors: f64,
     /// The collectors' CPU seconds until the lines were checkpointed.
     collectors_checkpointed: f64,
+    /// Minor page faults of the server and of the collectors: on a VM whose host takes
+    /// back the memory its guest frees, a first touch costs tens of microseconds.
+    faults: (u64, u64),
 }
 
 /// CPU seconds of a process or thread from its `stat` file (utime + stime, 100 ticks/s).
 fn cpu_secs(stat: &Path) -> f64 {
+    stat_of(stat).0
+}
+
+/// CPU seconds and minor page faults.
+type Stat = (f64, u64);
+
+/// CPU seconds and minor page faults of a process or thread from its `stat` file.
+fn stat_of(stat: &Path) -> Stat {
     std::fs::read_to_string(stat)
         .ok()
         .and_then(|s| {
             // The command name may hold spaces: fields count from after its ')'.
             let rest = s.rsplit_once(')')?.1.split_whitespace().collect::<Vec<_>>();
+            let faults: u64 = rest.get(7)?.parse().ok()?;
             let u: f64 = rest.get(11)?.parse().ok()?;
             let k: f64 = rest.get(12)?.parse().ok()?;
-            Some((u + k) / 100.0)
+            Some(((u + k) / 100.0, faults))
         })
-        .unwrap_or(0.0)
+        .unwrap_or((0.0, 0))
 }
 
 /// The CPU seconds of this process's threads by name, from `/proc/self/task`, counted from
@@ -291,9 +307,9 @@ fn cpu_secs(stat: &Path) -> f64 {
 /// once at the end, the threads gone by then were missing from the figures.
 #[derive(Default)]
 struct ThreadCpu {
-    /// By thread id: its name, its CPU seconds when first seen (0 if it started after the
-    /// tracker) and when last seen.
-    seen: std::collections::HashMap<String, (String, f64, f64)>,
+    /// By thread id: its name, and its CPU seconds and page faults when first seen (0 if it
+    /// started after the tracker) and when last seen.
+    seen: std::collections::HashMap<String, (String, Stat, Stat)>,
     started: bool,
 }
 
@@ -316,8 +332,8 @@ impl ThreadCpu {
             let Ok(comm) = std::fs::read_to_string(t.path().join("comm")) else {
                 continue;
             };
-            let cpu = cpu_secs(&t.path().join("stat"));
-            let first = if self.started { 0.0 } else { cpu };
+            let cpu = stat_of(&t.path().join("stat"));
+            let first = if self.started { (0.0, 0) } else { cpu };
             let e = self
                 .seen
                 .entry(tid)
@@ -331,7 +347,16 @@ impl ThreadCpu {
         self.seen
             .values()
             .filter(|(name, ..)| name.starts_with(prefix))
-            .map(|(_, first, last)| last - first)
+            .map(|(_, first, last)| last.0 - first.0)
+            .sum()
+    }
+
+    /// Page faults since the start of the threads whose name starts with `prefix`.
+    fn faults(&self, prefix: &str) -> u64 {
+        self.seen
+            .values()
+            .filter(|(name, ..)| name.starts_with(prefix))
+            .map(|(_, first, last)| last.1.saturating_sub(first.1))
             .sum()
     }
 }
@@ -535,7 +560,7 @@ fn bench(
                 break;
             }
         }
-        let before = cpu_secs(&server_stat);
+        let before = stat_of(&server_stat);
         let mut threads = threads_early.take().unwrap_or_else(ThreadCpu::start);
         let started = if backlog {
             // From the collectors' start: their takes, and what they pulled meanwhile.
@@ -605,7 +630,11 @@ fn bench(
         let secs = checkpointed.unwrap_or(drained);
         threads.sample();
         let cpu = Cpu {
-            server: cpu_secs(&server_stat) - before,
+            server: cpu_secs(&server_stat) - before.0,
+            faults: (
+                stat_of(&server_stat).1.saturating_sub(before.1),
+                threads.faults("bench-collect"),
+            ),
             shipper: threads.of("bench-ship"),
             collectors: threads.of("bench-collect"),
             collectors_checkpointed: collectors_then,
