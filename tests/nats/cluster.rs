@@ -381,17 +381,9 @@ fn a_checkpoint_larger_than_a_message_is_chunked_and_resumed_after_a_kill() {
         "no checkpoint failed: {}",
         log_text(d, "c1")
     );
-    let head = with_js(&url, async |js| {
-        let kv = js
-            .get_key_value("retryscope_state")
-            .await
-            .expect("state bucket");
-        kv.get("p0").await.expect("read p0").expect("p0 stored")
-    });
-    let head: serde_json::Value = serde_json::from_slice(&head).expect("head JSON");
+    let head = state_head(&url, 0);
     assert!(
-        head.get("chunked")
-            .is_some_and(|c| c["parts"].as_u64() > Some(1)),
+        chunked(&head),
         "a state over a message is stored in chunks: {head}"
     );
     drop(c1); // SIGKILL

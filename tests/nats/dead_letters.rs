@@ -17,8 +17,8 @@
 use std::time::Duration;
 
 use crate::nats_support::{
-    check_json, collector, have_nats_server, log_text, nats_server_with, refund_turn, scrape,
-    settled_findings_using, shipper, wait_for, with_js,
+    Proc, check_json, chunked, collector, have_nats_server, log_text, nats_server_with,
+    refund_turn, scrape, settled_findings_using, shipper, state_head, wait_for,
 };
 
 /// The server's largest message for this test.
@@ -93,12 +93,7 @@ fn what_is_larger_than_the_servers_largest_message_is_a_counted_dead_letter_and_
     );
     assert!(fit.iter().any(|f| f.contains("after-19")), "turns after it");
 
-    let port = crate::nats_support::free_port();
-    let conf_arg = conf.display().to_string();
-    let server = nats_server_with(port, &d.join("js"), &d.join("nats.log"), &["-c", &conf_arg]);
-    let url = format!("nats://127.0.0.1:{port}");
-    let ship = shipper(d, &url, &log, "1");
-    let (c1, mport) = collector(d, &url, "c1", "4", "300");
+    let (server, url, ship, (c1, mport)) = start(d, &conf, &log);
 
     // The findings stream: every finding that fits, each once; the partition went past the
     // dead letter (the turns after it are there).
@@ -184,12 +179,7 @@ fn a_state_larger_than_the_servers_largest_message_is_taken_and_checkpointed_in_
     let log = d.join("agent.jsonl");
     std::fs::write(&log, &text).expect("write log");
 
-    let port = crate::nats_support::free_port();
-    let conf_arg = conf.display().to_string();
-    let server = nats_server_with(port, &d.join("js"), &d.join("nats.log"), &["-c", &conf_arg]);
-    let url = format!("nats://127.0.0.1:{port}");
-    let ship = shipper(d, &url, &log, "1");
-    let (c1, mport) = collector(d, &url, "c1", "4", "300");
+    let (server, url, ship, (c1, mport)) = start(d, &conf, &log);
     wait_for("the five turns correlated", Duration::from_secs(60), || {
         scrape(mport).is_some_and(|m| {
             m.iter()
@@ -221,22 +211,30 @@ fn a_state_larger_than_the_servers_largest_message_is_taken_and_checkpointed_in_
         "one take of the one partition: {}",
         log_text(d, "c1")
     );
-    let head = with_js(&url, async |js| {
-        let kv = js
-            .get_key_value("retryscope_state")
-            .await
-            .expect("state bucket");
-        kv.get("p0").await.expect("read p0").expect("p0 stored")
-    });
-    let head: serde_json::Value = serde_json::from_slice(&head).expect("head JSON");
+    let head = state_head(&url, 0);
     assert!(
-        head.get("chunked")
-            .is_some_and(|c| c["parts"].as_u64() > Some(1)),
+        chunked(&head),
         "a state over the server's largest message is stored in chunks: {head}"
     );
     c1.terminate();
     ship.terminate();
     server.terminate();
+}
+
+/// A server with the configuration `conf`, a shipper of `log` into one partition, and a
+/// collector `c1` (and its metrics port).
+fn start(
+    d: &std::path::Path,
+    conf: &std::path::Path,
+    log: &std::path::Path,
+) -> (Proc, String, Proc, (Proc, u16)) {
+    let port = crate::nats_support::free_port();
+    let conf_arg = conf.display().to_string();
+    let server = nats_server_with(port, &d.join("js"), &d.join("nats.log"), &["-c", &conf_arg]);
+    let url = format!("nats://127.0.0.1:{port}");
+    let ship = shipper(d, &url, log, "1");
+    let c1 = collector(d, &url, "c1", "4", "300");
+    (server, url, ship, c1)
 }
 
 /// Twenty refund turns `<prefix>-<i>`, each whole, from `ts`.

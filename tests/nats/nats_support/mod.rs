@@ -288,6 +288,27 @@ pub fn shipper_with(d: &Path, url: &str, log: &Path, partitions: &str, extra: &[
     retryscope("ship", &args, &d.join("ship.log"))
 }
 
+/// The stored head of partition `p`'s checkpoint (`p<N>` in `retryscope_state`), as JSON.
+pub fn state_head(url: &str, p: u32) -> serde_json::Value {
+    let head = with_js(url, async |js| {
+        let kv = js
+            .get_key_value("retryscope_state")
+            .await
+            .expect("state bucket");
+        kv.get(format!("p{p}"))
+            .await
+            .expect("read the head")
+            .expect("the head stored")
+    });
+    serde_json::from_slice(&head).expect("head JSON")
+}
+
+/// Whether a checkpoint's head names more than one chunk.
+pub fn chunked(head: &serde_json::Value) -> bool {
+    head.get("chunked")
+        .is_some_and(|c| c["parts"].as_u64() > Some(1))
+}
+
 /// Run `f` on a current-thread runtime with a JetStream context on `url`.
 pub fn with_js<T>(url: &str, f: impl AsyncFnOnce(async_nats::jetstream::Context) -> T) -> T {
     with_js_using(url, async_nats::ConnectOptions::new(), f)
