@@ -322,7 +322,7 @@ impl ThreadCpu {
         t
     }
 
-    /// Read every thread's CPU seconds now.
+    /// Read every thread's CPU seconds and page faults now.
     fn sample(&mut self) {
         let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
             return;
@@ -629,10 +629,11 @@ fn bench(
         let drained = started.elapsed().as_secs_f64();
         let secs = checkpointed.unwrap_or(drained);
         threads.sample();
+        let server = stat_of(&server_stat);
         let cpu = Cpu {
-            server: cpu_secs(&server_stat) - before.0,
+            server: server.0 - before.0,
             faults: (
-                stat_of(&server_stat).1.saturating_sub(before.1),
+                server.1.saturating_sub(before.1),
                 threads.faults("bench-collect"),
             ),
             shipper: threads.of("bench-ship"),

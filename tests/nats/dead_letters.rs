@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use crate::nats_support::{
     Proc, check_json, chunked, collector, have_nats_server, log_text, nats_server_with,
-    refund_turn, scrape, settled_findings_using, shipper, state_head, wait_for,
+    refund_turn, scrape, settled_findings_using, shipper, state_head, sum, wait_for,
 };
 
 /// The server's largest message for this test.
@@ -181,22 +181,14 @@ fn a_state_larger_than_the_servers_largest_message_is_taken_and_checkpointed_in_
 
     let (server, url, ship, (c1, mport)) = start(d, &conf, &log);
     wait_for("the five turns correlated", Duration::from_secs(60), || {
-        scrape(mport).is_some_and(|m| {
-            m.iter()
-                .filter(|(k, _)| k.starts_with("retryscope_turns_total{"))
-                .map(|(_, v)| v)
-                .sum::<f64>()
-                == 5.0
-        })
+        scrape(mport).is_some_and(|m| sum(&m, "retryscope_turns_total{") == 5.0)
     });
-    let wrote = |m: &std::collections::BTreeMap<String, f64>| {
-        m.get("retryscope_checkpoint_writes_total").copied()
-    };
-    let first = scrape(mport).and_then(|m| wrote(&m)).unwrap_or(0.0);
+    let wrote = || scrape(mport).map_or(0.0, |m| sum(&m, "retryscope_checkpoint_writes_total"));
+    let first = wrote();
     wait_for(
         "a checkpoint after the turns",
         Duration::from_secs(30),
-        || scrape(mport).and_then(|m| wrote(&m)).unwrap_or(0.0) > first,
+        || wrote() > first,
     );
     let m = scrape(mport).unwrap_or_default();
     assert_eq!(
