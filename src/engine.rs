@@ -125,6 +125,15 @@ impl Core {
         });
     }
 
+    /// `stream`, a session's, went quiet at `now`: ended, its decoder's state kept for its next
+    /// line ([`retryscope_core::ingest::Ingest::park`]).
+    pub fn park(&mut self, stream: StreamId, now: i64) {
+        let metrics = &*self.metrics;
+        self.ingest.park(stream, now, &mut self.out, &mut |n| {
+            Ingested(n).emit(metrics)
+        });
+    }
+
     /// End the OTLP receiver's session streams (`otlp:<service>/<session>`, read as OTLP)
     /// quiet for longer than `quiet_ms` at `now`, as `run`'s receiver ends its own: a cluster
     /// partition keeps a stream per session it has seen, and cannot tell when one is over.

@@ -79,6 +79,7 @@ impl InternalEvent for Ingested<'_> {
             }
             .emit(metrics),
             Note::ReleasedEarly { turns, events } => HoldFull { turns, events }.emit(metrics),
+            Note::Forgotten { sessions } => SessionsForgotten { sessions }.emit(metrics),
             Note::Refused {
                 name, lookalike, ..
             } => StreamRefused {
@@ -110,6 +111,25 @@ impl InternalEvent for HoldFull {
             "a partition's hold was full: turns released before they were quiet (a late part \
              of one is correlated after the rest); spread the load over more partitions or \
              collectors, or lower --settle-secs"
+        );
+    }
+}
+
+/// Quiet sessions' parked decoder states were dropped past their bound: counted and logged
+/// (at most once per tenth of the bound's parkings).
+pub struct SessionsForgotten {
+    /// How many.
+    pub sessions: u64,
+}
+
+impl InternalEvent for SessionsForgotten {
+    fn emit(self, metrics: &Metrics) {
+        metrics.add_sessions_forgotten(self.sessions);
+        tracing::warn!(
+            sessions = self.sessions,
+            bound = retryscope_core::ingest::MAX_PARKED,
+            "forgot the state of the sessions quiet the longest: one that sends again starts \
+             afresh (its next model call is named as its first)"
         );
     }
 }

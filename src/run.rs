@@ -322,7 +322,9 @@ impl Engine {
                 resumed_otlp = cp
                     .streams
                     .iter()
-                    .filter(|s| s.source == retryscope_core::ingest::Source::Otlp.as_str())
+                    .filter(|s| {
+                        s.source == retryscope_core::ingest::Source::Otlp.as_str() && !s.parked
+                    })
                     .map(|s| (s.name.clone(), s.last_ms))
                     .collect();
                 let restored = Restored {

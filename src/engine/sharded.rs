@@ -475,7 +475,21 @@ impl ShardedIngest {
     ) {
         match &mut self.mode {
             Mode::Local(i) => i.end(id, arrival_ms, out, note),
-            Mode::Workers(w) => w.end(id, arrival_ms, out),
+            Mode::Workers(w) => w.end(id, arrival_ms, false, out),
+        }
+    }
+
+    /// See [`Ingest::park`].
+    pub fn park(
+        &mut self,
+        id: StreamId,
+        now_ms: i64,
+        out: &mut Vec<Output>,
+        note: &mut dyn FnMut(Note<'_>),
+    ) {
+        match &mut self.mode {
+            Mode::Local(i) => i.park(id, now_ms, out, note),
+            Mode::Workers(w) => w.end(id, Some(now_ms), true, out),
         }
     }
 
@@ -488,7 +502,7 @@ impl ShardedIngest {
                 let mut ids: Vec<u32> = w.streams.keys().copied().collect();
                 ids.sort_unstable();
                 for id in ids {
-                    w.end(StreamId::from_index(id), None, out);
+                    w.end(StreamId::from_index(id), None, false, out);
                 }
                 w.push(&Op::CloseAll, out);
                 w.flush(out);

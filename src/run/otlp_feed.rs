@@ -134,9 +134,10 @@ impl OtlpFeed {
         }
     }
 
-    /// End the streams that got nothing for `idle_secs`, and the least recently active beyond
-    /// [`MAX_STREAMS`] (their decoders are dropped; their turns close by the correlator's own
-    /// idle timeout or open-turn bound).
+    /// Park the streams that got nothing for `idle_secs`, and the least recently active beyond
+    /// [`MAX_STREAMS`] (their decoders are flushed and their states kept for the session's
+    /// next record; their turns close by the correlator's own idle timeout or open-turn
+    /// bound).
     fn end_quiet_streams(&mut self, core: &mut Core, now: i64) {
         let idle_ms = i64::try_from(self.idle_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
         let mut quiet: Vec<String> = self
@@ -159,7 +160,7 @@ impl OtlpFeed {
         for name in quiet {
             self.seen.remove(&name);
             let id = core.stream_as(Source::Otlp, &name, Format::Otlp);
-            core.end(id, now);
+            core.park(id, now);
         }
     }
 }

@@ -6,6 +6,7 @@
 mod harness;
 mod metrics_http;
 mod one_ingest_path;
+mod otlp_pause;
 #[path = "../common/otlp_post.rs"]
 mod otlp_post;
 #[path = "../common/otlp_receiver.rs"]

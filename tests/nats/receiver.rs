@@ -115,20 +115,32 @@ fn a_collector_receives_otlp_and_finds_what_run_finds() {
         ) > 0.0,
         "{m:?}"
     );
-    // The session's stream ends once quiet for the idle timeout (2 s, on the partition's
-    // clock), as `run`'s receiver ends its own: its decoder's state leaves the checkpoint.
-    // Before, a partition kept every session's stream it had seen, for good.
-    let sessions_kept = || {
-        (0..4)
+    // The session's stream closes once quiet for the idle timeout (2 s, on the partition's
+    // clock), as `run`'s receiver closes its own: the checkpoint keeps no open stream of it,
+    // only its decoder's state, parked for its next record (`ingest/parked.rs`). Before, a
+    // partition kept every session's stream it had seen open, for good.
+    let sessions = || {
+        let (mut open, mut parked) = (0, 0);
+        for st in (0..4)
             .filter_map(|p| partition_state(&url, p))
             .flat_map(|s| s["streams"].as_array().cloned().unwrap_or_default())
             .filter(|st| st["name"].as_str().is_some_and(|n| n.starts_with("otlp:")))
-            .count()
+        {
+            if st["parked"] == true {
+                parked += 1;
+            } else {
+                open += 1;
+            }
+        }
+        (open, parked)
     };
     wait_for(
-        "the quiet session's stream to leave the checkpoints",
+        "the quiet session's stream to be parked in the checkpoints",
         Duration::from_secs(30),
-        || sessions_kept() == 0,
+        || {
+            let (open, parked) = sessions();
+            open == 0 && parked > 0
+        },
     );
     c1.terminate();
     ship.terminate();

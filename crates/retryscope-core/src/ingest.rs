@@ -24,6 +24,7 @@
 //! (`ingest/stream.rs`).
 
 mod note;
+mod parked;
 mod resume;
 mod stream;
 
@@ -37,6 +38,8 @@ use crate::fasthash::FastMap;
 use crate::pipeline::{InputCounters, Pipeline};
 use crate::turn_route::{self, Routing, Shard};
 pub use note::{Note, Source, StreamId};
+pub use parked::{MAX_PARKED, PARKED_FOR_MS};
+use parked::{Parked, ParkedStreams};
 pub use resume::{LineBytes, MAX_STREAM_STATES, SniffedLine, StreamState, StreamStates};
 use stream::{
     Decoding, Held, Stream, decode_line, gives_notes, joined_origin, plain_decoding, reads,
@@ -52,6 +55,10 @@ pub struct Ingest {
     free: Vec<u32>,
     /// Open streams by name, one map per [`Source`].
     by_name: [FastMap<String, StreamId>; Source::ALL.len()],
+    /// Sessions' streams ended for quiet, continued by their next line ([`Ingest::park`]).
+    parked: ParkedStreams,
+    /// The clock when parked sessions were last expired.
+    parked_expired_ms: i64,
     /// Outputs of one client session held to be joined ([`Ingest::join_sessions`]).
     joiner: Option<Arc<Mutex<SessionJoiner>>>,
     /// Turns record the line that opened them (off where line numbers count from where
@@ -86,6 +93,8 @@ impl Ingest {
             streams: Vec::new(),
             free: Vec::new(),
             by_name: Default::default(),
+            parked: ParkedStreams::default(),
+            parked_expired_ms: i64::MIN,
             joiner: None,
             origin_lines: true,
             join_otlp: true,
@@ -228,6 +237,11 @@ impl Ingest {
     pub fn stream_as(&mut self, source: Source, name: &str, format: Format) -> StreamId {
         if let Some(id) = self.by_name[source as usize].get(name) {
             return *id;
+        }
+        if let Some(parked) = self.parked.take(source, name)
+            && (format == Format::Auto || format == parked.format)
+        {
+            return self.unpark(source, name, parked);
         }
         let (format, routing, decoding) = match format {
             Format::Auto => (None, None, Decoding::Sniffing(Held::default())),
@@ -415,26 +429,41 @@ impl Ingest {
         out: &mut Vec<Output>,
         note: &mut dyn FnMut(Note<'_>),
     ) {
+        self.end_keeping(id, arrival_ms, out, note);
+    }
+
+    /// [`Ingest::end`], giving back the stream and its flushed provider decoder.
+    fn end_keeping(
+        &mut self,
+        id: StreamId,
+        arrival_ms: Option<i64>,
+        out: &mut Vec<Output>,
+        note: &mut dyn FnMut(Note<'_>),
+    ) -> Option<(Stream, Option<Box<dyn decode::StreamDecoder>>)> {
         self.settle(id, arrival_ms, out, note);
         self.tell_fates(note);
-        let Some(stream) = self.streams.get_mut(id.0 as usize).and_then(Option::take) else {
-            return;
-        };
+        let mut stream = self.streams.get_mut(id.0 as usize).and_then(Option::take)?;
         self.by_name[stream.source as usize].remove(&stream.name);
         self.free.push(id.0);
         let route = stream.route();
-        if let Decoding::Provider(mut decoder) = stream.decoding {
-            let line = stream.lines_known.then_some(stream.lines);
-            self.pipeline.set_origin(&stream.origin, line, route);
-            self.pipeline.stream_end(decoder.as_mut(), arrival_ms, out);
-            self.tell_fates(note);
-        }
+        let decoder = match std::mem::replace(&mut stream.decoding, Decoding::Native) {
+            Decoding::Provider(mut decoder) => {
+                let line = stream.lines_known.then_some(stream.lines);
+                self.pipeline.set_origin(&stream.origin, line, route);
+                self.pipeline.stream_end(decoder.as_mut(), arrival_ms, out);
+                self.tell_fates(note);
+                Some(decoder)
+            }
+            _ => None,
+        };
+        Some((stream, decoder))
     }
 
-    /// End the streams that `ends` picks (by name and format) and that have had no line for
+    /// Park the streams that `ends` picks (by name and format) and that have had no line for
     /// longer than `quiet_ms` at `now_ms` (on the clock their lines arrived by), as
-    /// [`Ingest::end`] ends one: for a reader that keeps a stream per session and cannot tell
-    /// when a session is over (a cluster partition's OTLP sessions), so they do not pile up.
+    /// [`Ingest::park`] parks one: for a reader that keeps a stream per session and cannot
+    /// tell when a session is over (a cluster partition's OTLP sessions), so they do not pile
+    /// up.
     pub fn end_quiet(
         &mut self,
         now_ms: i64,
@@ -454,8 +483,9 @@ impl Ingest {
             })
             .collect();
         for id in quiet {
-            self.end(id, Some(now_ms), out, note);
+            self.park(id, now_ms, out, note);
         }
+        self.expire_parked(now_ms);
     }
 
     /// End of all input: end every stream, then close every open turn.

@@ -55,6 +55,8 @@ pub(super) enum Op {
     End {
         id: u32,
         arrival_ms: Option<i64>,
+        /// Parked ([`Ingest::park`]) rather than ended.
+        park: bool,
     },
     SettleIdle {
         arrival_ms: Option<i64>,
@@ -535,9 +537,16 @@ fn apply(
                 ingest.too_long(*s, *number, *len, note);
             }
         }
-        Op::End { id, arrival_ms } => {
+        Op::End {
+            id,
+            arrival_ms,
+            park,
+        } => {
             if let Some(s) = local.remove(id) {
-                ingest.end(s, *arrival_ms, out, note);
+                match arrival_ms {
+                    Some(now) if *park => ingest.park(s, *now, out, note),
+                    _ => ingest.end(s, *arrival_ms, out, note),
+                }
             }
         }
         Op::SettleIdle { arrival_ms } => ingest.settle_idle(*arrival_ms, out, note),

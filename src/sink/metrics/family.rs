@@ -105,6 +105,8 @@ families! {
         "Problems with tailed files: emfile, enfile, eacces (an open or directory listing failed for want of descriptors or permission; not a rotation: retried every poll), read (another read or open failure; retried), checkpoint_mismatch (a checkpointed inode holds another file), checkpoint_orphaned (a checkpointed file is gone: its unread lines are lost).";
     AfterCloseEvents => "retryscope_after_close_events_total", Counter, [],
         "Events for turns already closed (dropped).";
+    SessionsForgotten => "retryscope_sessions_forgotten_total", Counter, [],
+        "Quiet sessions whose decoder state was dropped to keep at most 100,000 (the longest quiet first; states are kept six hours otherwise): one that sends again starts afresh, its next model call named as its first.";
     SourceLag => "retryscope_source_lag_bytes", Gauge, ["source"],
         "Bytes written to a source but not yet read.";
     CheckpointWrites => "retryscope_checkpoint_writes_total", Counter, [],

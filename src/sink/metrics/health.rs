@@ -35,6 +35,11 @@ impl Metrics {
         lock(&self.inner).add(F::NatsReleasedEarly, &[], turns as f64);
     }
 
+    /// Count `sessions` forgotten while parked (`retryscope_sessions_forgotten_total`).
+    pub fn add_sessions_forgotten(&self, sessions: u64) {
+        lock(&self.inner).add(F::SessionsForgotten, &[], sessions as f64);
+    }
+
     /// Set `retryscope_open_turns` and move `retryscope_evicted_turns_total`,
     /// `retryscope_late_events_total` and `retryscope_after_close_events_total` by the growth of the correlator's cumulative stats since
     /// the last call. Call it on every tick (and after each batch of events).

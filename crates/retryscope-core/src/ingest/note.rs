@@ -111,6 +111,13 @@ pub enum Note<'a> {
         /// Their events and lines.
         events: u64,
     },
+    /// Sessions' streams parked for quiet ([`super::Ingest::park`]) were forgotten to keep
+    /// within [`super::MAX_PARKED`], the longest parked first: one that sends again starts
+    /// afresh (its next turn named as its first).
+    Forgotten {
+        /// How many sessions.
+        sessions: u64,
+    },
     /// A stream was refused: it borrows a provider format's names without its shape. Its
     /// lines are counted as bad lines (`unknown_format`), never decoded.
     Refused {

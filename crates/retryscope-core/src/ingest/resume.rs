@@ -6,7 +6,8 @@
 //! (the lines held until a record decides it, not yet decoded).
 //!
 //! Owns: [`StreamState`], [`Ingest::stream_states`] and [`Ingest::resume_streams`]. A stream
-//! refused as a lookalike is not kept (after a restore it is sniffed again).
+//! refused as a lookalike is not kept (after a restore it is sniffed again). Sessions parked
+//! for quiet (`parked.rs`) are kept too, as parked.
 
 use super::{Decoding, Held, Ingest, Source};
 use crate::decode::Format;
@@ -34,6 +35,9 @@ pub struct StreamState {
     /// When its last line arrived (ms, the reader's clock).
     #[serde(default)]
     pub last_ms: i64,
+    /// Ended for quiet and kept to be continued (`parked.rs`): no stream is open for it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub parked: bool,
 }
 
 /// Streams' states a checkpoint keeps at most: the most recently active (a collector's
@@ -48,6 +52,12 @@ pub struct StreamStates {
     /// Streams with a state left out past [`MAX_STREAM_STATES`] (after a restore they start
     /// afresh).
     pub left_out: usize,
+}
+
+/// A stream whose state a checkpoint keeps: open (its slot), or parked.
+enum Kept<'a> {
+    Open(usize),
+    Parked(Source, &'a str, &'a super::Parked),
 }
 
 /// A line held while its stream's format is sniffed.
@@ -95,58 +105,86 @@ impl LineBytes {
 }
 
 impl Ingest {
-    /// The state of every open stream that has one, for a checkpoint; past
-    /// [`MAX_STREAM_STATES`], those of the most recently active.
+    /// The state of every open stream that has one, and of every parked session, for a
+    /// checkpoint; past [`MAX_STREAM_STATES`], those of the most recently active.
     pub fn stream_states(&self) -> StreamStates {
         // The streams that have a state, the most recently active first past the bound: chosen
         // before any is written (a receiver may hold 100,000 sessions' streams).
-        let mut with: Vec<(i64, usize)> = self
+        let mut with: Vec<(i64, Kept<'_>)> = self
             .streams
             .iter()
             .enumerate()
             .filter_map(|(i, s)| {
-                let has = match &s.as_ref()?.decoding {
+                let s = s.as_ref()?;
+                let has = match &s.decoding {
                     Decoding::Provider(_) => true,
                     Decoding::Sniffing(held) => !held.lines.is_empty(),
                     _ => false,
                 };
-                has.then(|| (s.as_ref().map_or(i64::MIN, |s| s.last_ms), i))
+                has.then_some((s.last_ms, Kept::Open(i)))
             })
             .collect();
+        with.extend(
+            self.parked
+                .iter()
+                .map(|(source, name, p)| (p.last_ms, Kept::Parked(source, name, p))),
+        );
         let left_out = with.len().saturating_sub(MAX_STREAM_STATES);
         if left_out > 0 {
             with.select_nth_unstable_by_key(MAX_STREAM_STATES, |(at, _)| std::cmp::Reverse(*at));
             with.truncate(MAX_STREAM_STATES);
         }
-        with.sort_unstable_by_key(|(_, i)| *i);
+        with.sort_unstable_by_key(|(_, k)| match k {
+            Kept::Open(i) => (0, *i, ""),
+            Kept::Parked(s, n, _) => (1, *s as usize, *n),
+        });
         let states = with
             .into_iter()
-            .filter_map(|(_, i)| {
-                let s = self.streams.get(i)?.as_ref()?;
-                let (decoder, sniffing) = match &s.decoding {
-                    Decoding::Provider(d) => (Some(d.state()?), Vec::new()),
-                    Decoding::Sniffing(held) => {
-                        let lines = held.lines.iter().map(|(number, place, bytes)| SniffedLine {
-                            number: *number,
-                            place: *place,
-                            line: LineBytes::of(bytes),
-                        });
-                        (None, lines.collect())
-                    }
-                    _ => return None,
-                };
-                Some(StreamState {
-                    source: s.source.as_str().to_owned(),
-                    name: s.name.clone(),
-                    format: s.format,
-                    lines: s.lines,
-                    decoder,
-                    sniffing,
-                    last_ms: s.last_ms,
-                })
+            .filter_map(|(_, kept)| match kept {
+                Kept::Open(i) => self.open_state(i),
+                Kept::Parked(source, name, p) => Some(StreamState {
+                    source: source.as_str().to_owned(),
+                    name: name.to_owned(),
+                    format: Some(p.format),
+                    lines: p.lines,
+                    // As parked: what differs from a fresh decoder's state (a build before
+                    // parking reads it as an open stream's, fails to resume it and starts the
+                    // stream afresh, as it would have).
+                    decoder: Some(p.compact_state()?),
+                    sniffing: Vec::new(),
+                    last_ms: p.last_ms,
+                    parked: true,
+                }),
             })
             .collect();
         StreamStates { states, left_out }
+    }
+
+    /// Open stream `i`'s state, if it has one.
+    fn open_state(&self, i: usize) -> Option<StreamState> {
+        let s = self.streams.get(i)?.as_ref()?;
+        let (decoder, sniffing) = match &s.decoding {
+            Decoding::Provider(d) => (Some(d.state()?), Vec::new()),
+            Decoding::Sniffing(held) => {
+                let lines = held.lines.iter().map(|(number, place, bytes)| SniffedLine {
+                    number: *number,
+                    place: *place,
+                    line: LineBytes::of(bytes),
+                });
+                (None, lines.collect())
+            }
+            _ => return None,
+        };
+        Some(StreamState {
+            source: s.source.as_str().to_owned(),
+            name: s.name.clone(),
+            format: s.format,
+            lines: s.lines,
+            decoder,
+            sniffing,
+            last_ms: s.last_ms,
+            parked: false,
+        })
     }
 
     /// Open the streams `states` name, each from where it was: read as its format from its
@@ -171,6 +209,15 @@ impl Ingest {
             };
             if now != Format::Auto && st.format != Some(now) {
                 failed += 1;
+                continue;
+            }
+            if st.parked {
+                match (st.format, &st.decoder) {
+                    (Some(format), Some(state)) => {
+                        self.park_state(source, st.name, format, st.lines, st.last_ms, state);
+                    }
+                    _ => failed += 1,
+                }
                 continue;
             }
             let id = self.stream_as(source, &st.name, st.format.unwrap_or(Format::Auto));
@@ -283,11 +330,11 @@ mod tests {
         assert_eq!(ingest().resume_streams(back), 1);
     }
 
-    /// A reader that keeps a stream per session ends the quiet ones it picks
-    /// ([`Ingest::end_quiet`]): their states leave the checkpoint; the others, and the
-    /// sessions still sending, stay.
+    /// A reader that keeps a stream per session parks the quiet ones it picks
+    /// ([`Ingest::end_quiet`]): their streams close and their states stay in the checkpoint,
+    /// marked parked; the others, and the sessions still sending, stay open.
     #[test]
-    fn quiet_streams_picked_by_name_and_format_are_ended_and_leave_the_checkpoint() {
+    fn quiet_streams_picked_by_name_and_format_are_parked_and_kept_in_the_checkpoint() {
         let mut i = ingest();
         let mut out = Vec::new();
         let mut open = |i: &mut Ingest, name: &str, format: Format, at: i64| {
@@ -298,24 +345,35 @@ mod tests {
         open(&mut i, "otlp:svc/busy", Format::Otlp, 9_000);
         open(&mut i, "host:/logs/calls.sse", Format::OpenAiChat, 1_000);
         let names = |i: &Ingest| {
-            let mut n: Vec<String> = i
+            let mut n: Vec<(String, bool)> = i
                 .stream_states()
                 .states
                 .into_iter()
-                .map(|s| s.name)
+                .map(|s| (s.name, s.parked))
                 .collect();
             n.sort();
             n
         };
+        let open_streams = |i: &Ingest| i.streams.iter().flatten().count();
         assert_eq!(names(&i).len(), 3);
         let mut out = Vec::new();
         let session =
             |name: &str, f: Option<Format>| name.starts_with("otlp:") && f == Some(Format::Otlp);
         i.end_quiet(10_000, 5_000, session, &mut out, &mut |_| {});
-        assert_eq!(names(&i), vec!["host:/logs/calls.sse", "otlp:svc/busy"]);
-        // A session that sends again after it ended starts a new stream.
+        let parked = |name: &str, p: bool| (name.to_owned(), p);
+        assert_eq!(
+            names(&i),
+            vec![
+                parked("host:/logs/calls.sse", false),
+                parked("otlp:svc/busy", false),
+                parked("otlp:svc/quiet", true),
+            ]
+        );
+        assert_eq!(open_streams(&i), 2);
+        // A session that sends again continues its stream, no longer parked.
         let id = i.stream_as(Source::Nats, "otlp:svc/quiet", Format::Otlp);
         i.line(id, None, b"", Some(11_000), &mut out, &mut |_| {});
-        assert_eq!(names(&i).len(), 3);
+        assert_eq!((open_streams(&i), i.parked_sessions()), (3, 0));
+        assert!(names(&i).iter().all(|(_, p)| !p));
     }
 }

@@ -146,6 +146,7 @@ impl Workers {
         &mut self,
         id: StreamId,
         arrival_ms: Option<i64>,
+        park: bool,
         out: &mut Vec<Output>,
     ) {
         let index = id.index();
@@ -156,6 +157,7 @@ impl Workers {
         let op = Op::End {
             id: index,
             arrival_ms,
+            park,
         };
         if st.on_all {
             self.push_all(&op);
