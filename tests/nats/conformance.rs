@@ -421,6 +421,8 @@ struct Pair {
     findings: PathBuf,
     /// For NATS, the server whose findings stream is read too.
     nats: Option<String>,
+    /// The log of the process that correlates (shown when the pair differs).
+    log: PathBuf,
     /// `run -`'s stdin, held open like a live writer's.
     stdin: Option<ChildStdin>,
     /// The mock upstream (kept serving while the pair runs).
@@ -431,10 +433,16 @@ struct Pair {
 
 /// `run` with `args`, its metrics on a free port and its findings in `findings`; stdin piped
 /// when `stdin`.
-fn start_run(args: &[String], findings: &Path, log: &Path, stdin: bool) -> (Proc, u16) {
+fn start_run(
+    args: &[String],
+    findings: &Path,
+    log: &Path,
+    stdin: bool,
+    idle_secs: &str,
+) -> (Proc, u16) {
     let mut args = args.to_vec();
     args.extend(["--findings-out".to_owned(), findings.display().to_string()]);
-    args.extend(["--idle-timeout-secs".to_owned(), "1".to_owned()]);
+    args.extend(["--idle-timeout-secs".to_owned(), idle_secs.to_owned()]);
     let stdin = if stdin { Stdio::piped() } else { Stdio::null() };
     let log = std::fs::File::create(log).expect("log file");
     harness::spawn_run(&args, stdin, Stdio::from(log))
@@ -452,6 +460,7 @@ fn start(fx: &Fixture, i: usize, source: Source, rt: &tokio::runtime::Runtime) -
         metrics: 0,
         findings: findings.clone(),
         nats: None,
+        log: log.clone(),
         stdin: None,
         _mock: None,
         _procs: Vec::new(),
@@ -463,13 +472,13 @@ fn start(fx: &Fixture, i: usize, source: Source, rt: &tokio::runtime::Runtime) -
             } else {
                 fx.paths(None)
             };
-            let (p, port) = start_run(&args, &findings, &log, false);
+            let (p, port) = start_run(&args, &findings, &log, false, "1");
             (pair.metrics, pair._procs) = (port, vec![p]);
         }
         Source::Stdin => {
             let mut args = vec!["-".to_owned()];
             args.extend(fx.paths(Some(fx.stdin)));
-            let (mut p, port) = start_run(&args, &findings, &log, true);
+            let (mut p, port) = start_run(&args, &findings, &log, true, "1");
             let mut pipe = p.child.stdin.take().expect("stdin pipe");
             pipe.write_all(&std::fs::read(&fx.files[fx.stdin]).expect("fixture"))
                 .expect("write stdin");
@@ -481,7 +490,7 @@ fn start(fx: &Fixture, i: usize, source: Source, rt: &tokio::runtime::Runtime) -
             let otlp = harness::free_port();
             let mut args = fx.paths(Some(*lines));
             args.extend(["--otlp-listen".to_owned(), format!("127.0.0.1:{otlp}")]);
-            let (p, port) = start_run(&args, &findings, &log, false);
+            let (p, port) = start_run(&args, &findings, &log, false, RECEIVED_IDLE_SECS);
             harness::wait_for("the OTLP receiver", Duration::from_secs(30), || {
                 TcpStream::connect(("127.0.0.1", otlp)).is_ok()
             });
@@ -516,6 +525,7 @@ fn start(fx: &Fixture, i: usize, source: Source, rt: &tokio::runtime::Runtime) -
                 &[&publish[..], &["--partitions", PARTITIONS]].concat(),
             );
             pair.findings = work.join("conformance-findings.jsonl");
+            pair.log = work.join("conformance.log");
             (pair.metrics, pair.nats, pair._mock) = (port, Some(url), Some(mock));
             pair._procs = vec![proxy, collector, server];
         }
@@ -524,7 +534,8 @@ fn start(fx: &Fixture, i: usize, source: Source, rt: &tokio::runtime::Runtime) -
             let (server, url) = server_in(&work);
             let otlp = harness::free_port();
             let listen = format!("127.0.0.1:{otlp}");
-            let mut extra = vec!["--idle-timeout-secs", "1"];
+            let idle = if receiving { RECEIVED_IDLE_SECS } else { "1" };
+            let mut extra = vec!["--idle-timeout-secs", idle];
             if receiving {
                 extra.extend(["--otlp-listen", listen.as_str()]);
             }
@@ -557,12 +568,19 @@ fn start(fx: &Fixture, i: usize, source: Source, rt: &tokio::runtime::Runtime) -
                 post_capture(otlp, bodies, &tag);
             }
             pair.findings = work.join("conformance-findings.jsonl");
+            pair.log = work.join("conformance.log");
             (pair.metrics, pair.nats) = (port, Some(url));
             pair._procs = vec![shipper, collector, server];
         }
     }
     pair
 }
+
+/// The idle timeout of the pairs fed through an OTLP receiver. Their bodies are posted one by
+/// one, and on a loaded machine one (Codex's 500 KB of spans) can take longer than a second
+/// to post and publish: a turn would time out before its break (in the next body) came. A
+/// session that pauses past the idle timeout is `tests/live/otlp_pause.rs`'s.
+const RECEIVED_IDLE_SECS: &str = "5";
 
 /// `retryscope proxy` with `extra` flags in front of a mock replaying `fx`'s recorded body,
 /// and one request through it: the proxy, the mock, and the proxy's metrics port.
@@ -698,6 +716,9 @@ fn conform(wanted: impl Fn(&str, Source) -> bool) -> Vec<Outcome> {
                             want.ids
                         ));
                     }
+                }
+                if !differences.is_empty() {
+                    differences.push(format!("its log ends:\n{}", log_tail(&pair.log)));
                 }
                 outcomes.push(Outcome {
                     fixture: fixtures[pair.fixture].name,
