@@ -390,20 +390,25 @@ mod tests {
         let c = Correlator::new(CorrelatorConfig::default(), Arc::new(PriceTable::builtin()));
         let mut i = Ingest::new(c, Format::Auto);
         let mut out = Vec::new();
-        let id = i.stream_as(Source::Otlp, "otlp:codex_exec/c1", Format::Otlp);
-        i.line(id, None, &before_pause()[0], Some(1_000), &mut out, &mut |_| {});
-        i.end_quiet(10_000, 5_000, |_, _| true, &mut out, &mut |_| {});
+        // A session's first request at `at`, then the session parked 10 s later.
+        let mut session = |i: &mut Ingest, name: &str, at: i64| {
+            let id = i.stream_as(Source::Otlp, name, Format::Otlp);
+            let line = &before_pause()[0];
+            i.line(id, None, line, Some(at), &mut out, &mut |_| {});
+            i.end_quiet(at + 10_000, 5_000, |_, _| true, &mut out, &mut |_| {});
+        };
+        session(&mut i, "otlp:codex_exec/c1", 1_000);
         let states = i.stream_states().states;
         let state = states[0].decoder.as_ref().expect("a state");
         let keys: Vec<&String> = state.as_object().expect("an object").keys().collect();
         assert_eq!(keys, ["codex"], "{state}");
-        // Another session, parked later, keeps it within the horizon...
-        let id = i.stream_as(Source::Otlp, "otlp:codex_exec/c2", Format::Otlp);
-        i.line(id, None, &before_pause()[0], Some(PARKED_FOR_MS), &mut out, &mut |_| {});
-        i.end_quiet(PARKED_FOR_MS + 10_000, 5_000, |_, _| true, &mut out, &mut |_| {});
-        assert_eq!(i.parked_sessions(), 1, "c1 quiet for six hours went");
-        // ...and goes when it has been quiet as long.
-        i.end_quiet(2 * PARKED_FOR_MS + 60_000, 5_000, |_, _| true, &mut out, &mut |_| {});
+        // Another session parked six hours later: c1, quiet as long, goes.
+        session(&mut i, "otlp:codex_exec/c2", PARKED_FOR_MS + 1_000);
+        assert_eq!(i.parked_sessions(), 1);
+        // And c2 goes when it has been quiet as long.
+        let mut out = Vec::new();
+        let late = 2 * PARKED_FOR_MS + 60_000;
+        i.end_quiet(late, 5_000, |_, _| true, &mut out, &mut |_| {});
         assert_eq!(i.parked_sessions(), 0);
     }
 
