@@ -128,6 +128,7 @@ impl InternalEvent for SessionsForgotten {
         tracing::warn!(
             sessions = self.sessions,
             bound = retryscope_core::ingest::MAX_PARKED,
+            bound_bytes = retryscope_core::ingest::MAX_PARKED_BYTES,
             "forgot the state of the sessions quiet the longest: one that sends again starts \
              afresh (its next model call is named as its first)"
         );

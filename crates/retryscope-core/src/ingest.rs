@@ -38,7 +38,7 @@ use crate::fasthash::FastMap;
 use crate::pipeline::{InputCounters, Pipeline};
 use crate::turn_route::{self, Routing, Shard};
 pub use note::{Note, Source, StreamId};
-pub use parked::{MAX_PARKED, PARKED_FOR_MS};
+pub use parked::{MAX_PARKED, MAX_PARKED_BYTES, PARKED_FOR_MS};
 use parked::{Parked, ParkedStreams};
 pub use resume::{LineBytes, MAX_STREAM_STATES, SniffedLine, StreamState, StreamStates};
 use stream::{

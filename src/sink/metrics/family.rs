@@ -106,7 +106,7 @@ families! {
     AfterCloseEvents => "retryscope_after_close_events_total", Counter, [],
         "Events for turns already closed (dropped).";
     SessionsForgotten => "retryscope_sessions_forgotten_total", Counter, [],
-        "Quiet sessions whose decoder state was dropped to keep at most 100,000 (the longest quiet first; states are kept six hours otherwise): one that sends again starts afresh, its next model call named as its first.";
+        "Quiet sessions whose decoder state was dropped to keep at most 100,000 and 64 MiB (the longest quiet first; states are kept six hours otherwise): one that sends again starts afresh, its next model call named as its first.";
     SourceLag => "retryscope_source_lag_bytes", Gauge, ["source"],
         "Bytes written to a source but not yet read.";
     CheckpointWrites => "retryscope_checkpoint_writes_total", Counter, [],

@@ -12,7 +12,8 @@
 //! next record to the last (the decoder's state, as a checkpoint keeps it) is parked here,
 //! and the next line under the name opens the stream from it.
 //!
-//! Owns: [`Parked`] and [`ParkedStreams`], bounded by [`MAX_PARKED`]: past it the sessions
+//! Owns: [`Parked`] and [`ParkedStreams`], bounded by [`MAX_PARKED`] and
+//! [`MAX_PARKED_BYTES`]: past either the sessions
 //! parked longest ago are forgotten (counted; one that sends again starts afresh), and so is
 //! one quiet for [`PARKED_FOR_MS`] (a session is over by then; kept longer, every checkpoint
 //! would carry every session ever seen). A state is kept as what differs from a fresh
@@ -22,7 +23,7 @@
 
 use serde_json::Value;
 
-use super::stream::plain_decoding;
+use super::stream::{plain_decoding, reads};
 use super::{Decoding, Ingest, Note, Source, StreamId};
 use crate::correlate::Output;
 use crate::decode::Format;
@@ -30,6 +31,10 @@ use crate::fasthash::FastMap;
 
 /// Sessions' states kept at most (each a decoder's compact state, a few hundred bytes).
 pub const MAX_PARKED: usize = 100_000;
+
+/// Bytes of parked states (and their names) kept at most: a decoder that remembers much (a
+/// GenAI session's span ids, up to 10,000) parks large.
+pub const MAX_PARKED_BYTES: usize = 64 << 20;
 
 /// How long a session's state is kept after its last line (on the reader's clock): six hours.
 pub const PARKED_FOR_MS: i64 = 6 * 3600 * 1000;
@@ -90,47 +95,75 @@ fn fresh_state(format: Format, name: &str) -> Option<Value> {
 pub(super) struct ParkedStreams {
     by_source: [FastMap<String, Parked>; Source::ALL.len()],
     len: usize,
+    /// Bytes of their names and states.
+    bytes: usize,
+}
+
+/// What one parked session costs, counted against [`MAX_PARKED_BYTES`].
+fn cost(name: &str, p: &Parked) -> usize {
+    name.len() + p.state.len()
 }
 
 impl ParkedStreams {
     /// Park `name`'s state; returns how many sessions were forgotten to stay within
-    /// [`MAX_PARKED`] (the oldest tenth at once, so that forgetting is rare).
+    /// [`MAX_PARKED`] and [`MAX_PARKED_BYTES`] (the oldest, down to nine tenths of both at
+    /// once, so that forgetting is rare).
     pub(super) fn park(&mut self, source: Source, name: String, parked: Parked) -> usize {
-        if self.by_source[source as usize]
-            .insert(name, parked)
-            .is_none()
-        {
-            self.len += 1;
+        self.bytes += cost(&name, &parked);
+        let map = &mut self.by_source[source as usize];
+        match map.get(&name).map(|old| cost(&name, old)) {
+            Some(old) => self.bytes -= old,
+            None => self.len += 1,
         }
-        if self.len <= MAX_PARKED {
+        map.insert(name, parked);
+        if self.len <= MAX_PARKED && self.bytes <= MAX_PARKED_BYTES {
             return 0;
         }
-        let mut ages: Vec<(i64, usize, &str)> = self
+        let mut ages: Vec<(i64, usize, &str, usize)> = self
             .by_source
             .iter()
             .enumerate()
-            .flat_map(|(s, m)| m.iter().map(move |(n, p)| (p.last_ms, s, n.as_str())))
+            .flat_map(|(s, m)| {
+                m.iter()
+                    .map(move |(n, p)| (p.last_ms, s, n.as_str(), cost(n, p)))
+            })
             .collect();
-        let forget = self.len - MAX_PARKED * 9 / 10;
-        ages.select_nth_unstable(forget - 1);
-        let oldest: Vec<(usize, String)> = ages[..forget]
+        ages.sort_unstable();
+        let (mut len, mut bytes) = (self.len, self.bytes);
+        let oldest: Vec<(usize, String)> = ages
             .iter()
-            .map(|(_, s, n)| (*s, (*n).to_owned()))
+            .take_while(|(_, _, _, c)| {
+                let over = len > MAX_PARKED * 9 / 10 || bytes > MAX_PARKED_BYTES * 9 / 10;
+                if over {
+                    len -= 1;
+                    bytes -= c;
+                }
+                over
+            })
+            .map(|(_, s, n, _)| (*s, (*n).to_owned()))
             .collect();
-        for (s, n) in oldest {
-            self.by_source[s].remove(&n);
+        for (s, n) in &oldest {
+            self.by_source[*s].remove(n);
         }
-        self.len -= forget;
-        forget
+        (self.len, self.bytes) = (len, bytes);
+        oldest.len()
     }
 
     /// Forget the sessions whose last line is older than `horizon_ms`; how many.
     pub(super) fn expire(&mut self, horizon_ms: i64) -> usize {
         let before = self.len;
+        let mut freed = 0;
         for m in &mut self.by_source {
-            m.retain(|_, p| p.last_ms >= horizon_ms);
+            m.retain(|n, p| {
+                let keep = p.last_ms >= horizon_ms;
+                if !keep {
+                    freed += cost(n, p);
+                }
+                keep
+            });
         }
         self.len = self.by_source.iter().map(FastMap::len).sum();
+        self.bytes -= freed;
         before - self.len
     }
 
@@ -138,6 +171,7 @@ impl ParkedStreams {
     pub(super) fn take(&mut self, source: Source, name: &str) -> Option<Parked> {
         let p = self.by_source[source as usize].remove(name)?;
         self.len -= 1;
+        self.bytes -= cost(name, &p);
         Some(p)
     }
 
@@ -233,6 +267,11 @@ impl Ingest {
         last_ms: i64,
         state: &Value,
     ) {
+        // Sharded, each worker is handed every stream's state: only the one that reads the
+        // session keeps it.
+        if !reads(self.shard, self.routing(format, &name)) {
+            return;
+        }
         let parked = Parked {
             format,
             lines,
@@ -383,6 +422,67 @@ mod tests {
         assert_eq!(restored, whole);
     }
 
+    /// An agent we have never seen, instrumented with the OpenTelemetry GenAI conventions: its
+    /// model call fails, the session pauses, and the next call retries it. Parked, the retry
+    /// stays the failed call's second attempt; started afresh, it was a new turn of the same
+    /// id. Nothing here is Codex's: what is kept is whatever the session's decoder keeps.
+    #[test]
+    fn an_unknown_agents_retry_after_a_pause_stays_a_retry() {
+        let span = |span: &str, ms: i64, failed: bool| {
+            let status = if failed {
+                r#","status":{"code":2,"message":"overloaded"}"#
+            } else {
+                ""
+            };
+            format!(
+                r#"{{"otlp":"span","service":"my-agent","name":"chat m1","trace_id":"t","span_id":"{span}","start_time_unix_nano":{s},"end_time_unix_nano":{e}{status},"attributes":{{"gen_ai.operation.name":"chat","gen_ai.conversation.id":"g1","gen_ai.request.model":"m1"}}}}"#,
+                s = ms * 1_000_000,
+                e = (ms + 50) * 1_000_000,
+            )
+            .into_bytes()
+        };
+        let turns = |pause: bool| {
+            let c = Correlator::new(CorrelatorConfig::default(), Arc::new(PriceTable::builtin()));
+            let mut i = Ingest::new(c, Format::Auto);
+            let mut out = Vec::new();
+            let name = "otlp:my-agent/g1";
+            let id = i.stream_as(Source::Otlp, name, Format::Otlp);
+            i.line(
+                id,
+                None,
+                &span("s1", 1_000, true),
+                Some(1_000),
+                &mut out,
+                &mut |_| {},
+            );
+            if pause {
+                i.end_quiet(10_000, 5_000, |_, _| true, &mut out, &mut |_| {});
+                assert_eq!(i.parked_sessions(), 1);
+            }
+            let id = i.stream_as(Source::Otlp, name, Format::Otlp);
+            i.line(
+                id,
+                None,
+                &span("s2", 20_000, false),
+                Some(20_000),
+                &mut out,
+                &mut |_| {},
+            );
+            i.close_all(&mut out, &mut |_| {});
+            let closed: Vec<(String, usize, u32)> = out
+                .iter()
+                .filter_map(|o| match o {
+                    Output::TurnClosed(r) => Some((r.turn.clone(), r.attempts.len(), r.retries)),
+                    _ => None,
+                })
+                .collect();
+            closed
+        };
+        let whole = turns(false);
+        assert_eq!(whole, [("g1".to_owned(), 2, 1)]);
+        assert_eq!(turns(true), whole);
+    }
+
     /// What is parked is what differs from a fresh decoder (Codex's part of an OTLP
     /// decoder), and it goes once the session has been quiet for [`PARKED_FOR_MS`].
     #[test]
@@ -435,9 +535,29 @@ mod tests {
         assert!(p.take(Source::Otlp, "s0").is_none());
         assert!(p.take(Source::Otlp, &format!("s{MAX_PARKED}")).is_some());
         // Parking a name again replaces it without counting it twice.
-        let before = p.len();
+        let before = (p.len(), p.bytes);
         p.park(Source::Otlp, "s99999".into(), parked(1));
         p.park(Source::Otlp, "s99999".into(), parked(2));
-        assert_eq!(p.len(), before);
+        assert_eq!((p.len(), p.bytes), before);
+    }
+
+    #[test]
+    fn past_the_byte_bound_the_sessions_parked_longest_ago_are_forgotten() {
+        let mut p = ParkedStreams::default();
+        let big = "x".repeat(1 << 20);
+        let mut forgotten = 0;
+        for n in 0..70 {
+            let mut s = parked(n);
+            s.state = big.clone().into_boxed_str();
+            forgotten += p.park(Source::Otlp, format!("s{n}"), s);
+            assert!(p.bytes <= MAX_PARKED_BYTES, "{n}: {}", p.bytes);
+        }
+        // 64 states of 1 MiB (and their names) are more than the bound: down to nine tenths.
+        assert_eq!(forgotten, 70 - p.len());
+        assert!(p.len() < 64 && p.len() >= 50, "{}", p.len());
+        assert!(p.take(Source::Otlp, "s0").is_none());
+        assert!(p.take(Source::Otlp, "s69").is_some());
+        let left: usize = p.iter().map(|(_, n, s)| cost(n, s)).sum();
+        assert_eq!(p.bytes, left);
     }
 }
