@@ -146,3 +146,102 @@ fn a_collector_receives_otlp_and_finds_what_run_finds() {
     ship.terminate();
     server.terminate();
 }
+
+/// A Codex session (0.169.0's real export, `tests/fixtures/agents/codex/otlp-after-tool-reset`)
+/// whose first model call is received, times out and is parked in the partition's checkpoint;
+/// then the collector is SIGKILLed, and the rest of the session (the break of the first call,
+/// the second call) goes to another collector's receiver. The new owner reads the parked state
+/// from the checkpoint: the second call is `<conversation.id>#2`, as `check` names it, and the
+/// findings stream holds `check`'s findings once each. Before parking, the quiet session's
+/// state was dropped and the second call was named as the first (`tests/live/otlp_pause.rs`
+/// shows the same through `run`).
+#[test]
+fn a_codex_session_parked_before_a_takeover_goes_on_at_the_new_owner() {
+    if !have_nats_server() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let capture = crate::harness::fixture("tests/fixtures/agents/codex/otlp-after-tool-reset");
+    let lines = d.join("otlp.jsonl");
+    std::fs::write(&lines, crate::otlp_post::receiver_lines(&capture)).expect("lines");
+    let checked = crate::harness::check_json(&[&lines]);
+    let expected = checked.finding_ids();
+    assert_eq!(checked.number("turns"), 2.0, "{}", checked.summary);
+    let bodies = crate::otlp_post::capture_in(&capture);
+    let json = [("Content-Type", "application/json")];
+    let post_to = |port: u16, bodies: &[(String, Vec<u8>)]| {
+        for (signal, body) in bodies {
+            let (status, head, _) = post(port, &format!("/v1/{signal}"), &json, body, false);
+            assert_eq!(status, 200, "{signal}: {head}");
+        }
+    };
+    let (server, url) = server_in(d);
+    let empty = d.join("nothing.jsonl");
+    std::fs::write(&empty, b"").expect("empty log");
+    let ship = shipper(d, &url, &empty, "4");
+    let receiving = |name: &str| {
+        let http = free_port();
+        let listen = format!("127.0.0.1:{http}");
+        let extra = ["--otlp-listen", listen.as_str(), "--idle-timeout-secs", "2"];
+        let (c, port) = collector_with(d, &url, name, "4", "500", &extra);
+        wait_for(
+            &format!("{name}'s partitions"),
+            Duration::from_secs(60),
+            || scrape(port).is_some_and(|m| sum(&m, "retryscope_nats_partitions_owned") >= 4.0),
+        );
+        (c, http, port)
+    };
+    let (c1, http, _) = receiving("c1");
+    // The first call's records (the first two log bodies).
+    post_to(http, &bodies[..2]);
+    let parked = || {
+        (0..4)
+            .filter_map(|p| partition_state(&url, p))
+            .flat_map(|s| s["streams"].as_array().cloned().unwrap_or_default())
+            .any(|st| {
+                st["parked"] == true
+                    && st["name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with("otlp:codex_exec/01a23784"))
+            })
+    };
+    wait_for(
+        "the quiet session parked in a checkpoint",
+        Duration::from_secs(60),
+        parked,
+    );
+    drop(c1); // SIGKILL
+    // A peer takes the partitions over (the lease, 4 s, runs out) and receives the rest.
+    let (c2, http, metrics) = receiving("c2");
+    post_to(http, &bodies[2..]);
+    let identities = || {
+        let mut ids: Vec<String> = findings_in_stream(&url)
+            .iter()
+            .filter_map(|f| serde_json::from_str(f).ok())
+            .map(|f| crate::harness::identity(&f))
+            .collect();
+        ids.sort();
+        ids
+    };
+    wait_for("check's findings", Duration::from_secs(60), || {
+        identities().len() >= expected.len()
+    });
+    // The second call has no finding of its own: its turn is what shows it was read as the
+    // session's second (the partition's counts came over with its checkpoint).
+    let turns = || scrape(metrics).map_or(0.0, |m| sum(&m, "retryscope_turns_total"));
+    let waited = std::time::Instant::now();
+    while turns() < 2.0 && waited.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // A moment more: a duplicate would come after the count was reached.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(identities(), expected);
+    let m = scrape(metrics).expect("c2's metrics");
+    let by_status = crate::harness::by_label(&m, "retryscope_turns_total", "status");
+    assert_eq!(sum(&m, "retryscope_turns_total"), 2.0, "{by_status:?}");
+    assert_eq!(by_status.get("completed"), Some(&1), "{by_status:?}");
+    drop(c2);
+    ship.terminate();
+    server.terminate();
+}
