@@ -233,11 +233,11 @@ mod tests {
         Core::new(ingest, Sinks::new(), metrics.clone())
     }
 
-    /// A session's stream resumed from a checkpoint is ended once quiet, like the sessions
-    /// this run opens: before, the feed did not know it, so it stayed open (its decoder never
-    /// finished, its state in every later checkpoint).
+    /// A session's stream resumed from a checkpoint is closed (parked) once quiet, like the
+    /// sessions this run opens: before, the feed did not know it, so it stayed open (its
+    /// decoder never finished, its state in every later checkpoint as an open stream's).
     #[test]
-    fn resumed_sessions_streams_are_ended_once_quiet_like_this_runs_own() {
+    fn resumed_sessions_streams_are_parked_once_quiet_like_this_runs_own() {
         let metrics = Arc::new(Metrics::new(Default::default()).expect("metrics"));
         let name = "otlp:gemini-cli/s1";
         let states = {
@@ -265,20 +265,22 @@ mod tests {
             // Quiet for longer than the idle time (1 s).
             feed.end_quiet_streams(&mut c, 10_000);
             let mut out = Vec::new();
-            c.ingest
-                .checkpoint(&mut out)
-                .expect("alive")
-                .streams
-                .states
-                .len()
+            let states = c.ingest.checkpoint(&mut out).expect("alive").streams.states;
+            // (open, parked)
+            let parked = states.iter().filter(|s| s.parked).count();
+            (states.len() - parked, parked)
         };
         let queue = Arc::new(Queue::new(1 << 20));
         let mut feed = OtlpFeed::start(queue.clone(), None, None, metrics.clone(), 1)
             .unwrap_or_else(|_| panic!("a feed"));
-        assert_eq!(resumed(&mut feed), 1, "unknown to the feed: never ended");
+        assert_eq!(
+            resumed(&mut feed),
+            (1, 0),
+            "unknown to the feed: never closed"
+        );
         let mut feed = OtlpFeed::start(queue, None, None, metrics.clone(), 1)
             .unwrap_or_else(|_| panic!("a feed"));
         feed.resumed(states.iter().map(|s| (s.name.clone(), s.last_ms)).collect());
-        assert_eq!(resumed(&mut feed), 0, "ended once quiet");
+        assert_eq!(resumed(&mut feed), (0, 1), "parked once quiet");
     }
 }
