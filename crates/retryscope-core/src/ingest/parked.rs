@@ -12,14 +12,13 @@
 //! next record to the last (the decoder's state, as a checkpoint keeps it) is parked here,
 //! and the next line under the name opens the stream from it.
 //!
-//! Owns: [`Parked`] and [`ParkedStreams`], bounded by [`MAX_PARKED`] and
-//! [`MAX_PARKED_BYTES`]: past either the sessions
-//! parked longest ago are forgotten (counted; one that sends again starts afresh), and so is
-//! one quiet for [`PARKED_FOR_MS`] (a session is over by then; kept longer, every checkpoint
-//! would carry every session ever seen). A state is kept as what differs from a fresh
-//! decoder's, field by top-level field (an OTLP stream's decoder holds one sub-decoder per
-//! agent, and a session uses one): a Codex session's is about 200 bytes, not 500; checkpoints
-//! keep it so too.
+//! Owns: [`Parked`] and [`ParkedStreams`], bounded by [`MAX_PARKED`] and [`MAX_PARKED_BYTES`]:
+//! past either, the sessions parked longest ago are forgotten (counted; one that sends again
+//! starts afresh), and so is one quiet for [`PARKED_FOR_MS`] (a session is over by then; kept
+//! longer, every checkpoint would carry every session ever seen). A state is kept as what
+//! differs from a fresh decoder's, field by top-level field (an OTLP stream's decoder holds
+//! one sub-decoder per agent, and a session uses one): under 200 bytes for a Codex session
+//! whose whole state is 516; checkpoints keep it so too.
 
 use serde_json::Value;
 
@@ -348,30 +347,16 @@ mod tests {
         let c = Correlator::new(CorrelatorConfig::default(), Arc::new(PriceTable::builtin()));
         let mut i = Ingest::new(c, Format::Auto);
         let mut out = Vec::new();
-        let name = "otlp:codex_exec/c1";
-        for (n, line) in before_pause().iter().enumerate() {
-            let id = i.stream_as(Source::Otlp, name, Format::Otlp);
-            i.line(
-                id,
-                None,
-                line,
-                Some(1_000 + n as i64),
-                &mut out,
-                &mut |_| {},
-            );
-        }
+        // Each line of `lines` into the session's stream, a millisecond apart from `at`.
+        let feed = |i: &mut Ingest, out: &mut Vec<Output>, lines: Vec<Vec<u8>>, at: i64| {
+            for (n, line) in lines.iter().enumerate() {
+                let id = i.stream_as(Source::Otlp, "otlp:codex_exec/c1", Format::Otlp);
+                i.line(id, None, line, Some(at + n as i64), out, &mut |_| {});
+            }
+        };
+        feed(&mut i, &mut out, before_pause(), 1_000);
         pause(&mut i, &mut out);
-        for (n, line) in after_pause().iter().enumerate() {
-            let id = i.stream_as(Source::Otlp, name, Format::Otlp);
-            i.line(
-                id,
-                None,
-                line,
-                Some(20_000 + n as i64),
-                &mut out,
-                &mut |_| {},
-            );
-        }
+        feed(&mut i, &mut out, after_pause(), 20_000);
         i.close_all(&mut out, &mut |_| {});
         let mut t: Vec<(String, String, usize)> = out
             .iter()
@@ -502,6 +487,12 @@ mod tests {
         let state = states[0].decoder.as_ref().expect("a state");
         let keys: Vec<&String> = state.as_object().expect("an object").keys().collect();
         assert_eq!(keys, ["codex"], "{state}");
+        // A build before parking ignores the flag: it reads the compact state as an open
+        // stream's, cannot resume its decoder from it, and starts that stream afresh.
+        let mut old = states.clone();
+        old[0].parked = false;
+        let c = Correlator::new(CorrelatorConfig::default(), Arc::new(PriceTable::builtin()));
+        assert_eq!(Ingest::new(c, Format::Auto).resume_streams(old), 1);
         // Another session parked six hours later: c1, quiet as long, goes.
         session(&mut i, "otlp:codex_exec/c2", PARKED_FOR_MS + 1_000);
         assert_eq!(i.parked_sessions(), 1);
