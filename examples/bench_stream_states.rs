@@ -56,29 +56,8 @@ fn main() {
                 i.line(id, None, l, Some(s as i64), &mut out, &mut |_| {});
             }
         }
-        let t = Instant::now();
-        let states = i.stream_states();
-        let took = t.elapsed();
-        let t = Instant::now();
-        let json = serde_json::to_vec(&states.states).expect("encodes");
-        let wrote = t.elapsed();
-        let t = Instant::now();
-        let back: Vec<retryscope_core::ingest::StreamState> =
-            serde_json::from_slice(&json).expect("decodes");
-        let mut j = ingest();
-        let failed = j.resume_streams(back);
-        let resumed = t.elapsed();
-        println!(
-            "{n} streams: {} states kept ({} left out), taken in {:.1} ms, written in {:.1} ms \
-             ({:.2} MB, {:.0} bytes a stream), read and resumed in {:.1} ms ({failed} failed)",
-            states.states.len(),
-            states.left_out,
-            took.as_secs_f64() * 1e3,
-            wrote.as_secs_f64() * 1e3,
-            json.len() as f64 / 1e6,
-            json.len() as f64 / states.states.len().max(1) as f64,
-            resumed.as_secs_f64() * 1e3,
-        );
+        let c = checkpoint(&i);
+        println!("{n} streams: {c}");
     }
     for n in counts {
         parked(n);
@@ -123,28 +102,38 @@ fn parked(n: usize) {
     let t = Instant::now();
     i.end_quiet(400_000, 300_000, |_, _| true, &mut out, &mut |_| {});
     let parking = t.elapsed();
-    let t = Instant::now();
-    let states = i.stream_states();
-    let took = t.elapsed();
-    let json = serde_json::to_vec(&states.states).expect("encodes");
-    let t = Instant::now();
-    let back: Vec<retryscope_core::ingest::StreamState> =
-        serde_json::from_slice(&json).expect("decodes");
-    let mut j = ingest();
-    let failed = j.resume_streams(back);
-    let resumed = t.elapsed();
+    let c = checkpoint(&i);
     println!(
-        "{n} parked Codex sessions: parked in {:.1} ms ({:.1} us each), {} kept; checkpoint: \
-         {} states ({} left out) taken in {:.1} ms, {:.2} MB ({:.0} bytes a session), read \
-         and resumed in {:.1} ms ({failed} failed)",
+        "{n} parked Codex sessions: parked in {:.1} ms ({:.1} us each), {} kept; checkpoint: {c}",
         parking.as_secs_f64() * 1e3,
         parking.as_secs_f64() * 1e6 / n.max(1) as f64,
         i.parked_sessions(),
+    );
+}
+
+/// What a checkpoint of `i`'s stream states costs: taken, written as JSON, read and resumed
+/// in a fresh ingest path.
+fn checkpoint(i: &Ingest) -> String {
+    let t = Instant::now();
+    let states = i.stream_states();
+    let took = t.elapsed();
+    let t = Instant::now();
+    let json = serde_json::to_vec(&states.states).expect("encodes");
+    let wrote = t.elapsed();
+    let t = Instant::now();
+    let back: Vec<retryscope_core::ingest::StreamState> =
+        serde_json::from_slice(&json).expect("decodes");
+    let failed = ingest().resume_streams(back);
+    let resumed = t.elapsed();
+    format!(
+        "{} states kept ({} left out), taken in {:.1} ms, written in {:.1} ms ({:.2} MB, {:.0} \
+         bytes a stream), read and resumed in {:.1} ms ({failed} failed)",
         states.states.len(),
         states.left_out,
         took.as_secs_f64() * 1e3,
+        wrote.as_secs_f64() * 1e3,
         json.len() as f64 / 1e6,
         json.len() as f64 / states.states.len().max(1) as f64,
         resumed.as_secs_f64() * 1e3,
-    );
+    )
 }

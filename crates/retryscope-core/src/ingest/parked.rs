@@ -93,7 +93,6 @@ fn fresh_state(format: Format, name: &str) -> Option<Value> {
 #[derive(Debug, Default)]
 pub(super) struct ParkedStreams {
     by_source: [FastMap<String, Parked>; Source::ALL.len()],
-    len: usize,
     /// Bytes of their names and states.
     bytes: usize,
 }
@@ -110,12 +109,11 @@ impl ParkedStreams {
     pub(super) fn park(&mut self, source: Source, name: String, parked: Parked) -> usize {
         self.bytes += cost(&name, &parked);
         let map = &mut self.by_source[source as usize];
-        match map.get(&name).map(|old| cost(&name, old)) {
-            Some(old) => self.bytes -= old,
-            None => self.len += 1,
+        if let Some(old) = map.get(&name).map(|old| cost(&name, old)) {
+            self.bytes -= old;
         }
         map.insert(name, parked);
-        if self.len <= MAX_PARKED && self.bytes <= MAX_PARKED_BYTES {
+        if self.len() <= MAX_PARKED && self.bytes <= MAX_PARKED_BYTES {
             return 0;
         }
         let mut ages: Vec<(i64, usize, &str, usize)> = self
@@ -128,7 +126,7 @@ impl ParkedStreams {
             })
             .collect();
         ages.sort_unstable();
-        let (mut len, mut bytes) = (self.len, self.bytes);
+        let (mut len, mut bytes) = (self.len(), self.bytes);
         let oldest: Vec<(usize, String)> = ages
             .iter()
             .take_while(|(_, _, _, c)| {
@@ -144,13 +142,13 @@ impl ParkedStreams {
         for (s, n) in &oldest {
             self.by_source[*s].remove(n);
         }
-        (self.len, self.bytes) = (len, bytes);
+        self.bytes = bytes;
         oldest.len()
     }
 
     /// Forget the sessions whose last line is older than `horizon_ms`; how many.
     pub(super) fn expire(&mut self, horizon_ms: i64) -> usize {
-        let before = self.len;
+        let before = self.len();
         let mut freed = 0;
         for m in &mut self.by_source {
             m.retain(|n, p| {
@@ -161,15 +159,13 @@ impl ParkedStreams {
                 keep
             });
         }
-        self.len = self.by_source.iter().map(FastMap::len).sum();
         self.bytes -= freed;
-        before - self.len
+        before - self.len()
     }
 
     /// Take `name`'s state, if it is parked.
     pub(super) fn take(&mut self, source: Source, name: &str) -> Option<Parked> {
         let p = self.by_source[source as usize].remove(name)?;
-        self.len -= 1;
         self.bytes -= cost(name, &p);
         Some(p)
     }
@@ -185,7 +181,7 @@ impl ParkedStreams {
 
     /// How many are parked.
     pub(super) fn len(&self) -> usize {
-        self.len
+        self.by_source.iter().map(FastMap::len).sum()
     }
 }
 
