@@ -139,10 +139,9 @@ async fn tend(
                 return Ended::Lost;
             }
         }
-        // A fetch lost in a server restart may never be answered: bounded by the lease.
-        let polled = tokio::time::timeout(cfg.lease, poll(&sh, p, &mut o))
-            .await
-            .unwrap_or_else(|_| Err(NatsError::new("fetching", "timed out")));
+        // Each wait on the server inside is bounded (`owned::bounded`); the partition's own
+        // work is not timed: a collector short of CPU keeps its partitions.
+        let polled = poll(&sh, p, &mut o).await;
         let idle = match polled {
             Ok(0) => {
                 if let Err(e) = keep_time(&sh, p, &mut o).await {
@@ -194,13 +193,11 @@ fn checkpoint_interval(configured: Duration, took: Duration) -> Duration {
         .min(LONGEST_INTERVAL.max(configured))
 }
 
-/// Checkpoint partition `p` (bounded by a lease); when that fails, count it, say `why` and
-/// let the findings in flight land, for the partition to be given up.
+/// Checkpoint partition `p` (its waits on the server bounded, its own work not: see
+/// `owned::bounded`); when that fails, count it, say `why` and let the findings in flight
+/// land, for the partition to be given up.
 async fn checkpoint_or_give_up(sh: &Shared, p: u32, o: &mut Owned, why: &str) -> Ended {
-    let done = tokio::time::timeout(sh.cfg.lease, checkpoint(sh, p, o))
-        .await
-        .unwrap_or_else(|_| Err(NatsError::new("checkpointing", "timed out")));
-    match done {
+    match checkpoint(sh, p, o).await {
         Ok(()) => Ended::Checkpointed,
         Err(e) => {
             sh.counters

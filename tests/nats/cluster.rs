@@ -442,6 +442,41 @@ fn more_findings_between_checkpoints_than_acks_in_flight_do_not_block() {
     }
 }
 
+/// A poll whose own work (correlating a backlog's batch: 200 messages of up to 1,000 lines)
+/// takes longer than a lease does not lose the partition: only the waits on the server are
+/// bounded. A bound on the whole poll gave the partition up after every such poll, and each
+/// retake replayed the same batch from the same checkpoint. Here a debug build correlates
+/// 60,000 lines in one poll under a 1 s lease.
+#[test]
+fn a_poll_longer_than_a_lease_keeps_its_partition() {
+    if !have_nats_server() {
+        return;
+    }
+    const TURNS: usize = 6_000; // ten lines each
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let (server, url) = server_in(d);
+    let log = d.join("agent.jsonl");
+    let (first, second) = refund_log("slow", TURNS, 4);
+    append(&log, &first);
+    append(&log, &second);
+    let expected = check(&log, Path::new("/dev/null")).0;
+    let ship = shipper(d, &url, &log, "1");
+    wait_shipped(&log, &d.join("ship-data"));
+    let (c1, m1) = collector(d, &url, "c1", "1", "1000");
+    assert_findings(&url, &expected, Duration::from_secs(120));
+    let c1_log = log_text(d, "c1");
+    assert_eq!(
+        c1_log.matches("took partition").count(),
+        1,
+        "the partition was taken once and never lost: {c1_log}"
+    );
+    assert!(scrape(m1).is_some(), "c1 still serves /metrics");
+    for p in [ship, c1, server] {
+        p.terminate();
+    }
+}
+
 /// Issue 26: a new owner that replays past the findings stream's duplicate window (set to 1 s
 /// here) still publishes nothing twice: it reads which findings the dead owner published, and
 /// checkpoints taken mid-replay keep that knowledge.
