@@ -324,8 +324,13 @@ pub(super) async fn poll(sh: &Shared, p: u32, o: &mut Owned) -> Result<usize, Na
     // orders and its checkpoint time between polls.
     const BATCH: usize = 200;
     o.lease_held()?;
-    let request = o.consumer.fetch().max_messages(BATCH).messages();
-    let mut batch = bounded(sh, "fetching", request).await?;
+    let mut batch = o
+        .consumer
+        .fetch()
+        .max_messages(BATCH)
+        .messages()
+        .await
+        .map_err(|e| NatsError::new("fetching", e))?;
     // Only the wait for a delivery is bounded: a batch taken is correlated and delivered
     // whole, so the partition's state never holds half a message.
     let wait = fetch_wait(sh.cfg.lease);
@@ -397,31 +402,13 @@ pub(super) async fn keep_time(sh: &Shared, p: u32, o: &mut Owned) -> Result<(), 
     o.last_tick_sent = Instant::now();
     let mut headers = HeaderMap::new();
     headers.insert(TICK_HEADER, "1");
-    let publish = sh
-        .js
-        .publish_with_headers(subject(p), headers, Bytes::new());
-    bounded(sh, "publishing a clock message", publish)
-        .await?
+    sh.js
+        .publish_with_headers(subject(p), headers, Bytes::new())
+        .await
+        .map_err(|e| NatsError::new("publishing a clock message", e))?
         .await
         .map_err(|e| NatsError::new("publishing a clock message", e))?;
     Ok(())
-}
-
-/// Wait on the server for `f`, at most a lease (a request lost in a server restart may never
-/// be answered; acknowledgements and key-value requests carry the client's own timeout).
-/// Only such waits are bounded, never the partition's own work (correlating a batch,
-/// writing its state): a bound on a whole poll dropped the partition of a collector short of
-/// CPU, whose retake then replayed the same work, over and over. The lease is renewed on
-/// another task meanwhile, and a deposed owner is fenced whatever it does.
-async fn bounded<T, E: std::fmt::Display>(
-    sh: &Shared,
-    what: &'static str,
-    f: impl std::future::IntoFuture<Output = Result<T, E>>,
-) -> Result<T, NatsError> {
-    match tokio::time::timeout(sh.cfg.lease, f.into_future()).await {
-        Ok(done) => done.map_err(|e| NatsError::new(what, e)),
-        Err(_) => Err(NatsError::new(what, "timed out")),
-    }
 }
 
 /// Publish what the findings stream's sink handed over, with its deterministic id: not those
@@ -431,6 +418,9 @@ async fn publish(sh: &Shared, p: u32, o: &mut Owned) -> Result<(), NatsError> {
     // Headers, subject and protocol line: what a message carries besides the body.
     const ENVELOPE: usize = 512;
     while let Ok(out) = o.outbox.try_recv() {
+        // Fenced as fetches and checkpoints are: a poll is not timed, so an owner whose
+        // lease lapsed while it correlated publishes nothing more.
+        o.lease_held()?;
         if o.published.remove(&out.id) {
             sh.counters
                 .replayed_unpublished
@@ -456,14 +446,17 @@ async fn publish(sh: &Shared, p: u32, o: &mut Owned) -> Result<(), NatsError> {
         }
         let mut headers = HeaderMap::new();
         headers.insert("Nats-Msg-Id", out.id.as_str());
-        let subject = format!("retryscope.findings.{p}");
-        let publish = sh
+        let ack = sh
             .js
-            .publish_with_headers(subject, headers, Bytes::from(body));
-        let ack = bounded(sh, "publishing a finding", publish)
+            .publish_with_headers(
+                format!("retryscope.findings.{p}"),
+                headers,
+                Bytes::from(body),
+            )
             .await
-            .inspect_err(|_| {
+            .map_err(|e| {
                 sh.counters.publish_failures.fetch_add(1, Ordering::Relaxed);
+                NatsError::new("publishing a finding", e)
             })?;
         o.findings_in_flight.push(ack);
         if o.findings_in_flight.len() >= MAX_ACKS_IN_FLIGHT {
@@ -549,7 +542,7 @@ pub(super) async fn checkpoint(sh: &Shared, p: u32, o: &mut Owned) -> Result<(),
     o.stored = o.source.seq;
     sh.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
     if let Some(m) = o.source.last_msg.take()
-        && let Err(e) = bounded(sh, "acknowledging", m.ack()).await
+        && let Err(e) = m.ack().await
     {
         // Harmless: a redelivery is skipped by sequence.
         tracing::debug!(partition = p, error = %e, "ack failed");

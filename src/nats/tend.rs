@@ -131,17 +131,34 @@ async fn tend(
         match order {
             Order::Run => {}
             Order::Checkpoint => {
+                // The instance waits for it, renewing nothing meanwhile: bounded by a lease,
+                // past which the partition may be another's (and this write fenced off).
                 let why = "last checkpoint failed; the next owner replays from the stored one";
-                return checkpoint_or_give_up(&sh, p, &mut o, why).await;
+                let last =
+                    tokio::time::timeout(cfg.lease, checkpoint_or_give_up(&sh, p, &mut o, why));
+                return match last.await {
+                    Ok(ended) => ended,
+                    Err(_) => {
+                        sh.counters
+                            .checkpoint_failures
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(partition = p, "last checkpoint timed out; {why}");
+                        Ended::Lost
+                    }
+                };
             }
             Order::Drop => {
                 settle_acks(&sh, p, &mut o).await;
                 return Ended::Lost;
             }
         }
-        // Each wait on the server inside is bounded (`owned::bounded`); the partition's own
-        // work is not timed: a collector short of CPU keeps its partitions.
-        let polled = poll(&sh, p, &mut o).await;
+        // Not timed: a poll ends when its work is done (a collector short of CPU keeps its
+        // partitions), or when the lease is lost (a wait on an unreachable server, which
+        // renews nothing, ends there).
+        let Some(polled) = unless_dropped(&mut orders, poll(&sh, p, &mut o)).await else {
+            settle_acks(&sh, p, &mut o).await;
+            return Ended::Lost;
+        };
         let idle = match polled {
             Ok(0) => {
                 if let Err(e) = keep_time(&sh, p, &mut o).await {
@@ -160,9 +177,10 @@ async fn tend(
             let began = Instant::now();
             // What a new owner would replay had this instance died just now.
             lag.store(o.source.seq.saturating_sub(o.stored), Ordering::Relaxed);
-            let kept =
-                checkpoint_or_give_up(&sh, p, &mut o, "checkpoint failed; giving the partition up")
-                    .await;
+            let why = "checkpoint failed; giving the partition up";
+            let kept = unless_dropped(&mut orders, checkpoint_or_give_up(&sh, p, &mut o, why))
+                .await
+                .unwrap_or(Ended::Lost);
             last_checkpoint = Instant::now();
             every = checkpoint_interval(cfg.checkpoint_every, last_checkpoint - began);
             if kept == Ended::Lost {
@@ -175,6 +193,19 @@ async fn tend(
                 _ = orders.changed() => {}
             }
         }
+    }
+}
+
+/// `work`'s result, or `None` once the instance orders the partition dropped (its lease was
+/// lost) or is gone: a poll or a checkpoint is left wherever it waits, and its half-done
+/// state with it (the next owner replays from the stored checkpoint).
+async fn unless_dropped<T>(
+    orders: &mut watch::Receiver<Order>,
+    work: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::select! {
+        done = work => Some(done),
+        _ = orders.wait_for(|o| *o == Order::Drop) => None,
     }
 }
 
@@ -193,9 +224,8 @@ fn checkpoint_interval(configured: Duration, took: Duration) -> Duration {
         .min(LONGEST_INTERVAL.max(configured))
 }
 
-/// Checkpoint partition `p` (its waits on the server bounded, its own work not: see
-/// `owned::bounded`); when that fails, count it, say `why` and let the findings in flight
-/// land, for the partition to be given up.
+/// Checkpoint partition `p`; when that fails, count it, say `why` and let the findings in
+/// flight land, for the partition to be given up.
 async fn checkpoint_or_give_up(sh: &Shared, p: u32, o: &mut Owned, why: &str) -> Ended {
     match checkpoint(sh, p, o).await {
         Ok(()) => Ended::Checkpointed,
