@@ -91,29 +91,35 @@ if [ "$MODE" = otlp-live ]; then
   OUT=$(mktemp -d "${TMPDIR:-/tmp}/retryscope-e2e-otlp.XXXXXX")
   echo "recording into $OUT"
   # gemini-cli: a telemetry-file run, then OTLP/HTTP (JSON) and OTLP/gRPC runs, per scenario;
-  # Claude Code and Codex: OTLP/HTTP (JSON and protobuf) and OTLP/gRPC. Two jobs side by side.
+  # Claude Code and Codex: OTLP/HTTP (JSON and protobuf) and OTLP/gRPC. One job per client and
+  # scenario, E2E_JOBS (default 6) side by side: they mostly wait on the clients' retries
+  # (three jobs kept 0.7 of a core busy, and the longest of them took 170 s).
   clients=$(printf '%s\n' ${GIVEN_CLIENTS:-gemini-cli claude-code codex qwen-code} | grep -v '^claude-code-partial$' | tr '\n' ' ')
-  scen=$(printf '%s\n' ${GIVEN_SCENARIOS:-clean after-tool-reset} | paste -sd, -)
   protos=${OTLP_PROTOCOLS:-http,protobuf,grpc}  # each client gets those it supports
-  pids=()
+  jobs=${E2E_JOBS:-6}
   logs=()
-  for group in "gemini-cli" "claude-code codex" "qwen-code"; do
-    want=$(for c in $group; do case " $clients " in *" $c "*) echo "$c";; esac; done | paste -sd, -)
-    [ -n "$want" ] || continue
-    s=$scen
+  running=0
+  for c in $clients; do
+    s=${GIVEN_SCENARIOS:-clean after-tool-reset}
     # Claude Code and Codex runs take seconds: also the retry before any content
-    [ "$group" = "claude-code codex" ] && [ -z "$GIVEN_SCENARIOS" ] && s="$scen,start-error"
-    log="$OUT/otlp-e2e-${group%% *}.log"
-    python3 "$HERE/otlp_e2e.py" --bin "$BIN" --bin-dir "$CACHE/node_modules/.bin" --out "$OUT" \
-      --clients "$want" --scenarios "$s" --protocols "$protos" --timeout "$TIMEOUT" >"$log" 2>&1 &
-    pids+=($!)
-    logs+=("$log")
+    case "$c" in claude-code|codex) [ -z "$GIVEN_SCENARIOS" ] && s="$s start-error" ;; esac
+    for one in $s; do
+      log="$OUT/otlp-e2e-$c-$one.log"
+      # its status in a file: `wait -n` below reaps jobs before the final wait could
+      ( python3 "$HERE/otlp_e2e.py" --bin "$BIN" --bin-dir "$CACHE/node_modules/.bin" --out "$OUT" \
+          --clients "$c" --scenarios "$one" --protocols "$protos" --timeout "$TIMEOUT" >"$log" 2>&1
+        echo $? >"$log.rc" ) &
+      logs+=("$log")
+      running=$((running + 1))
+      if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
+    done
   done
+  wait
   rc=0
-  for p in "${pids[@]}"; do wait "$p" || rc=1; done
   passed=0
   failed=0
   for l in "${logs[@]}"; do
+    [ "$(cat "$l.rc" 2>/dev/null)" = 0 ] || rc=1
     grep -v -E '^[0-9]+ passed, [0-9]+ failed$' "$l"
     last=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$l" | tail -n 1)
     if [ -z "$last" ]; then failed=$((failed + 1)); echo "FAIL $l: no result line"; continue; fi
@@ -135,18 +141,26 @@ else
     OUT=$(mktemp -d "${TMPDIR:-/tmp}/retryscope-e2e-agents.XXXXXX")
   fi
   echo "recording into $OUT"
-  # one background job per client (they are independent), scenarios in order within each
+  # background jobs per client (they are independent), scenarios in order within each; the
+  # slow starters (gemini-cli, Qwen Code: 120-140 s for twelve scenarios, twice the others)
+  # as two jobs, odd and even scenarios, so that they do not set the suite's length alone
   pids=()
   for c in $CLIENTS; do
-    (
-      for s in $SCENARIOS; do
-        rm -rf "${OUT:?}/$c/$s"
-        python3 "$HERE/record.py" --client "$c" --scenario "$s" \
-          --bin-dir "$CACHE/node_modules/.bin" --out "$OUT/$c/$s" --timeout "$TIMEOUT" \
-          || echo "$c $s: recording failed"
-      done
-    ) &
-    pids+=($!)
+    case "$c" in gemini-cli|qwen-code) halves="0 1" ;; *) halves="all" ;; esac
+    for half in $halves; do
+      (
+        i=0
+        for s in $SCENARIOS; do
+          i=$((i + 1))
+          [ "$half" = all ] || [ $((i % 2)) = "$half" ] || continue
+          rm -rf "${OUT:?}/$c/$s"
+          python3 "$HERE/record.py" --client "$c" --scenario "$s" \
+            --bin-dir "$CACHE/node_modules/.bin" --out "$OUT/$c/$s" --timeout "$TIMEOUT" \
+            || echo "$c $s: recording failed"
+        done
+      ) &
+      pids+=($!)
+    done
   done
   for p in "${pids[@]}"; do wait "$p"; done
 fi
