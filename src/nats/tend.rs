@@ -4,9 +4,11 @@
 //! or to stop, or until the partition fails (a read or a checkpoint), which ends it too.
 //!
 //! The instance's loop (`collect.rs`) keeps the leases: it renews them and moves each
-//! partition's [`LeaseClock`] on, and the task checks that clock before every fetch and
-//! checkpoint ([`super::owned`]), so a partition whose lease could have ended is neither read
-//! nor checkpointed even while the loop is busy.
+//! partition's [`LeaseClock`] on, and the task checks that clock before every fetch,
+//! checkpoint and published finding ([`super::owned`]), so a partition whose lease could have
+//! ended is neither read, checkpointed nor published from, even while the loop is busy. The
+//! task's own work is never timed against the lease (a collector short of CPU is not dead);
+//! the loop's `Drop` order (the lease lost) ends it wherever it waits.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
