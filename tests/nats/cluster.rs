@@ -413,57 +413,47 @@ fn a_checkpoint_larger_than_a_message_is_chunked_and_resumed_after_a_kill() {
 /// published once.
 #[test]
 fn more_findings_between_checkpoints_than_acks_in_flight_do_not_block() {
-    if !have_nats_server() {
-        return;
-    }
-    const TURNS: usize = 3_500; // two findings each: 7,000
-    let dir = tempfile::tempdir().expect("tempdir");
-    let d = dir.path();
-    let (server, url) = server_in(d);
-    let log = d.join("agent.jsonl");
-    let (first, second) = refund_log("many", TURNS, 4);
-    append(&log, &first);
-    append(&log, &second);
-    let expected = check(&log, Path::new("/dev/null")).0;
-    assert!(expected.len() > 5_000, "{} findings", expected.len());
-    let ship = shipper(d, &url, &log, "1");
-    // No checkpoint during the run: every acknowledgement would wait for one.
-    let (c1, m1) = collector(d, &url, "c1", "5", "600000");
-    assert_findings(&url, &expected, Duration::from_secs(120));
-    let c1_log = log_text(d, "c1");
-    assert_eq!(
-        c1_log.matches("took partition").count(),
-        1,
-        "the partition was taken once and never lost: {c1_log}"
-    );
-    assert!(scrape(m1).is_some(), "c1 still serves /metrics");
-    for p in [ship, c1, server] {
-        p.terminate();
-    }
+    // Two findings a turn: 7,000. No checkpoint during the run: every acknowledgement would
+    // wait for one.
+    one_collector_publishes_every_finding_taking_once(3_500, false, "5", "600000");
 }
 
 /// A poll whose own work (correlating a backlog's batch: 200 messages of up to 1,000 lines)
-/// takes longer than a lease does not lose the partition: only the waits on the server are
-/// bounded. A bound on the whole poll gave the partition up after every such poll, and each
-/// retake replayed the same batch from the same checkpoint. Here a debug build correlates
-/// 60,000 lines in one poll under a 1 s lease.
+/// takes longer than a lease does not lose the partition: only a lost lease ends a poll. A
+/// bound on the whole poll gave the partition up after every such poll, and each retake
+/// replayed the same batch from the same checkpoint. Here a debug build correlates 60,000
+/// lines (the whole log, shipped before the collector starts) in one poll under a 1 s lease.
 #[test]
 fn a_poll_longer_than_a_lease_keeps_its_partition() {
+    one_collector_publishes_every_finding_taking_once(6_000, true, "1", "1000");
+}
+
+/// `turns` refund turns (ten lines, two findings each) shipped to one partition, `backlog`:
+/// all of them before the collector starts; one collector (`lease_secs`, `checkpoint_ms`)
+/// publishes every finding `check` finds, once, having taken the partition once.
+fn one_collector_publishes_every_finding_taking_once(
+    turns: usize,
+    backlog: bool,
+    lease_secs: &str,
+    checkpoint_ms: &str,
+) {
     if !have_nats_server() {
         return;
     }
-    const TURNS: usize = 6_000; // ten lines each
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let (server, url) = server_in(d);
     let log = d.join("agent.jsonl");
-    let (first, second) = refund_log("slow", TURNS, 4);
+    let (first, second) = refund_log("many", turns, 4);
     append(&log, &first);
     append(&log, &second);
     let expected = check(&log, Path::new("/dev/null")).0;
+    assert!(expected.len() >= 2 * turns, "{} findings", expected.len());
     let ship = shipper(d, &url, &log, "1");
-    wait_shipped(&log, &d.join("ship-data"));
-    let (c1, m1) = collector(d, &url, "c1", "1", "1000");
+    if backlog {
+        wait_shipped(&log, &d.join("ship-data"));
+    }
+    let (c1, m1) = collector(d, &url, "c1", lease_secs, checkpoint_ms);
     assert_findings(&url, &expected, Duration::from_secs(120));
     let c1_log = log_text(d, "c1");
     assert_eq!(

@@ -100,7 +100,10 @@ fn taken_over_mid_file(name: &str, first: &[String], rest: &[String], oracle: im
     std::fs::create_dir_all(&host).expect("host dir");
     let log = host.join(name);
     let (server, url) = server_in(d);
-    let idle = ["--idle-timeout-secs", "1"];
+    // Longer than the gap between the two parts' publish times (c1's checkpoint, its kill,
+    // the shipper's next round): with 1 s, and once with 5 s, a loaded machine (six tests on
+    // two cores) let the owners' clock messages close the turn before its second part came.
+    let idle = ["--idle-timeout-secs", "15"];
     let (c1, _) = collector_with(d, &url, "c1", "2", "300", &idle);
     append(&log, first);
     let ship = shipper(&host, &url, &log, "4");
@@ -116,7 +119,7 @@ fn taken_over_mid_file(name: &str, first: &[String], rest: &[String], oracle: im
         &url,
         async_nats::ConnectOptions::new,
         expected.len(),
-        Duration::from_secs(60),
+        Duration::from_secs(90),
     );
     assert_eq!(
         untimed(&got),
