@@ -136,18 +136,7 @@ async fn tend(
                 // The instance waits for it, renewing nothing meanwhile: bounded by a lease,
                 // past which the partition may be another's (and this write fenced off).
                 let why = "last checkpoint failed; the next owner replays from the stored one";
-                let last =
-                    tokio::time::timeout(cfg.lease, checkpoint_or_give_up(&sh, p, &mut o, why));
-                return match last.await {
-                    Ok(ended) => ended,
-                    Err(_) => {
-                        sh.counters
-                            .checkpoint_failures
-                            .fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(partition = p, "last checkpoint timed out; {why}");
-                        Ended::Lost
-                    }
-                };
+                return checkpoint_or_give_up(&sh, p, &mut o, why, Some(cfg.lease)).await;
             }
             Order::Drop => {
                 settle_acks(&sh, p, &mut o).await;
@@ -180,9 +169,12 @@ async fn tend(
             // What a new owner would replay had this instance died just now.
             lag.store(o.source.seq.saturating_sub(o.stored), Ordering::Relaxed);
             let why = "checkpoint failed; giving the partition up";
-            let kept = unless_dropped(&mut orders, checkpoint_or_give_up(&sh, p, &mut o, why))
-                .await
-                .unwrap_or(Ended::Lost);
+            let kept = unless_dropped(
+                &mut orders,
+                checkpoint_or_give_up(&sh, p, &mut o, why, None),
+            )
+            .await
+            .unwrap_or(Ended::Lost);
             last_checkpoint = Instant::now();
             every = checkpoint_interval(cfg.checkpoint_every, last_checkpoint - began);
             if kept == Ended::Lost {
@@ -226,10 +218,22 @@ fn checkpoint_interval(configured: Duration, took: Duration) -> Duration {
         .min(LONGEST_INTERVAL.max(configured))
 }
 
-/// Checkpoint partition `p`; when that fails, count it, say `why` and let the findings in
-/// flight land, for the partition to be given up.
-async fn checkpoint_or_give_up(sh: &Shared, p: u32, o: &mut Owned, why: &str) -> Ended {
-    match checkpoint(sh, p, o).await {
+/// Checkpoint partition `p`, within `bound` if given; when that fails (or takes longer),
+/// count it, say `why` and let the findings in flight land, for the partition to be given up.
+async fn checkpoint_or_give_up(
+    sh: &Shared,
+    p: u32,
+    o: &mut Owned,
+    why: &str,
+    bound: Option<Duration>,
+) -> Ended {
+    let done = match bound {
+        Some(bound) => tokio::time::timeout(bound, checkpoint(sh, p, o))
+            .await
+            .unwrap_or_else(|_| Err(NatsError::new("checkpointing", "timed out"))),
+        None => checkpoint(sh, p, o).await,
+    };
+    match done {
         Ok(()) => Ended::Checkpointed,
         Err(e) => {
             sh.counters
