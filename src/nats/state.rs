@@ -10,8 +10,10 @@
 //!   `p<N>.c.<generation>.<i>` first, each at most [`CHUNK_BYTES`] and within the server's
 //!   limit (`chunk_limit`), and the head then names the generation, its chunk count,
 //!   length and hash. A writer that loses the compare-and-set removes its chunks; a winner
-//!   removes the previous generation's. A head written before chunking (the state inline) is
-//!   still read.
+//!   removes the previous generation's; a take sweeps away any generation the head does not
+//!   name (a writer killed or cut off between its chunks and its head). Chunks are removed by
+//!   purging the stream by subject, which leaves no markers behind. A head written before
+//!   chunking (the state inline) is still read.
 //! - **What was published.** The state carries the findings stream sequence of the last
 //!   finding acknowledged before it was stored, so a new owner can read exactly which
 //!   findings the old one published past it (see `collect`), whatever the stream's duplicate
@@ -252,18 +254,22 @@ pub async fn fence(
     empty: &PartitionState,
     max_payload: usize,
 ) -> Result<Stored, NatsError> {
-    let Some(head) = &loaded.head else {
-        let prev = Stored {
-            revision: loaded.revision,
-            chunks: None,
-        };
-        return save(store, p, empty, &prev, max_payload).await;
+    let stored = match &loaded.head {
+        None => {
+            let prev = Stored {
+                revision: loaded.revision,
+                chunks: None,
+            };
+            save(store, p, empty, &prev, max_payload).await?
+        }
+        Some(head) => Stored {
+            revision: put_head(store, p, head.clone(), loaded.revision).await?,
+            chunks: loaded.chunks.clone(),
+        },
     };
-    let revision = put_head(store, p, head.clone(), loaded.revision).await?;
-    Ok(Stored {
-        revision,
-        chunks: loaded.chunks.clone(),
-    })
+    // Fenced: a deposed owner's chunks can no longer be named by a head.
+    sweep(store, p, stored.chunks.as_ref()).await;
+    Ok(stored)
 }
 
 async fn put_head(
@@ -342,13 +348,57 @@ pub async fn save(
     }
 }
 
-/// Remove a generation's chunks (best effort: a leftover costs space, not correctness).
+/// Remove a generation's chunks (best effort: a leftover costs space, not correctness, and
+/// the next take sweeps it, [`sweep`]). One purge of the bucket's stream by subject, which
+/// leaves nothing behind: a key-value purge per chunk would leave a marker per chunk, and
+/// every checkpoint's generation has new keys, so markers would pile up for good.
 async fn remove_chunks(store: &kv::Store, p: u32, r: Option<&ChunkRef>) {
-    let Some(r) = r else { return };
-    for i in 0..r.parts {
-        if let Err(e) = store.purge(chunk_key(p, &r.generation, i)).await {
-            tracing::debug!(partition = p, error = %e, "removing an old checkpoint chunk");
+    if let Some(r) = r {
+        remove_generation(store, p, &r.generation).await;
+    }
+}
+
+async fn remove_generation(store: &kv::Store, p: u32, generation: &str) {
+    let filter = format!("{}{}.c.{generation}.>", store.prefix, super::lease::key(p));
+    if let Err(e) = store.stream.purge().filter(filter).await {
+        tracing::debug!(partition = p, error = %e, "removing an old checkpoint's chunks");
+    }
+}
+
+/// Remove partition `p`'s chunks of every generation but `keep`'s: those a writer left when
+/// it died or was cut off between writing its chunks and its head (best effort, at a take).
+async fn sweep(store: &kv::Store, p: u32, keep: Option<&ChunkRef>) {
+    use futures_util::TryStreamExt;
+    let prefix = format!("{}{}.c.", store.prefix, super::lease::key(p));
+    let mut generations = std::collections::BTreeSet::new();
+    let listed = async {
+        let mut subjects = store
+            .stream
+            .info_with_subjects(format!("{prefix}>"))
+            .await?;
+        while let Some((subject, _)) = subjects.try_next().await? {
+            if let Some(generation) = subject
+                .strip_prefix(prefix.as_str())
+                .and_then(|rest| rest.split('.').next())
+            {
+                generations.insert(generation.to_string());
+            }
         }
+        Ok::<_, async_nats::Error>(())
+    };
+    if let Err(e) = listed.await {
+        tracing::debug!(partition = p, error = %e, "listing a partition's checkpoint chunks");
+    }
+    generations.retain(|g| keep.is_none_or(|k| &k.generation != g));
+    for generation in &generations {
+        remove_generation(store, p, generation).await;
+    }
+    if !generations.is_empty() {
+        tracing::info!(
+            partition = p,
+            generations = generations.len(),
+            "removed checkpoint chunks no head names (a writer cut off mid-checkpoint)"
+        );
     }
 }
 

@@ -387,6 +387,8 @@ fn a_checkpoint_larger_than_a_message_is_chunked_and_resumed_after_a_kill() {
         "a state over a message is stored in chunks: {head}"
     );
     drop(c1); // SIGKILL
+    // What a writer killed between its chunks and its head leaves: chunks no head names.
+    put_state_key(&url, "p0.c.0d0d0d0d0d0d0d0d.0", b"orphan");
     append(&log, &second);
     wait_shipped(&log, &d.join("ship-data"));
     let (c2, _) = collector(d, &url, "c2", "2", "300");
@@ -403,7 +405,21 @@ fn a_checkpoint_larger_than_a_message_is_chunked_and_resumed_after_a_kill() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
     assert!(from_seq > 0, "c2 resumed from c1's checkpoint: {c2_log}");
-    for p in [ship, c2, server] {
+    // Once c2 has handed over: the bucket holds the chunks its head names, once each, and
+    // nothing else (c2's take swept the orphan; replaced generations left no markers).
+    c2.terminate();
+    let head = state_head(&url, 0);
+    let named: BTreeMap<String, usize> = match head.get("chunked") {
+        Some(c) => (0..c["parts"].as_u64().unwrap_or(0))
+            .map(|i| {
+                let generation = c["generation"].as_str().unwrap_or_default();
+                (format!("$KV.retryscope_state.p0.c.{generation}.{i}"), 1)
+            })
+            .collect(),
+        None => BTreeMap::new(),
+    };
+    assert_eq!(chunk_subjects(&url, 0), named, "head: {head}");
+    for p in [ship, server] {
         p.terminate();
     }
 }

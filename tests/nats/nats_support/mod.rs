@@ -8,6 +8,7 @@
 
 pub use crate::harness::*;
 
+use std::collections::BTreeMap;
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
@@ -307,6 +308,38 @@ pub fn state_head(url: &str, p: u32) -> serde_json::Value {
 pub fn chunked(head: &serde_json::Value) -> bool {
     head.get("chunked")
         .is_some_and(|c| c["parts"].as_u64() > Some(1))
+}
+
+/// Every subject the state bucket's stream holds for partition `p`'s checkpoint chunks, with
+/// its message count (a removed key leaves a marker, which counts too).
+pub fn chunk_subjects(url: &str, p: u32) -> BTreeMap<String, usize> {
+    use futures_util::TryStreamExt;
+    with_js(url, async |js| {
+        let stream = js
+            .get_stream("KV_retryscope_state")
+            .await
+            .expect("state bucket's stream");
+        let mut listed = stream
+            .info_with_subjects(format!("$KV.retryscope_state.p{p}.c.>"))
+            .await
+            .expect("list the chunks");
+        let mut subjects = BTreeMap::new();
+        while let Some((subject, count)) = listed.try_next().await.expect("list the chunks") {
+            subjects.insert(subject, count);
+        }
+        subjects
+    })
+}
+
+/// Store `value` under `key` in the state bucket (as a writer cut off mid-checkpoint would).
+pub fn put_state_key(url: &str, key: &str, value: &'static [u8]) {
+    with_js(url, async |js| {
+        let kv = js
+            .get_key_value("retryscope_state")
+            .await
+            .expect("state bucket");
+        kv.put(key, value.into()).await.expect("put a state key");
+    });
 }
 
 /// Run `f` on a current-thread runtime with a JetStream context on `url`.
