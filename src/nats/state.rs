@@ -10,9 +10,10 @@
 //!   `p<N>.c.<generation>.<i>` first, each at most [`CHUNK_BYTES`] and within the server's
 //!   limit (`chunk_limit`), and the head then names the generation, its chunk count,
 //!   length and hash. A writer that loses the compare-and-set removes its chunks; a winner
-//!   removes the previous generation's; a take sweeps away any generation the head does not
-//!   name (a writer killed or cut off between its chunks and its head). Chunks are removed by
-//!   purging the stream by subject, which leaves no markers behind. A head written before
+//!   removes the previous generation's. A take stores the state again (a chunked one as a
+//!   new generation), and then sweeps away whatever was stored under `p<N>.c.` before it:
+//!   chunks a writer killed or cut off between its chunks and its head left behind. Chunks
+//!   are removed by purging the stream by subject (and sequence), which leaves no markers. A head written before
 //!   chunking (the state inline) is still read.
 //! - **What was published.** The state carries the findings stream sequence of the last
 //!   finding acknowledged before it was stored, so a new owner can read exactly which
@@ -106,8 +107,8 @@ pub struct Loaded {
     pub state: Option<PartitionState>,
     /// The head's revision (0: no key yet).
     pub revision: u64,
-    /// The head's bytes as stored (to rewrite them unchanged).
-    head: Option<Bytes>,
+    /// The state's bytes as stored (to store them again unchanged, [`fence`]).
+    bytes: Option<Bytes>,
     /// The chunks the head names, to remove once a newer generation replaces them.
     chunks: Option<ChunkRef>,
 }
@@ -118,6 +119,15 @@ pub struct Stored {
     /// The head's revision (0: none yet).
     pub revision: u64,
     chunks: Option<ChunkRef>,
+    /// The lowest stream sequence of those chunks, when this writer stored them.
+    chunks_from: Option<u64>,
+}
+
+impl Stored {
+    /// Stream sequences under `p<N>.c.` before this are chunks no head names, or will.
+    fn named_from(&self) -> u64 {
+        self.chunks_from.unwrap_or(self.revision)
+    }
 }
 
 impl Loaded {
@@ -126,6 +136,7 @@ impl Loaded {
         Stored {
             revision: self.revision,
             chunks: self.chunks.clone(),
+            chunks_from: None,
         }
     }
 }
@@ -159,14 +170,19 @@ pub async fn load(store: &kv::Store, p: u32) -> Result<Loaded, NatsError> {
     }
     let head: Head = serde_json::from_slice(&e.value)
         .map_err(|err| NatsError::new("decoding a partition checkpoint", err))?;
-    let (state, chunks) = match head {
-        Head::Inline(s) => (*s, None),
-        Head::Chunked { chunked } => (read_chunks(store, p, &chunked).await?, Some(chunked)),
+    let (state, bytes, chunks) = match head {
+        Head::Inline(s) => (*s, e.value, None),
+        Head::Chunked { chunked } => {
+            let bytes = read_chunks(store, p, &chunked).await?;
+            let state = serde_json::from_slice(&bytes)
+                .map_err(|e| NatsError::new("decoding a partition checkpoint", e))?;
+            (state, bytes, Some(chunked))
+        }
     };
     Ok(Loaded {
         state: Some(state),
         revision: e.revision,
-        head: Some(e.value),
+        bytes: Some(bytes),
         chunks,
     })
 }
@@ -216,7 +232,8 @@ fn absent_head(p: u32, in_history: Option<u64>) -> Result<Loaded, NatsError> {
     }
 }
 
-async fn read_chunks(store: &kv::Store, p: u32, r: &ChunkRef) -> Result<PartitionState, NatsError> {
+/// The state's bytes that `r` names, checked against it.
+async fn read_chunks(store: &kv::Store, p: u32, r: &ChunkRef) -> Result<Bytes, NatsError> {
     let mut bytes = Vec::with_capacity(usize::try_from(r.bytes).unwrap_or(0).min(1 << 30));
     for i in 0..r.parts {
         let part = store
@@ -240,13 +257,14 @@ async fn read_chunks(store: &kv::Store, p: u32, r: &ChunkRef) -> Result<Partitio
             "its chunks do not match the head (length or hash)",
         ));
     }
-    serde_json::from_slice(&bytes).map_err(|e| NatsError::new("decoding a partition checkpoint", e))
+    Ok(Bytes::from(bytes))
 }
 
-/// Rewrite the head as it is (or create an empty one), so its revision moves on: a deposed
-/// owner's next [`save`], at the revision it held, fails. The new [`Stored`].
-/// With no head yet, `empty` is stored as [`save`] stores a state, within the server's
-/// `max_payload`.
+/// Store the state again as it is (or an empty one), so the head's revision moves on: a
+/// deposed owner's next [`save`], at the revision it held, fails. The new [`Stored`].
+/// Stored as [`save`] stores a state, within the server's `max_payload`: a chunked state in
+/// chunks of a new generation, after which everything under `p<N>.c.` stored before them is
+/// named by no head and is swept ([`sweep`]).
 pub async fn fence(
     store: &kv::Store,
     p: u32,
@@ -254,21 +272,12 @@ pub async fn fence(
     empty: &PartitionState,
     max_payload: usize,
 ) -> Result<Stored, NatsError> {
-    let stored = match &loaded.head {
-        None => {
-            let prev = Stored {
-                revision: loaded.revision,
-                chunks: None,
-            };
-            save(store, p, empty, &prev, max_payload).await?
-        }
-        Some(head) => Stored {
-            revision: put_head(store, p, head.clone(), loaded.revision).await?,
-            chunks: loaded.chunks.clone(),
-        },
+    let bytes = match &loaded.bytes {
+        Some(bytes) => bytes.clone(),
+        None => encode(empty)?,
     };
-    // Fenced: a deposed owner's chunks can no longer be named by a head.
-    sweep(store, p, stored.chunks.as_ref()).await;
+    let stored = store_bytes(store, p, bytes, &loaded.stored(), max_payload).await?;
+    sweep(store, p, stored.named_from()).await;
     Ok(stored)
 }
 
@@ -302,15 +311,30 @@ pub async fn save(
     prev: &Stored,
     max_payload: usize,
 ) -> Result<Stored, NatsError> {
-    let limit = chunk_limit(max_payload);
+    store_bytes(store, p, encode(state)?, prev, max_payload).await
+}
+
+fn encode(state: &PartitionState) -> Result<Bytes, NatsError> {
     let bytes = super::cpu(|| serde_json::to_vec(state))
         .map_err(|e| NatsError::new("encoding a checkpoint", e))?;
+    Ok(Bytes::from(bytes))
+}
+
+/// [`save`] of a state's bytes.
+async fn store_bytes(
+    store: &kv::Store,
+    p: u32,
+    bytes: Bytes,
+    prev: &Stored,
+    max_payload: usize,
+) -> Result<Stored, NatsError> {
+    let limit = chunk_limit(max_payload);
     if bytes.len() <= limit {
-        let revision = put_head(store, p, Bytes::from(bytes), prev.revision).await?;
+        let revision = put_head(store, p, bytes, prev.revision).await?;
         remove_chunks(store, p, prev.chunks.as_ref()).await;
         return Ok(Stored {
             revision,
-            chunks: None,
+            ..Stored::default()
         });
     }
     let r = ChunkRef {
@@ -321,16 +345,18 @@ pub async fn save(
         fnv: retryscope_core::fasthash::fnv1a(&bytes),
     };
     // All chunks in flight at once: one round trip, not one per chunk.
-    let bytes = Bytes::from(bytes);
     let puts = (0..r.parts).map(|i| {
         let from = i as usize * limit;
         let part = bytes.slice(from..(from + limit).min(bytes.len()));
         store.put(chunk_key(p, &r.generation, i), part)
     });
-    if let Err(e) = futures_util::future::try_join_all(puts).await {
-        remove_chunks(store, p, Some(&r)).await;
-        return Err(NatsError::new("writing a checkpoint chunk", e));
-    }
+    let chunks_from = match futures_util::future::try_join_all(puts).await {
+        Ok(revisions) => revisions.into_iter().min(),
+        Err(e) => {
+            remove_chunks(store, p, Some(&r)).await;
+            return Err(NatsError::new("writing a checkpoint chunk", e));
+        }
+    };
     let head = serde_json::to_vec(&Head::Chunked { chunked: r.clone() })
         .map_err(|e| NatsError::new("encoding a checkpoint", e))?;
     match put_head(store, p, Bytes::from(head), prev.revision).await {
@@ -339,6 +365,7 @@ pub async fn save(
             Ok(Stored {
                 revision,
                 chunks: Some(r),
+                chunks_from,
             })
         }
         Err(e) => {
@@ -353,52 +380,34 @@ pub async fn save(
 /// leaves nothing behind: a key-value purge per chunk would leave a marker per chunk, and
 /// every checkpoint's generation has new keys, so markers would pile up for good.
 async fn remove_chunks(store: &kv::Store, p: u32, r: Option<&ChunkRef>) {
-    if let Some(r) = r {
-        remove_generation(store, p, &r.generation).await;
-    }
-}
-
-async fn remove_generation(store: &kv::Store, p: u32, generation: &str) {
-    let filter = format!("{}{}.c.{generation}.>", store.prefix, super::lease::key(p));
+    let Some(r) = r else { return };
+    let filter = format!(
+        "{}{}.c.{}.>",
+        store.prefix,
+        super::lease::key(p),
+        r.generation
+    );
     if let Err(e) = store.stream.purge().filter(filter).await {
         tracing::debug!(partition = p, error = %e, "removing an old checkpoint's chunks");
     }
 }
 
-/// Remove partition `p`'s chunks of every generation but `keep`'s: those a writer left when
-/// it died or was cut off between writing its chunks and its head (best effort, at a take).
-async fn sweep(store: &kv::Store, p: u32, keep: Option<&ChunkRef>) {
-    use futures_util::TryStreamExt;
-    let prefix = format!("{}{}.c.", store.prefix, super::lease::key(p));
-    let mut generations = std::collections::BTreeSet::new();
-    let listed = async {
-        let mut subjects = store
-            .stream
-            .info_with_subjects(format!("{prefix}>"))
-            .await?;
-        while let Some((subject, _)) = subjects.try_next().await? {
-            if let Some(generation) = subject
-                .strip_prefix(prefix.as_str())
-                .and_then(|rest| rest.split('.').next())
-            {
-                generations.insert(generation.to_string());
-            }
-        }
-        Ok::<_, async_nats::Error>(())
-    };
-    if let Err(e) = listed.await {
-        tracing::debug!(partition = p, error = %e, "listing a partition's checkpoint chunks");
-    }
-    generations.retain(|g| keep.is_none_or(|k| &k.generation != g));
-    for generation in &generations {
-        remove_generation(store, p, generation).await;
-    }
-    if !generations.is_empty() {
-        tracing::info!(
+/// Remove partition `p`'s chunks stored before stream sequence `before` (the lowest of
+/// those a take just stored; with none, its head's): chunks no head names, left by a writer
+/// killed or cut off between its chunks and its head (best effort). One purge by subject
+/// and sequence, however many there are (versions that removed chunks key by key left a
+/// marker for each); chunks stored after `before`, by an owner that took the partition
+/// since, are never touched.
+async fn sweep(store: &kv::Store, p: u32, before: u64) {
+    let filter = format!("{}{}.c.>", store.prefix, super::lease::key(p));
+    match store.stream.purge().filter(filter).sequence(before).await {
+        Ok(r) if r.purged > 0 => tracing::info!(
             partition = p,
-            generations = generations.len(),
+            messages = r.purged,
             "removed checkpoint chunks no head names (a writer cut off mid-checkpoint)"
-        );
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::debug!(partition = p, error = %e, "sweeping old checkpoint chunks"),
     }
 }
 

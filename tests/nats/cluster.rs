@@ -391,7 +391,9 @@ fn a_checkpoint_larger_than_a_message_is_chunked_and_resumed_after_a_kill() {
     put_state_key(&url, "p0.c.0d0d0d0d0d0d0d0d.0", b"orphan");
     append(&log, &second);
     wait_shipped(&log, &d.join("ship-data"));
-    let (c2, _) = collector(d, &url, "c2", "2", "300");
+    // A longer lease: its last checkpoint at SIGTERM, bounded by a lease, must complete for
+    // the bucket to hold exactly what its head names.
+    let (c2, _) = collector(d, &url, "c2", "10", "300");
     let expected = check(&log, Path::new("/dev/null")).0;
     assert!(expected.len() >= TURNS, "each turn has findings");
     assert_findings(&url, &expected, Duration::from_secs(90));
