@@ -31,7 +31,9 @@
 //! - where the CPU went until (2): the server process, the shipper's threads and the
 //!   collectors' threads (seconds of CPU, from /proc), and the collectors' by (1); and the
 //!   server's and the collectors' page faults (on this VM a first touch of memory costs tens
-//!   of microseconds: the faults say what the CPU figures' variance is made of);
+//!   of microseconds: the faults say what the CPU figures' variance is made of); and the
+//!   collectors' CPU in user mode alone against `run`'s, which leaves out the kernel's part
+//!   (page faults, socket and file reads): the code's cost without the host's;
 //! - for `run`, the release binary (`retryscope run` tailing the same log with metrics on) until
 //!   `retryscope_events_read_total` shows every event;
 //! - with `--latency`, for 20 turns appended one at a time once the backlog is done, the time
@@ -140,21 +142,28 @@ fn run() -> Result<(), Error> {
             .unwrap_or_default()
             .trim()
     );
-    let (mut run_rates, mut run_cpus, mut turns) = (Vec::new(), Vec::new(), 0.0);
+    let (mut run_rates, mut run_cpus, mut run_users, mut turns) =
+        (Vec::new(), Vec::new(), Vec::new(), 0.0);
     for _ in 0..repeat {
-        let (rate, cpu, t) = bench_run(dir.path(), &staged, written)?;
+        let r = bench_run(dir.path(), &staged, written)?;
         println!(
-            "run (one process tailing the log): {rate:.0} events/s, {cpu:.2} CPU s ({:.0} events \
-             per CPU s), {t} turns",
-            written as f64 / cpu.max(1e-3)
+            "run (one process tailing the log): {:.0} events/s, {:.2} CPU s ({:.0} events per \
+             CPU s; {:.2} s in user mode), {} turns",
+            r.rate,
+            r.cpu,
+            written as f64 / r.cpu.max(1e-3),
+            r.user,
+            r.turns
         );
-        run_rates.push(rate);
-        run_cpus.push(cpu);
-        turns = t;
+        run_rates.push(r.rate);
+        run_cpus.push(r.cpu);
+        run_users.push(r.user);
+        turns = r.turns;
     }
     let (run_rate, run_cpu) = (median(&mut run_rates), median(&mut run_cpus));
     // Events per CPU second: what one core of each does.
     let run_per_cpu = written as f64 / run_cpu.max(1e-3);
+    let run_per_user = written as f64 / median(&mut run_users).max(1e-3);
     if repeat > 1 {
         println!(
             "run, median of {repeat}: {run_rate:.0} events/s, {run_cpu:.2} CPU s \
@@ -169,7 +178,7 @@ fn run() -> Result<(), Error> {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
             .map_err(|e| format!("{bin}: {e} (apt-get install nats-server)"))?;
         for &c in &collectors {
-            let (mut rates, mut per_core) = (Vec::new(), Vec::new());
+            let (mut rates, mut per_core, mut per_user) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..repeat {
                 let row =
                     dir.path()
@@ -198,7 +207,8 @@ fn run() -> Result<(), Error> {
                  (lines checkpointed after {:.2} s, fetched after {:.2} s, every turn correlated \
                  after {:.2} s = {:.2} s + the settle time); CPU s until then: server {:.2}, \
                  shipper {:.2}, collectors {:.2} ({:.2} by the lines' checkpoint; {:.0} events per \
-                 collector CPU s = {:.2}x run's); page faults: server {}, collectors {}{}",
+                 collector CPU s = {:.2}x run's; in user mode {:.2} s, {:.2}x run's); page faults: \
+                 server {}, collectors {}{}",
                     r.rate,
                     r.rate / run_rate,
                     r.secs,
@@ -211,6 +221,8 @@ fn run() -> Result<(), Error> {
                     r.cpu.collectors_checkpointed,
                     written as f64 / r.cpu.collectors.max(1e-3),
                     written as f64 / r.cpu.collectors.max(1e-3) / run_per_cpu,
+                    r.cpu.collectors_user,
+                    written as f64 / r.cpu.collectors_user.max(1e-3) / run_per_user,
                     r.cpu.faults.0,
                     r.cpu.faults.1,
                     r.latency
@@ -221,14 +233,16 @@ fn run() -> Result<(), Error> {
                 );
                 rates.push(r.rate);
                 per_core.push(written as f64 / r.cpu.collectors.max(1e-3) / run_per_cpu);
+                per_user.push(written as f64 / r.cpu.collectors_user.max(1e-3) / run_per_user);
             }
             if repeat > 1 {
                 let rate = median(&mut rates);
                 println!(
                     "{version}, {c} collector(s), median of {repeat}: {rate:.0} events/s = \
-                     {:.2}x run; a collector core {:.2}x a run core",
+                     {:.2}x run; a collector core {:.2}x a run core ({:.2}x in user mode)",
                     rate / run_rate,
                     median(&mut per_core),
+                    median(&mut per_user),
                 );
             }
         }
@@ -255,6 +269,14 @@ fn median(values: &mut [f64]) -> f64 {
     }
 }
 
+/// `run` on the log: events/s, CPU seconds (of which in user mode), turns counted.
+struct RunRow {
+    rate: f64,
+    cpu: f64,
+    user: f64,
+    turns: f64,
+}
+
 struct Row {
     rate: f64,
     secs: f64,
@@ -271,6 +293,8 @@ struct Cpu {
     server: f64,
     shipper: f64,
     collectors: f64,
+    /// Of which in user mode (not the kernel's: page faults, socket reads).
+    collectors_user: f64,
     /// The collectors' CPU seconds until the lines were checkpointed.
     collectors_checkpointed: f64,
     /// Minor page faults of the server and of the collectors: on a VM whose host takes
@@ -278,15 +302,11 @@ struct Cpu {
     faults: (u64, u64),
 }
 
-/// CPU seconds of a process or thread from its `stat` file (utime + stime, 100 ticks/s).
-fn cpu_secs(stat: &Path) -> f64 {
-    stat_of(stat).0
-}
+/// CPU seconds, minor page faults, and the CPU seconds in user mode alone.
+type Stat = (f64, u64, f64);
 
-/// CPU seconds and minor page faults.
-type Stat = (f64, u64);
-
-/// CPU seconds and minor page faults of a process or thread from its `stat` file.
+/// CPU seconds, minor page faults and user-mode CPU seconds of a process or thread from its
+/// `stat` file.
 fn stat_of(stat: &Path) -> Stat {
     std::fs::read_to_string(stat)
         .ok()
@@ -296,9 +316,9 @@ fn stat_of(stat: &Path) -> Stat {
             let faults: u64 = rest.get(7)?.parse().ok()?;
             let u: f64 = rest.get(11)?.parse().ok()?;
             let k: f64 = rest.get(12)?.parse().ok()?;
-            Some(((u + k) / 100.0, faults))
+            Some(((u + k) / 100.0, faults, u / 100.0))
         })
-        .unwrap_or((0.0, 0))
+        .unwrap_or((0.0, 0, 0.0))
 }
 
 /// The CPU seconds of this process's threads by name, from `/proc/self/task`, counted from
@@ -333,7 +353,7 @@ impl ThreadCpu {
                 continue;
             };
             let cpu = stat_of(&t.path().join("stat"));
-            let first = if self.started { (0.0, 0) } else { cpu };
+            let first = if self.started { (0.0, 0, 0.0) } else { cpu };
             let e = self
                 .seen
                 .entry(tid)
@@ -348,6 +368,15 @@ impl ThreadCpu {
             .values()
             .filter(|(name, ..)| name.starts_with(prefix))
             .map(|(_, first, last)| last.0 - first.0)
+            .sum()
+    }
+
+    /// User-mode CPU seconds since the start of the threads whose name starts with `prefix`.
+    fn user_of(&self, prefix: &str) -> f64 {
+        self.seen
+            .values()
+            .filter(|(name, ..)| name.starts_with(prefix))
+            .map(|(_, first, last)| last.2 - first.2)
             .sum()
     }
 
@@ -399,7 +428,7 @@ fn with_server<T>(
 /// `retryscope run` (the release binary beside this example) tailing a file the log is appended
 /// to once it runs: events per second until its metrics show every event read, and the CPU
 /// seconds it spent meanwhile.
-fn bench_run(dir: &Path, staged: &Path, events: u64) -> Result<(f64, f64, f64), Error> {
+fn bench_run(dir: &Path, staged: &Path, events: u64) -> Result<RunRow, Error> {
     // The log exists (empty) before `run` starts and is appended to, as bench_run does: `run`
     // is timed reading, not finding a file that appears.
     let log = dir.join("run.jsonl");
@@ -416,7 +445,7 @@ fn bench_run(dir: &Path, staged: &Path, events: u64) -> Result<(f64, f64, f64), 
         wait_port(port, "retryscope run")?;
         let mut from = std::fs::File::open(staged)?;
         let mut to = std::fs::OpenOptions::new().append(true).open(&log)?;
-        let cpu_before = cpu_secs(&stat);
+        let before = stat_of(&stat);
         let started = Instant::now();
         std::io::copy(&mut from, &mut to)?;
         loop {
@@ -425,14 +454,20 @@ fn bench_run(dir: &Path, staged: &Path, events: u64) -> Result<(f64, f64, f64), 
                 .unwrap_or(0.0);
             if read >= events as f64 {
                 let rate = events as f64 / started.elapsed().as_secs_f64();
-                let cpu = cpu_secs(&stat) - cpu_before;
+                let now = stat_of(&stat);
+                let (cpu, user) = (now.0 - before.0, now.2 - before.2);
                 // The turns it counted: what the collectors' summed count must reach. Each
                 // bench turn ends with `turn_end`, so it is counted once its last line is read.
                 std::thread::sleep(Duration::from_millis(300));
                 let turns = scrape(port)
                     .map(|m| value(&m, "retryscope_turns_total"))
                     .unwrap_or(0.0);
-                return Ok((rate, cpu, turns));
+                return Ok(RunRow {
+                    rate,
+                    cpu,
+                    user,
+                    turns,
+                });
             }
             if started.elapsed() > Duration::from_secs(600) {
                 return Err("run took over 10 minutes".into());
@@ -638,6 +673,7 @@ fn bench(
             ),
             shipper: threads.of("bench-ship"),
             collectors: threads.of("bench-collect"),
+            collectors_user: threads.user_of("bench-collect"),
             collectors_checkpointed: collectors_then,
         };
         let latency = if latency {
