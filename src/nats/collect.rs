@@ -37,9 +37,12 @@
 //! fetch abandoned mid-way, a deposed owner's pull) makes the partition be taken again from its
 //! checkpoint rather than correlated with a gap.
 //!
-//! Finding acknowledgements are awaited in batches of at most [`MAX_ACKS_IN_FLIGHT`], never
-//! held until the checkpoint (the client allows 5,000 in flight and makes a publish wait for a
-//! free one: an instance that held more blocked itself). Every fetch has an expiry. A finding
+//! Finding acknowledgements are awaited in batches of at most [`MAX_ACKS_IN_FLIGHT`] a
+//! partition and [`INSTANCE_ACKS_IN_FLIGHT`] an instance (its partitions take permits from
+//! one semaphore), and by an idle partition, never held until the checkpoint: the client
+//! allows 5,000 in flight on the connection and makes a publish wait for a free one, so an
+//! instance whose partitions held more between them blocked every partition and its own lease
+//! renewals (16 partitions and a checkpoint interval of 15 s: no partition moved again). Every fetch has an expiry. A finding
 //! larger than the server's largest message is a dead letter: written locally, counted, logged,
 //! and the partition moves on.
 //!
@@ -124,6 +127,10 @@ pub struct CollectSummary {
 /// publish past that).
 pub const MAX_ACKS_IN_FLIGHT: usize = 1_024;
 
+/// Finding acknowledgements the instance's partitions may have in flight between them: below
+/// the connection's 5,000, with room for the checkpoints', leases' and clock messages'.
+pub const INSTANCE_ACKS_IN_FLIGHT: usize = 4_000;
+
 /// What the instance's partition tasks count, together.
 #[derive(Debug, Default)]
 pub(super) struct Counters {
@@ -153,6 +160,8 @@ pub(super) struct Shared {
     /// Closed turns exported as traces (`--otlp-endpoint`), as `run` does.
     pub(super) traces: Option<Arc<TraceSink>>,
     pub(super) counters: Arc<Counters>,
+    /// Permits for finding acknowledgements in flight ([`INSTANCE_ACKS_IN_FLIGHT`]).
+    pub(super) acks: Arc<tokio::sync::Semaphore>,
 }
 
 /// Collect until `shutdown`; `served` receives the sum of the owned partitions' metrics (and
@@ -220,6 +229,7 @@ pub async fn collect(
         findings,
         traces,
         counters: Arc::default(),
+        acks: Arc::new(tokio::sync::Semaphore::new(INSTANCE_ACKS_IN_FLIGHT)),
     };
     let mut inst = Instance {
         sh,

@@ -57,7 +57,8 @@ pub(super) struct Owned {
     last_line: Instant,
     /// When this owner last sent a clock message.
     last_tick_sent: Instant,
-    pub(super) findings_in_flight: Vec<PublishAckFuture>,
+    /// Published findings' acknowledgements, each with its permit of the instance's.
+    pub(super) findings_in_flight: Vec<(PublishAckFuture, tokio::sync::OwnedSemaphorePermit)>,
     /// Findings stream sequence of the last acknowledged finding of this partition.
     pub(super) findings_seq: u64,
     /// Where the take started reading the stored findings (the checkpoint's findings sequence).
@@ -444,6 +445,19 @@ async fn publish(sh: &Shared, p: u32, o: &mut Owned) -> Result<(), NatsError> {
             );
             continue;
         }
+        // A permit of the instance's first: when none is free, this partition's own
+        // acknowledgements are awaited (freeing its permits), then it waits its turn.
+        let permit = match sh.acks.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                await_acks(sh, o).await?;
+                sh.acks
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|e| NatsError::new("publishing a finding", e))?
+            }
+        };
         let mut headers = HeaderMap::new();
         headers.insert("Nats-Msg-Id", out.id.as_str());
         let ack = sh
@@ -458,7 +472,7 @@ async fn publish(sh: &Shared, p: u32, o: &mut Owned) -> Result<(), NatsError> {
                 sh.counters.publish_failures.fetch_add(1, Ordering::Relaxed);
                 NatsError::new("publishing a finding", e)
             })?;
-        o.findings_in_flight.push(ack);
+        o.findings_in_flight.push((ack, permit));
         if o.findings_in_flight.len() >= MAX_ACKS_IN_FLIGHT {
             await_acks(sh, o).await?;
         }
@@ -469,7 +483,7 @@ async fn publish(sh: &Shared, p: u32, o: &mut Owned) -> Result<(), NatsError> {
 /// Wait for every finding acknowledgement in flight; the last findings sequence is kept for
 /// the checkpoint.
 pub(super) async fn await_acks(sh: &Shared, o: &mut Owned) -> Result<(), NatsError> {
-    for ack in o.findings_in_flight.drain(..) {
+    for (ack, _permit) in o.findings_in_flight.drain(..) {
         let ack = ack.await.map_err(|e| {
             sh.counters.publish_failures.fetch_add(1, Ordering::Relaxed);
             NatsError::new("waiting for a finding's acknowledgement", e)

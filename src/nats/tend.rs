@@ -152,6 +152,13 @@ async fn tend(
         };
         let idle = match polled {
             Ok(0) => {
+                // Idle: its findings' acknowledgements land now, not at the checkpoint, so
+                // their permits go back to the instance's busy partitions.
+                if let Err(e) = await_acks(&sh, &mut o).await {
+                    tracing::warn!(partition = p, error = %e, "publishing findings failed");
+                    settle_acks(&sh, p, &mut o).await;
+                    return Ended::Lost;
+                }
                 if let Err(e) = keep_time(&sh, p, &mut o).await {
                     tracing::warn!(partition = p, error = %e, "cannot keep the partition's clock");
                 }

@@ -455,6 +455,23 @@ fn one_collector_publishes_every_finding_taking_once(
     lease_secs: &str,
     checkpoint_ms: &str,
 ) {
+    one_collector_publishes_every_finding_taking_each_once(
+        turns,
+        backlog,
+        lease_secs,
+        checkpoint_ms,
+        "1",
+    );
+}
+
+/// [`one_collector_publishes_every_finding_taking_once`] over `partitions` partitions.
+fn one_collector_publishes_every_finding_taking_each_once(
+    turns: usize,
+    backlog: bool,
+    lease_secs: &str,
+    checkpoint_ms: &str,
+    partitions: &str,
+) {
     if !have_nats_server() {
         return;
     }
@@ -467,7 +484,7 @@ fn one_collector_publishes_every_finding_taking_once(
     append(&log, &second);
     let expected = check(&log, Path::new("/dev/null")).0;
     assert!(expected.len() >= 2 * turns, "{} findings", expected.len());
-    let ship = shipper(d, &url, &log, "1");
+    let ship = shipper(d, &url, &log, partitions);
     if backlog {
         wait_shipped(&log, &d.join("ship-data"));
     }
@@ -476,13 +493,23 @@ fn one_collector_publishes_every_finding_taking_once(
     let c1_log = log_text(d, "c1");
     assert_eq!(
         c1_log.matches("took partition").count(),
-        1,
+        partitions.parse::<usize>().unwrap_or(1),
         "the partition was taken once and never lost: {c1_log}"
     );
     assert!(scrape(m1).is_some(), "c1 still serves /metrics");
     for p in [ship, c1, server] {
         p.terminate();
     }
+}
+
+/// More findings between checkpoints than the connection allows acknowledgements in flight
+/// (5,000), spread over 16 partitions so that none reaches its own batch (1,024): the
+/// partitions share the instance's permits and none blocks. Before, each held its
+/// acknowledgements until its checkpoint, every publish waited for a free slot, and no
+/// partition (nor the lease renewals) moved again.
+#[test]
+fn more_findings_than_acks_in_flight_over_many_partitions_do_not_block() {
+    one_collector_publishes_every_finding_taking_each_once(3_500, false, "5", "600000", "16");
 }
 
 /// Issue 26: a new owner that replays past the findings stream's duplicate window (set to 1 s
