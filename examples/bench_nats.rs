@@ -370,19 +370,21 @@ impl ThreadCpu {
 
     /// CPU seconds since the start of the threads whose name starts with `prefix`.
     fn of(&self, prefix: &str) -> f64 {
-        self.seen
-            .values()
-            .filter(|(name, ..)| name.starts_with(prefix))
-            .map(|(_, first, last)| last.0 - first.0)
-            .sum()
+        self.sum(prefix, |s| s.0)
     }
 
     /// User-mode CPU seconds since the start of the threads whose name starts with `prefix`.
     fn user_of(&self, prefix: &str) -> f64 {
+        self.sum(prefix, |s| s.2)
+    }
+
+    /// What `field` of their [`Stat`] grew by since the start, over the threads whose name
+    /// starts with `prefix`.
+    fn sum(&self, prefix: &str, field: impl Fn(&Stat) -> f64) -> f64 {
         self.seen
             .values()
             .filter(|(name, ..)| name.starts_with(prefix))
-            .map(|(_, first, last)| last.2 - first.2)
+            .map(|(_, first, last)| field(last) - field(first))
             .sum()
     }
 

@@ -42,9 +42,9 @@
 //! one semaphore), and by an idle partition, never held until the checkpoint: the client
 //! allows 5,000 in flight on the connection and makes a publish wait for a free one, so an
 //! instance whose partitions held more between them blocked every partition and its own lease
-//! renewals (16 partitions and a checkpoint interval of 15 s: no partition moved again). Every fetch has an expiry. A finding
-//! larger than the server's largest message is a dead letter: written locally, counted, logged,
-//! and the partition moves on.
+//! renewals (16 partitions and a checkpoint interval of 15 s: no partition moved again).
+//! Every fetch has an expiry. A finding larger than the server's largest message is a dead
+//! letter: written locally, counted, logged, and the partition moves on.
 //!
 //! Metrics: each partition counts into its own [`Metrics`] whose snapshot travels in the
 //! partition's checkpoint; the instance serves the sum of the partitions it owns, so the sum

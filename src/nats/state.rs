@@ -264,7 +264,7 @@ async fn read_chunks(store: &kv::Store, p: u32, r: &ChunkRef) -> Result<Bytes, N
 /// deposed owner's next [`save`], at the revision it held, fails. The new [`Stored`].
 /// Stored as [`save`] stores a state, within the server's `max_payload`: a chunked state in
 /// chunks of a new generation, after which everything under `p<N>.c.` stored before them is
-/// named by no head and is swept ([`sweep`]).
+/// named by no head and is swept.
 pub async fn fence(
     store: &kv::Store,
     p: u32,
