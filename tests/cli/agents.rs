@@ -101,6 +101,46 @@ fn check_joins_gemini_cli_telemetry_and_stream_json_of_one_session() {
     assert_eq!(summary["bad_lines"], 0, "{summary}");
 }
 
+/// gemini-cli on a loaded machine (CI, stop 41) exited before its telemetry outfile was
+/// flushed: the file ended after the last call's `api_request`, its `api_response` never
+/// written. The real recording cut the same way: the stream-json shows that call's answer and
+/// the `result`, so it completed; the turn is not called incomplete.
+#[test]
+fn gemini_cli_telemetry_that_lost_its_tail_still_finishes_the_call_the_screen_finished() {
+    let dir = recording("gemini-cli", "before-finish-reset", "");
+    let telemetry = std::fs::read_to_string(dir.join("telemetry.log")).expect("telemetry.log");
+    // Records are pretty-printed objects, each opening with `{` alone on a line.
+    let last_response = telemetry
+        .rfind("\"gemini_cli.api_response\"")
+        .expect("a logged response");
+    let cut = telemetry[..last_response].rfind("\n{").expect("its record") + 1;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cut_file = tmp.path().join("telemetry.log");
+    std::fs::write(&cut_file, &telemetry[..cut]).expect("write");
+    let (code, lines) = check_json(&[cut_file, dir.join("stream.jsonl")], &[]);
+    assert_eq!(code, Some(0));
+    let turns: Vec<&Value> = lines.iter().filter(|l| l.get("turn").is_some()).collect();
+    let last_call = turns
+        .iter()
+        .find(|t| t["turn"].as_str().is_some_and(|id| id.ends_with("#2")))
+        .expect("the call after the tool ran");
+    let outcomes: Vec<&str> = last_call["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["completed"], "{last_call}");
+    assert_eq!(last_call["status"], "completed", "{last_call}");
+    let found: Vec<String> = turns.iter().flat_map(|t| kinds(t)).collect();
+    assert!(!found.contains(&"incomplete_turn".to_owned()), "{found:?}");
+    // The abandoned attempt's findings are still there: the cut lost nothing before it.
+    assert!(
+        found.contains(&"abandoned_tool_executed".to_owned()),
+        "{found:?}"
+    );
+}
+
 #[test]
 fn check_reads_claude_code_and_codex_and_flags_the_unfinished_call() {
     for (client, file) in [("claude-code", "stream.jsonl"), ("codex", "exec.jsonl")] {

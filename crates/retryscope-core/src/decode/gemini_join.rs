@@ -14,7 +14,8 @@
 //! attempts are dropped: the stream-json has them all, with ids, and its deltas and calls land
 //! in the attempt that was streaming when they arrived (the abandoned attempt's too, which the
 //! telemetry never logs); the stream-json's inferred finishes are dropped too, the telemetry
-//! knows how each attempt ended. `JoinFeed` is the decoder wrapper that diverts an input's events
+//! knows how each attempt ended, unless it never logged the end of a call's last attempt (a
+//! client that exits before its telemetry is flushed loses the file's tail). `JoinFeed` is the decoder wrapper that diverts an input's events
 //! into the joiner. [`JoinerSnapshot`] is what a live collector checkpoints of it: the held
 //! events were read past, so a restart must find them there.
 
@@ -162,6 +163,7 @@ fn merge(held: Vec<(Source, Event<'static>)>) -> Vec<Event<'static>> {
     let shown = sessions(Source::StreamJson);
     let logged = sessions(Source::Telemetry);
     let renamed = call_names(&held, &shown);
+    let ended = logged_ends(&held, &renamed);
     // Calls the telemetry saw retried by continuation (a prefill): the stream-json prints
     // their kept text as one message, never the cut part alone, so only the history (the
     // telemetry's output) shows a splice there. Elsewhere the screen is the judge.
@@ -207,17 +209,22 @@ fn merge(held: Vec<(Source, Event<'static>)>) -> Vec<Event<'static>> {
                     }
             }
             // The telemetry knows the attempts: how each ended, its usage, the retries
-            // (a stream-json's retry record announces the attempt the telemetry logs).
+            // (a stream-json's retry record announces the attempt the telemetry logs). But a
+            // client that exits before its telemetry is flushed loses the tail of the file:
+            // a call whose last attempt the telemetry never saw end keeps the stream-json's
+            // finish (the screen moved on: the stream was over).
             Source::StreamJson => {
                 logged.contains(session)
-                    && matches!(
-                        e.kind,
-                        EventKind::Finish { .. }
-                            | EventKind::Retry { .. }
-                            | EventKind::Error { .. }
-                            | EventKind::Usage { .. }
-                            | EventKind::AttemptStart { .. }
-                    )
+                    && match e.kind {
+                        EventKind::Finish { .. } => !ended
+                            .get(e.turn.as_ref())
+                            .is_none_or(|last| last.open_at(e.ts_ms)),
+                        EventKind::Retry { .. }
+                        | EventKind::Error { .. }
+                        | EventKind::Usage { .. }
+                        | EventKind::AttemptStart { .. } => true,
+                        _ => false,
+                    }
             }
         };
         if source == Source::Telemetry
@@ -275,6 +282,54 @@ fn call_names(
         names.insert(turn.to_owned(), name);
     }
     names
+}
+
+/// The last attempt the telemetry logged of a call.
+struct LastAttempt {
+    /// When it began.
+    began: Option<i64>,
+    /// Its end (a finish or an error) was logged.
+    ended: bool,
+}
+
+impl LastAttempt {
+    /// Whether an end shown at `ts` can only be this attempt's: it was still open then.
+    fn open_at(&self, ts: Option<i64>) -> bool {
+        !self.ended && ts.zip(self.began).is_none_or(|(ts, began)| ts >= began)
+    }
+}
+
+/// The last attempt of each call the telemetry logged, by the stream-json's name of the call.
+fn logged_ends(
+    held: &[(Source, Event<'static>)],
+    renamed: &HashMap<String, String>,
+) -> HashMap<String, LastAttempt> {
+    let mut last: HashMap<String, LastAttempt> = HashMap::new();
+    for (source, e) in held {
+        if *source != Source::Telemetry {
+            continue;
+        }
+        let began = match e.kind {
+            EventKind::TurnStart { .. }
+            | EventKind::AttemptStart { .. }
+            | EventKind::Retry { .. } => true,
+            EventKind::Finish { .. } | EventKind::Error { .. } => false,
+            _ => continue,
+        };
+        let turn = renamed
+            .get(e.turn.as_ref())
+            .cloned()
+            .unwrap_or_else(|| e.turn.to_string());
+        let entry = last.entry(turn).or_insert(LastAttempt {
+            began: e.ts_ms,
+            ended: false,
+        });
+        if began {
+            entry.began = e.ts_ms;
+        }
+        entry.ended = !began;
+    }
+    last
 }
 
 /// A decoder whose events go to a [`SessionJoiner`] instead of its caller.
@@ -406,9 +461,79 @@ mod tests {
                 ("s".to_owned(), "attempt_start", Some(10)),
                 ("s".to_owned(), "text", Some(20)),
                 ("s".to_owned(), "finish", Some(31)),
+                // a call the telemetry never logged: the screen's finish is all there is
+                ("s#2".to_owned(), "finish", Some(40)),
             ]
         );
         assert!(j.is_empty());
+    }
+
+    /// gemini-cli under load exited before its telemetry outfile was flushed (CI, stop 41):
+    /// the retry's request was logged, its response never was. The stream-json printed the
+    /// retry's answer and its `result`: that attempt finished, and the one the telemetry saw
+    /// fail keeps its error.
+    #[test]
+    fn a_call_whose_last_attempt_the_telemetry_never_saw_end_keeps_the_screens_finish() {
+        let mut j = SessionJoiner::default();
+        let start = EventKind::TurnStart {
+            model: None,
+            provider: None,
+            session: None,
+            agent: None,
+            traceparent: None,
+            wire_only: false,
+            requested_model: None,
+        };
+        let mut telemetry = vec![
+            e("s", 10, start),
+            e(
+                "s",
+                20,
+                EventKind::Error {
+                    message: Cow::Borrowed("reset"),
+                    code: None,
+                },
+            ),
+            e(
+                "s",
+                30,
+                EventKind::Retry {
+                    reason: None,
+                    prefill: None,
+                },
+            ),
+        ];
+        let finish = |ts| {
+            e(
+                "s",
+                ts,
+                EventKind::Finish {
+                    reason: Cow::Borrowed("stream_ended"),
+                },
+            )
+        };
+        let mut shown = vec![
+            finish(19),
+            e("s", 35, text("the retry's answer")),
+            finish(40),
+        ];
+        j.push(Source::Telemetry, &mut telemetry);
+        j.push(Source::StreamJson, &mut shown);
+        let got: Vec<(&str, Option<i64>)> = j
+            .finish()
+            .iter()
+            .map(|e| (e.kind.type_name(), e.ts_ms))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("turn_start", Some(10)),
+                ("error", Some(20)),
+                ("retry", Some(30)),
+                ("text", Some(35)),
+                ("finish", Some(40)),
+            ]
+        );
     }
 
     /// Held events were read past: a checkpoint carries them, and the restored joiner
