@@ -141,6 +141,8 @@ pub(super) struct Counters {
     pub(super) dead_letters: AtomicU64,
     pub(super) replayed_unpublished: AtomicU64,
     pub(super) held_lost: AtomicU64,
+    /// Partitions being tended now: their checkpoints share the instance's time.
+    pub(super) tending: std::sync::atomic::AtomicUsize,
 }
 
 /// What every partition of the instance uses: the connection, the buckets and streams, the

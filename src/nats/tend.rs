@@ -126,6 +126,7 @@ async fn tend(
     lag: Arc<AtomicU64>,
 ) -> Ended {
     let cfg = sh.cfg.clone();
+    let _tending = Tending::enter(&sh);
     let mut last_checkpoint = Instant::now();
     let mut every = cfg.checkpoint_every;
     loop {
@@ -183,7 +184,8 @@ async fn tend(
             .await
             .unwrap_or(Ended::Lost);
             last_checkpoint = Instant::now();
-            every = checkpoint_interval(cfg.checkpoint_every, last_checkpoint - began);
+            let tending = sh.counters.tending.load(Ordering::Relaxed);
+            every = checkpoint_interval(cfg.checkpoint_every, last_checkpoint - began, tending);
             if kept == Ended::Lost {
                 return Ended::Lost;
             }
@@ -210,19 +212,39 @@ async fn unless_dropped<T>(
     }
 }
 
-/// The most of a partition's time its checkpoints may take (the rest is for reading it).
+/// The most of the instance's time its partitions' checkpoints may take together: a tenth
+/// (the rest is for reading them).
 const CHECKPOINT_SHARE: u32 = 10;
 /// The longest interval between checkpoints however large the state: well inside the
 /// consumer's acknowledgement wait (60 s), whose messages are acknowledged at checkpoints.
 const LONGEST_INTERVAL: Duration = Duration::from_secs(15);
 
-/// The interval until the next checkpoint, after one that took `took`: `configured`, or
-/// longer when the state is so large (thousands of open or held turns) that checkpoints
-/// would take more than a tenth of the partition's time; a failover then replays more.
-fn checkpoint_interval(configured: Duration, took: Duration) -> Duration {
+/// The interval until the next checkpoint, after one that took `took`, of one of `tending`
+/// partitions: `configured`, or longer when the states are so large (thousands of open or
+/// held turns) that the partitions' checkpoints together would take more than a tenth of
+/// the instance's time; a failover then replays more. A share per partition instead let 16
+/// partitions with held turns spend a twelfth of a busy collector's CPU on checkpoints.
+fn checkpoint_interval(configured: Duration, took: Duration, tending: usize) -> Duration {
+    let tending = u32::try_from(tending.max(1)).unwrap_or(u32::MAX);
     configured
-        .max(took * CHECKPOINT_SHARE)
+        .max(took.saturating_mul(CHECKPOINT_SHARE.saturating_mul(tending)))
         .min(LONGEST_INTERVAL.max(configured))
+}
+
+/// One partition being tended, counted while it lives.
+struct Tending(Arc<super::collect::Counters>);
+
+impl Tending {
+    fn enter(sh: &Shared) -> Self {
+        sh.counters.tending.fetch_add(1, Ordering::Relaxed);
+        Tending(sh.counters.clone())
+    }
+}
+
+impl Drop for Tending {
+    fn drop(&mut self) {
+        self.0.tending.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Checkpoint partition `p`, within `bound` if given; when that fails (or takes longer),
@@ -270,14 +292,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn checkpoints_take_at_most_a_tenth_of_a_partitions_time_up_to_a_longest_interval() {
+    fn checkpoints_take_at_most_a_tenth_of_the_instances_time_up_to_a_longest_interval() {
         let ms = Duration::from_millis;
         // A small state: the configured interval.
-        assert_eq!(checkpoint_interval(ms(1000), ms(5)), ms(1000));
-        // A checkpoint of 300 ms: the next one in 3 s.
-        assert_eq!(checkpoint_interval(ms(1000), ms(300)), ms(3000));
+        assert_eq!(checkpoint_interval(ms(1000), ms(5), 1), ms(1000));
+        // A checkpoint of 300 ms, one partition: the next one in 3 s.
+        assert_eq!(checkpoint_interval(ms(1000), ms(300), 1), ms(3000));
+        // Of 16 partitions, each checkpoint of 50 ms: every 8 s each, a tenth in all.
+        assert_eq!(checkpoint_interval(ms(1000), ms(50), 16), ms(8000));
+        assert_eq!(checkpoint_interval(ms(1000), ms(5), 16), ms(1000));
         // However slow, no longer than the longest interval (or the configured one).
-        assert_eq!(checkpoint_interval(ms(1000), ms(9000)), LONGEST_INTERVAL);
-        assert_eq!(checkpoint_interval(ms(20_000), ms(9000)), ms(20_000));
+        assert_eq!(checkpoint_interval(ms(1000), ms(9000), 1), LONGEST_INTERVAL);
+        assert_eq!(checkpoint_interval(ms(1000), ms(300), 16), LONGEST_INTERVAL);
+        assert_eq!(checkpoint_interval(ms(20_000), ms(9000), 1), ms(20_000));
+        // Zero partitions counted (a race at the end): as one.
+        assert_eq!(checkpoint_interval(ms(1000), ms(300), 0), ms(3000));
     }
 }
