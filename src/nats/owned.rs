@@ -70,6 +70,11 @@ pub(super) struct Owned {
 }
 
 impl Owned {
+    /// Whether a line (not a clock message) came after `t`.
+    pub(super) fn read_since(&self, t: Instant) -> bool {
+        self.last_line > t
+    }
+
     pub(super) fn lease_held(&self) -> Result<(), NatsError> {
         self.lease.held()
     }

@@ -172,7 +172,13 @@ async fn tend(
                 return Ended::Lost;
             }
         };
-        if last_checkpoint.elapsed() >= every {
+        let caught_up = idle && o.read_since(last_checkpoint);
+        if checkpoint_due(
+            last_checkpoint.elapsed(),
+            every,
+            cfg.checkpoint_every,
+            caught_up,
+        ) {
             let began = Instant::now();
             // What a new owner would replay had this instance died just now.
             lag.store(o.source.seq.saturating_sub(o.stored), Ordering::Relaxed);
@@ -229,6 +235,14 @@ fn checkpoint_interval(configured: Duration, took: Duration, tending: usize) -> 
     configured
         .max(took.saturating_mul(CHECKPOINT_SHARE.saturating_mul(tending)))
         .min(LONGEST_INTERVAL.max(configured))
+}
+
+/// Whether a checkpoint is due `since` the last: after `every` (the budgeted interval), or
+/// after `configured` when the partition has `caught_up` (nothing to read now, lines read
+/// since the last checkpoint): the budget keeps checkpoints from slowing the reading down,
+/// and a partition that has caught up has no reading to slow.
+fn checkpoint_due(since: Duration, every: Duration, configured: Duration, caught_up: bool) -> bool {
+    since >= every || (caught_up && since >= configured)
 }
 
 /// One partition being tended, counted while it lives.
@@ -307,5 +321,16 @@ mod tests {
         assert_eq!(checkpoint_interval(ms(20_000), ms(9000), 1), ms(20_000));
         // Zero partitions counted (a race at the end): as one.
         assert_eq!(checkpoint_interval(ms(1000), ms(300), 0), ms(3000));
+    }
+
+    #[test]
+    fn a_partition_that_caught_up_stores_what_it_read_at_the_configured_interval() {
+        let ms = Duration::from_millis;
+        // Reading: the budgeted interval.
+        assert!(!checkpoint_due(ms(2000), ms(8000), ms(1000), false));
+        assert!(checkpoint_due(ms(8000), ms(8000), ms(1000), false));
+        // Caught up: the configured one, not sooner.
+        assert!(checkpoint_due(ms(2000), ms(8000), ms(1000), true));
+        assert!(!checkpoint_due(ms(500), ms(8000), ms(1000), true));
     }
 }
