@@ -12,7 +12,9 @@ Per scenario, five checks (each prints PASS or FAIL with the reason):
               gemini-cli's routing classifier are not attempts of the agent's turns), and as
               many attempts that did not complete as the mock cut; a failed attempt that
               delivered no content and that the client's output never mentions is left out
-              (see expected_attempts)
+              (see expected_attempts); of a telemetry outfile read alone whose client
+              exited before flushing it, the requests logged without an end are not
+              compared (telemetry_tail_lost, seen_part)
   executions  attempt by attempt (in request order), as many executions as marker files
               that attempt's calls created: which tools ran from which attempt
   call_ids    the executions carry the call ids the mock issued (only for clients whose
@@ -26,6 +28,7 @@ The final line is `N passed, N failed`.
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -135,6 +138,28 @@ def failure_signals(client, files):
     return n
 
 
+def telemetry_tail_lost(path):
+    """How many requests a telemetry outfile logged without an end (a response or an error).
+    Every real recording logs one for each (gemini-cli's and Qwen Code's, whatever the cut), so
+    more requests than ends means the client exited before its telemetry was flushed: on a
+    loaded machine gemini-cli lost its last `api_response` so (CI, stop 41)."""
+    text = open(path, encoding="utf-8", errors="replace").read()
+    requests = len(re.findall(r'"event\.name":\s*"[\w-]+\.api_request"', text))
+    ends = len(re.findall(r'"event\.name":\s*"[\w-]+\.api_(?:response|error)"', text))
+    return max(0, requests - ends)
+
+
+def seen_part(main, attempts, lost):
+    """What can be compared when a telemetry outfile lost the ends of its last `lost`
+    requests: the main requests before those, and as many of the reported attempts. A lost
+    request's attempt shows as not completed, or not at all when nothing of it was logged;
+    the attempts reported must lie between the two counts."""
+    if not lost:
+        return main, attempts, len(attempts) == len(main)
+    seen = sorted(main, key=lambda r: r.get("request_seq", 0))[:max(0, len(main) - lost)]
+    return seen, attempts[:len(seen)], len(seen) <= len(attempts) <= len(main)
+
+
 def expected_attempts(truth, signals, output_text=""):
     """The main requests an output can show: all, except content-less failed attempts whose
     ids (message or response id) the output never names, beyond what the client's failure
@@ -213,13 +238,20 @@ def check_files(binary, d, truth, names, label):
     main = expected_attempts(truth, failure_signals(client, files), output_text)
     hidden = len(truth["main_requests"]) - len(main)
     attempts = ordered_attempts(turns)
+    # The telemetry alone of a client that lost its file's tail cannot show the last ends:
+    # those attempts are not compared. Read with the stream-json (together), the screen shows
+    # them and nothing is excused.
+    lost = telemetry_tail_lost(files[0]) if names == ["telemetry.log"] else 0
+    main, attempts, count_ok = seen_part(main, attempts, lost)
     want_unfinished = sum(1 for r in main if not r["finished"])
     got_unfinished = sum(1 for a in attempts if a.get("outcome") != "completed")
-    res("attempts", len(attempts) == len(main) and got_unfinished == want_unfinished,
+    res("attempts", count_ok and got_unfinished == want_unfinished,
         f"want {len(main)} attempts ({want_unfinished} not completed; "
         f"{len(truth['side_requests'])} side requests and {hidden} content-less attempts the "
-        f"output never mentions not counted), got {len(attempts)} "
-        f"({got_unfinished} not completed: "
+        f"output never mentions not counted"
+        + (f"; the client lost its telemetry's tail: the last {lost} requests, logged without "
+           f"an end, not compared" if lost else "")
+        + f"), got {len(attempts)} ({got_unfinished} not completed: "
         f"{[a.get('outcome') for a in attempts]})")
 
     want_exec = [sum(1 for c in r["calls"] if c["executed"]) for r in main]

@@ -94,5 +94,43 @@ class ExpectedAttempts(unittest.TestCase):
         self.assertEqual(len(expect.expected_attempts(t, signals=0)), 2)
 
 
+
+class TelemetryTail(unittest.TestCase):
+    """A telemetry outfile whose client exited before flushing it (expect.telemetry_tail_lost)."""
+
+    def outfile(self, names):
+        import tempfile
+        f = tempfile.NamedTemporaryFile("w", suffix=".log", delete=False)
+        self.addCleanup(os.unlink, f.name)
+        for n in names:  # pretty-printed records, as gemini-cli and Qwen Code write them
+            f.write('{\n  "attributes": {\n    "event.name": "%s"\n  }\n}\n' % n)
+        f.close()
+        return f.name
+
+    def test_every_request_logged_with_an_end_lost_nothing(self):
+        path = self.outfile(["gemini_cli.api_request", "gemini_cli.api_error",
+                             "gemini_cli.api_request", "gemini_cli.api_response",
+                             "gen_ai.client.inference.operation.details"])
+        self.assertEqual(expect.telemetry_tail_lost(path), 0)
+
+    def test_the_last_response_never_written(self):
+        path = self.outfile(["qwen-code.api_request", "qwen-code.api_response",
+                             "qwen-code.api_request"])
+        self.assertEqual(expect.telemetry_tail_lost(path), 1)
+
+    def test_only_the_requests_whose_end_was_lost_go_uncompared(self):
+        main = [req(1, 1, finished=False, retried=True), req(1, 2), req(2)]
+        for i, r in enumerate(main):
+            r["request_seq"] = i + 1
+        a = [{"outcome": "abandoned"}, {"outcome": "completed"}, {"outcome": "open"}]
+        self.assertEqual(expect.seen_part(main, a, 0), (main, a, True))
+        self.assertEqual(expect.seen_part(main, a[:2], 0)[2], False)
+        # the lost attempt shown as not completed, or not at all
+        self.assertEqual(expect.seen_part(main, a, 1), (main[:2], a[:2], True))
+        self.assertEqual(expect.seen_part(main, a[:2], 1), (main[:2], a[:2], True))
+        # but fewer than the requests before the lost ones is still a failure
+        self.assertEqual(expect.seen_part(main, a[:1], 1)[2], False)
+
+
 if __name__ == "__main__":
     unittest.main()
