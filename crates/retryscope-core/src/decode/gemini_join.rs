@@ -212,15 +212,21 @@ fn merge(held: Vec<(Source, Event<'static>)>) -> Vec<Event<'static>> {
             // (a stream-json's retry record announces the attempt the telemetry logs). But a
             // client that exits before its telemetry is flushed loses the tail of the file:
             // a call whose last attempt the telemetry never saw end keeps the stream-json's
-            // finish (the screen moved on: the stream was over).
+            // finish or error (the screen moved on: the stream was over, or failed).
             Source::StreamJson => {
                 logged.contains(session)
                     && match e.kind {
                         EventKind::Finish { .. } => !ended
                             .get(e.turn.as_ref())
                             .is_none_or(|last| last.open_at(e.ts_ms)),
+                        // an error without a time could be any attempt's (Qwen Code's)
+                        EventKind::Error { .. } => {
+                            e.ts_ms.is_none()
+                                || !ended
+                                    .get(e.turn.as_ref())
+                                    .is_none_or(|last| last.open_at(e.ts_ms))
+                        }
                         EventKind::Retry { .. }
-                        | EventKind::Error { .. }
                         | EventKind::Usage { .. }
                         | EventKind::AttemptStart { .. } => true,
                         _ => false,
@@ -534,6 +540,45 @@ mod tests {
                 ("finish", Some(40)),
             ]
         );
+    }
+
+    /// The screen said the run failed (gemini-cli's error `result`) and the telemetry lost
+    /// the attempt's end: the failure stands. One the telemetry logged, or without a time
+    /// (any attempt's), is the telemetry's to tell.
+    #[test]
+    fn the_screens_error_stands_where_the_telemetry_lost_the_end() {
+        let error = |ts: Option<i64>| Event {
+            ts_ms: ts,
+            ..e(
+                "s",
+                0,
+                EventKind::Error {
+                    message: Cow::Borrowed("quota"),
+                    code: None,
+                },
+            )
+        };
+        let start = EventKind::TurnStart {
+            model: None,
+            provider: None,
+            session: None,
+            agent: None,
+            traceparent: None,
+            wire_only: false,
+            requested_model: None,
+        };
+        let mut j = SessionJoiner::default();
+        j.push(Source::Telemetry, &mut vec![e("s", 10, start)]);
+        j.push(
+            Source::StreamJson,
+            &mut vec![error(Some(5)), error(None), error(Some(40))],
+        );
+        let got: Vec<(&str, Option<i64>)> = j
+            .finish()
+            .iter()
+            .map(|e| (e.kind.type_name(), e.ts_ms))
+            .collect();
+        assert_eq!(got, [("turn_start", Some(10)), ("error", Some(40))]);
     }
 
     /// Held events were read past: a checkpoint carries them, and the restored joiner

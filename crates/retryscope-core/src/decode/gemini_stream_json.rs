@@ -7,8 +7,9 @@
 //! unless the telemetry outfile of the same session is joined in
 //! ([`super::gemini_join`]), which supplies the attempts. A step's stream is over when its
 //! first `tool_result` arrives (gemini-cli runs calls after the stream) or the next step or
-//! the `result` begins: a `Finish` then (unknown reason, `stream_ended`), and an `Output`
-//! with everything the step displayed, for the spliced-text check.
+//! the `result` begins: a `Finish` then (unknown reason, `stream_ended`; an `Error` when the
+//! `result` says the run failed), and an `Output` with everything the step displayed, for the
+//! spliced-text check.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -199,7 +200,30 @@ impl Decoder {
                     },
                 );
             }
-            Some("result") => self.end_step(out, ts),
+            Some("result") => {
+                // gemini-cli ends a failed run with `status: "error"` and the error (its
+                // `handleError`, 0.61.0): the step still streaming failed. A tool's fatal
+                // failure comes after its step's stream was over.
+                let code = v.pointer("/error/type").and_then(Value::as_str);
+                if s(v, "status") == Some("error")
+                    && self.step.as_ref().is_some_and(|s| !s.finished)
+                    && !code.is_some_and(|c| c.contains("ToolExecution"))
+                {
+                    let message = v.pointer("/error/message").and_then(Value::as_str);
+                    self.emit(
+                        out,
+                        ts,
+                        EventKind::Error {
+                            message: Cow::Owned(message.unwrap_or("the run failed").to_owned()),
+                            code: code.map(|c| Cow::Owned(c.to_owned())),
+                        },
+                    );
+                    if let Some(step) = &mut self.step {
+                        step.finished = true;
+                    }
+                }
+                self.end_step(out, ts);
+            }
             _ => self.skips.unknown_types += 1,
         }
     }
@@ -283,5 +307,40 @@ mod tests {
         assert!(
             matches!(&evs[6].kind, EventKind::Output { text } if text == "[A1] crea[A2] create")
         );
+    }
+
+    /// A run that failed while its step streamed (gemini-cli's `result` with `status:
+    /// "error"`, as its 0.61.0 bundle writes it): that step failed, it did not finish. A
+    /// tool's fatal failure comes after the stream and leaves the step finished.
+    #[test]
+    fn an_error_result_fails_the_step_still_streaming() {
+        let kinds = |result: &str| {
+            let lines = [
+                r#"{"type":"init","timestamp":"2026-12-02T15:53:54.007Z","session_id":"s"}"#,
+                r#"{"type":"message","timestamp":"2026-12-02T15:53:54.471Z","role":"assistant","content":"[A1] crea","delta":true}"#,
+                result,
+            ];
+            let (evs, _) = decode_lines(Format::GeminiCliStreamJson, lines);
+            evs.iter()
+                .map(|e| match &e.kind {
+                    EventKind::Error { code, .. } => {
+                        format!("error {}", code.as_deref().unwrap_or("-"))
+                    }
+                    k => k.type_name().to_owned(),
+                })
+                .collect::<Vec<String>>()
+        };
+        assert_eq!(
+            kinds(
+                r#"{"type":"result","timestamp":"2026-12-02T15:53:57.274Z","status":"error","error":{"type":"ApiError","message":"quota"},"stats":{}}"#
+            ),
+            ["turn_start", "text", "error ApiError", "output"]
+        );
+        for ok in [
+            r#"{"type":"result","timestamp":"2026-12-02T15:53:57.274Z","status":"success","stats":{}}"#,
+            r#"{"type":"result","timestamp":"2026-12-02T15:53:57.274Z","status":"error","error":{"type":"FatalToolExecutionError","message":"x"},"stats":{}}"#,
+        ] {
+            assert_eq!(kinds(ok), ["turn_start", "text", "finish", "output"]);
+        }
     }
 }
