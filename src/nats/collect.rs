@@ -141,8 +141,9 @@ pub(super) struct Counters {
     pub(super) dead_letters: AtomicU64,
     pub(super) replayed_unpublished: AtomicU64,
     pub(super) held_lost: AtomicU64,
-    /// Partitions being tended now: their checkpoints share the instance's time.
-    pub(super) tending: std::sync::atomic::AtomicUsize,
+    /// The last checkpoint's duration of each partition being tended, summed (µs): their
+    /// checkpoints share the instance's time.
+    pub(super) checkpoint_us: AtomicU64,
 }
 
 /// What every partition of the instance uses: the connection, the buckets and streams, the

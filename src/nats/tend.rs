@@ -126,7 +126,7 @@ async fn tend(
     lag: Arc<AtomicU64>,
 ) -> Ended {
     let cfg = sh.cfg.clone();
-    let _tending = Tending::enter(&sh);
+    let mut share = CheckpointShare::enter(&sh);
     let mut last_checkpoint = Instant::now();
     let mut every = cfg.checkpoint_every;
     loop {
@@ -190,8 +190,8 @@ async fn tend(
             .await
             .unwrap_or(Ended::Lost);
             last_checkpoint = Instant::now();
-            let tending = sh.counters.tending.load(Ordering::Relaxed);
-            every = checkpoint_interval(cfg.checkpoint_every, last_checkpoint - began, tending);
+            let all = share.took(last_checkpoint - began);
+            every = checkpoint_interval(cfg.checkpoint_every, all);
             if kept == Ended::Lost {
                 return Ended::Lost;
             }
@@ -225,15 +225,16 @@ const CHECKPOINT_SHARE: u32 = 10;
 /// consumer's acknowledgement wait (60 s), whose messages are acknowledged at checkpoints.
 const LONGEST_INTERVAL: Duration = Duration::from_secs(15);
 
-/// The interval until the next checkpoint, after one that took `took`, of one of `tending`
-/// partitions: `configured`, or longer when the states are so large (thousands of open or
-/// held turns) that the partitions' checkpoints together would take more than a tenth of
-/// the instance's time; a failover then replays more. A share per partition instead let 16
-/// partitions with held turns spend a twelfth of a busy collector's CPU on checkpoints.
-fn checkpoint_interval(configured: Duration, took: Duration, tending: usize) -> Duration {
-    let tending = u32::try_from(tending.max(1)).unwrap_or(u32::MAX);
+/// The interval until the next checkpoint, when the last checkpoints of the instance's
+/// partitions took `all` together: `configured`, or longer when the states are so large
+/// (thousands of open or held turns) that the checkpoints would take more than a tenth of the
+/// instance's time; a failover then replays more. A share per partition instead let 16
+/// partitions with held turns spend a twelfth of a busy collector's CPU on checkpoints; a
+/// share of the partition count (each partition's own time × the count) stretched one slow
+/// partition's interval as if all were as slow.
+fn checkpoint_interval(configured: Duration, all: Duration) -> Duration {
     configured
-        .max(took.saturating_mul(CHECKPOINT_SHARE.saturating_mul(tending)))
+        .max(all.saturating_mul(CHECKPOINT_SHARE))
         .min(LONGEST_INTERVAL.max(configured))
 }
 
@@ -245,19 +246,37 @@ fn checkpoint_due(since: Duration, every: Duration, configured: Duration, caught
     since >= every || (caught_up && since >= configured)
 }
 
-/// One partition being tended, counted while it lives.
-struct Tending(Arc<super::collect::Counters>);
+/// A tended partition's part of the instance's checkpoint time: its last checkpoint's
+/// duration, in the instance's sum while it lives.
+struct CheckpointShare {
+    counters: Arc<super::collect::Counters>,
+    last_us: u64,
+}
 
-impl Tending {
+impl CheckpointShare {
     fn enter(sh: &Shared) -> Self {
-        sh.counters.tending.fetch_add(1, Ordering::Relaxed);
-        Tending(sh.counters.clone())
+        CheckpointShare {
+            counters: sh.counters.clone(),
+            last_us: 0,
+        }
+    }
+
+    /// This partition's checkpoint took `d`: the instance's sum of last checkpoints now.
+    fn took(&mut self, d: Duration) -> Duration {
+        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        let sum = &self.counters.checkpoint_us;
+        sum.fetch_sub(self.last_us, Ordering::Relaxed);
+        let before = sum.fetch_add(us, Ordering::Relaxed);
+        self.last_us = us;
+        Duration::from_micros(before.saturating_add(us))
     }
 }
 
-impl Drop for Tending {
+impl Drop for CheckpointShare {
     fn drop(&mut self) {
-        self.0.tending.fetch_sub(1, Ordering::Relaxed);
+        self.counters
+            .checkpoint_us
+            .fetch_sub(self.last_us, Ordering::Relaxed);
     }
 }
 
@@ -308,19 +327,34 @@ mod tests {
     #[test]
     fn checkpoints_take_at_most_a_tenth_of_the_instances_time_up_to_a_longest_interval() {
         let ms = Duration::from_millis;
-        // A small state: the configured interval.
-        assert_eq!(checkpoint_interval(ms(1000), ms(5), 1), ms(1000));
-        // A checkpoint of 300 ms, one partition: the next one in 3 s.
-        assert_eq!(checkpoint_interval(ms(1000), ms(300), 1), ms(3000));
-        // Of 16 partitions, each checkpoint of 50 ms: every 8 s each, a tenth in all.
-        assert_eq!(checkpoint_interval(ms(1000), ms(50), 16), ms(8000));
-        assert_eq!(checkpoint_interval(ms(1000), ms(5), 16), ms(1000));
+        // Small states: the configured interval.
+        assert_eq!(checkpoint_interval(ms(1000), ms(5)), ms(1000));
+        // The partitions' last checkpoints took 300 ms together: the next one in 3 s.
+        assert_eq!(checkpoint_interval(ms(1000), ms(300)), ms(3000));
         // However slow, no longer than the longest interval (or the configured one).
-        assert_eq!(checkpoint_interval(ms(1000), ms(9000), 1), LONGEST_INTERVAL);
-        assert_eq!(checkpoint_interval(ms(1000), ms(300), 16), LONGEST_INTERVAL);
-        assert_eq!(checkpoint_interval(ms(20_000), ms(9000), 1), ms(20_000));
-        // Zero partitions counted (a race at the end): as one.
-        assert_eq!(checkpoint_interval(ms(1000), ms(300), 0), ms(3000));
+        assert_eq!(checkpoint_interval(ms(1000), ms(9000)), LONGEST_INTERVAL);
+        assert_eq!(checkpoint_interval(ms(20_000), ms(9000)), ms(20_000));
+    }
+
+    #[test]
+    fn the_instance_sums_each_tended_partitions_last_checkpoint() {
+        let counters = Arc::new(super::super::collect::Counters::default());
+        let share = |c: &Arc<super::super::collect::Counters>| CheckpointShare {
+            counters: c.clone(),
+            last_us: 0,
+        };
+        let ms = Duration::from_millis;
+        let (mut slow, mut fast) = (share(&counters), share(&counters));
+        assert_eq!(slow.took(ms(50)), ms(50));
+        assert_eq!(fast.took(ms(2)), ms(52));
+        // a partition's newer checkpoint replaces its older one in the sum
+        assert_eq!(fast.took(ms(3)), ms(53));
+        assert_eq!(slow.took(ms(40)), ms(43));
+        // a partition no longer tended leaves the sum
+        drop(slow);
+        assert_eq!(fast.took(ms(3)), ms(3));
+        drop(fast);
+        assert_eq!(counters.checkpoint_us.load(Ordering::Relaxed), 0);
     }
 
     #[test]
