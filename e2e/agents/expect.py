@@ -138,14 +138,36 @@ def failure_signals(client, files):
     return n
 
 
+def telemetry_records(text):
+    """The records of a telemetry outfile (pretty-printed JSON objects one after another, or
+    one per line); a record cut off at the end is not one."""
+    dec, i, out = json.JSONDecoder(), 0, []
+    while True:
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if i >= len(text):
+            return out
+        try:
+            obj, i = dec.raw_decode(text, i)
+        except ValueError:
+            return out
+        out.append(obj)
+
+
 def telemetry_tail_lost(path):
-    """How many requests a telemetry outfile logged without an end (a response or an error).
-    Every real recording logs one for each (gemini-cli's and Qwen Code's, whatever the cut), so
-    more requests than ends means the client exited before its telemetry was flushed: on a
-    loaded machine gemini-cli lost its last `api_response` so (CI, stop 41)."""
-    text = open(path, encoding="utf-8", errors="replace").read()
-    requests = len(re.findall(r'"event\.name":\s*"[\w-]+\.api_request"', text))
-    ends = len(re.findall(r'"event\.name":\s*"[\w-]+\.api_(?:response|error)"', text))
+    """How many main requests (the agent's own calls, not a router's) a telemetry outfile
+    logged without an end (a response or an error). Every real recording logs one for each
+    (gemini-cli's and Qwen Code's, whatever the cut), so more requests than ends means the
+    client exited before its telemetry was flushed: on a loaded machine gemini-cli lost its
+    last `api_response` so (CI, stop 41)."""
+    requests = ends = 0
+    for r in telemetry_records(open(path, encoding="utf-8", errors="replace").read()):
+        a = r.get("attributes") if isinstance(r, dict) else None
+        if not isinstance(a, dict) or a.get("role", "main") != "main":
+            continue
+        name = str(a.get("event.name", ""))
+        requests += name.endswith(".api_request")
+        ends += name.endswith(".api_response") or name.endswith(".api_error")
     return max(0, requests - ends)
 
 

@@ -2,6 +2,7 @@
 """Unit tests of the truth-derived expectations in expect.py (rules only; the real runs are
 checked by run.sh). Run: python3 -m unittest e2e/agents/test_expect.py"""
 
+import json
 import os
 import sys
 import unittest
@@ -103,7 +104,9 @@ class TelemetryTail(unittest.TestCase):
         f = tempfile.NamedTemporaryFile("w", suffix=".log", delete=False)
         self.addCleanup(os.unlink, f.name)
         for n in names:  # pretty-printed records, as gemini-cli and Qwen Code write them
-            f.write('{\n  "attributes": {\n    "event.name": "%s"\n  }\n}\n' % n)
+            n, role = n.split(" ") if " " in n else (n, None)
+            attrs = {"event.name": n, **({"role": role} if role else {})}
+            f.write(json.dumps({"attributes": attrs}, indent=2) + "\n")
         f.close()
         return f.name
 
@@ -117,6 +120,15 @@ class TelemetryTail(unittest.TestCase):
         path = self.outfile(["qwen-code.api_request", "qwen-code.api_response",
                              "qwen-code.api_request"])
         self.assertEqual(expect.telemetry_tail_lost(path), 1)
+
+    def test_a_side_request_without_its_end_is_not_a_main_one(self):
+        path = self.outfile(["gemini_cli.api_request main", "gemini_cli.api_response main",
+                             "gemini_cli.api_request utility_router"])
+        self.assertEqual(expect.telemetry_tail_lost(path), 0)
+        # a record cut off mid-way at the end is not one
+        with open(path, "a") as f:
+            f.write('{\n  "attributes": {\n    "event.name": "gemini_cli.api_res')
+        self.assertEqual(expect.telemetry_tail_lost(path), 0)
 
     def test_only_the_requests_whose_end_was_lost_go_uncompared(self):
         main = [req(1, 1, finished=False, retried=True), req(1, 2), req(2)]
