@@ -415,6 +415,18 @@ mod tests {
         }
     }
 
+    fn turn_start() -> EventKind<'static> {
+        EventKind::TurnStart {
+            model: None,
+            provider: None,
+            session: None,
+            agent: None,
+            traceparent: None,
+            wire_only: false,
+            requested_model: None,
+        }
+    }
+
     fn text(t: &str) -> EventKind<'static> {
         EventKind::Text {
             text: Cow::Owned(t.to_owned()),
@@ -481,17 +493,8 @@ mod tests {
     #[test]
     fn a_call_whose_last_attempt_the_telemetry_never_saw_end_keeps_the_screens_finish() {
         let mut j = SessionJoiner::default();
-        let start = EventKind::TurnStart {
-            model: None,
-            provider: None,
-            session: None,
-            agent: None,
-            traceparent: None,
-            wire_only: false,
-            requested_model: None,
-        };
         let mut telemetry = vec![
-            e("s", 10, start),
+            e("s", 10, turn_start()),
             e(
                 "s",
                 20,
@@ -558,17 +561,8 @@ mod tests {
                 },
             )
         };
-        let start = EventKind::TurnStart {
-            model: None,
-            provider: None,
-            session: None,
-            agent: None,
-            traceparent: None,
-            wire_only: false,
-            requested_model: None,
-        };
         let mut j = SessionJoiner::default();
-        j.push(Source::Telemetry, &mut vec![e("s", 10, start)]);
+        j.push(Source::Telemetry, &mut vec![e("s", 10, turn_start())]);
         j.push(
             Source::StreamJson,
             &mut vec![error(Some(5)), error(None), error(Some(40))],
