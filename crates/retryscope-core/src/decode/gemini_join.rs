@@ -13,11 +13,12 @@
 //! stream-json, the telemetry's text, executions and the calls it made up for unlogged
 //! attempts are dropped: the stream-json has them all, with ids, and its deltas and calls land
 //! in the attempt that was streaming when they arrived (the abandoned attempt's too, which the
-//! telemetry never logs); the stream-json's inferred finishes are dropped too, the telemetry
-//! knows how each attempt ended, unless it never logged the end of a call's last attempt (a
-//! client that exits before its telemetry is flushed loses the file's tail). `JoinFeed` is the decoder wrapper that diverts an input's events
-//! into the joiner. [`JoinerSnapshot`] is what a live collector checkpoints of it: the held
-//! events were read past, so a restart must find them there.
+//! telemetry never logs); the stream-json's inferred finishes (and timed errors) are dropped
+//! too, the telemetry knows how each attempt ended, unless it never logged the end of a call's
+//! last attempt (a client that exits before its telemetry is flushed loses the file's tail).
+//! `JoinFeed` is the decoder wrapper that diverts an input's events into the joiner.
+//! [`JoinerSnapshot`] is what a live collector checkpoints of it: the held events were read
+//! past, so a restart must find them there.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
