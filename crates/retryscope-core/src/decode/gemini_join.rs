@@ -215,18 +215,16 @@ fn merge(held: Vec<(Source, Event<'static>)>) -> Vec<Event<'static>> {
             // a call whose last attempt the telemetry never saw end keeps the stream-json's
             // finish or error (the screen moved on: the stream was over, or failed).
             Source::StreamJson => {
+                let logged_end = || {
+                    ended
+                        .get(e.turn.as_ref())
+                        .is_some_and(|last| !last.open_at(e.ts_ms))
+                };
                 logged.contains(session)
                     && match e.kind {
-                        EventKind::Finish { .. } => !ended
-                            .get(e.turn.as_ref())
-                            .is_none_or(|last| last.open_at(e.ts_ms)),
+                        EventKind::Finish { .. } => logged_end(),
                         // an error without a time could be any attempt's (Qwen Code's)
-                        EventKind::Error { .. } => {
-                            e.ts_ms.is_none()
-                                || !ended
-                                    .get(e.turn.as_ref())
-                                    .is_none_or(|last| last.open_at(e.ts_ms))
-                        }
+                        EventKind::Error { .. } => e.ts_ms.is_none() || logged_end(),
                         EventKind::Retry { .. }
                         | EventKind::Usage { .. }
                         | EventKind::AttemptStart { .. } => true,
