@@ -152,11 +152,8 @@ impl Inner {
             preregistered: Vec::new(),
         };
         inner.preregister();
-        inner.preregistered = inner
-            .table
-            .families
-            .iter()
-            .map(|series| series.keys().cloned().collect())
+        inner.preregistered = (0..FAMILIES.len())
+            .map(|fam| inner.table.series(fam).map(|(k, _)| k.clone()).collect())
             .collect();
         inner
     }

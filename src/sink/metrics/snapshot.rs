@@ -113,8 +113,8 @@ impl Metrics {
         let inner = lock(&self.inner);
         let mut values = Vec::new();
         let mut histograms = Vec::new();
-        for (i, (fam, series)) in FAMILIES.iter().zip(&inner.table.families).enumerate() {
-            for (labels, s) in series {
+        for (i, fam) in FAMILIES.iter().enumerate() {
+            for (labels, s) in inner.table.series(i) {
                 // A zero series a restore creates anyway: most of a fresh partition's state
                 // (26 KB of JSON, written into every checkpoint) was these.
                 if s.is_zero() && inner.recreated(i, labels) {
@@ -197,7 +197,7 @@ impl Metrics {
                     v.name
                 )));
             }
-            fresh.table.families[fam].insert(labels, Series::Value(v.value.0));
+            fresh.table.insert(fam, labels, Series::Value(v.value.0));
         }
         for h in &snap.histograms {
             let mut labels = h.labels.clone();
@@ -216,7 +216,8 @@ impl Metrics {
                     h.buckets.len()
                 )));
             }
-            fresh.table.families[fam].insert(
+            fresh.table.insert(
+                fam,
                 labels,
                 Series::Hist(Hist {
                     counts: h.buckets.clone(),
