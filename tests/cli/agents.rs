@@ -141,6 +141,66 @@ fn gemini_cli_telemetry_that_lost_its_tail_still_finishes_the_call_the_screen_fi
     );
 }
 
+/// The same real recording cut earlier: after the first attempt's failure, before the
+/// retry's request (and before the `network_retry_attempt` record). The screen still streamed
+/// the retry's answer and finished it: the report must be the one the whole file gives, an
+/// abandoned attempt and a completed retry, not one failed attempt holding both attempts'
+/// calls.
+#[test]
+fn gemini_cli_telemetry_cut_after_a_failure_still_shows_the_retry_the_screen_streamed() {
+    let dir = recording("gemini-cli", "before-finish-reset", "");
+    let telemetry = std::fs::read_to_string(dir.join("telemetry.log")).expect("telemetry.log");
+    let whole = check_json(&[dir.join("telemetry.log"), dir.join("stream.jsonl")], &[]).1;
+    let first_call = |lines: &[Value]| -> (Vec<String>, Vec<String>, Value) {
+        let turn = lines
+            .iter()
+            .find(|t| {
+                t.get("attempts").is_some()
+                    && t["turn"]
+                        .as_str()
+                        .is_some_and(|id| !id.contains('#') && !id.contains('~'))
+            })
+            .expect("the first call")
+            .clone();
+        let outcomes = turn["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["outcome"].as_str().unwrap().to_owned())
+            .collect();
+        let mut found = kinds(&turn);
+        found.sort();
+        (outcomes, found, turn["status"].clone())
+    };
+    let (outcomes, found, status) = first_call(&whole);
+    assert_eq!(outcomes, ["abandoned", "completed"]);
+    assert!(
+        found.contains(&"abandoned_tool_executed".to_owned()),
+        "{found:?}"
+    );
+    let error = telemetry
+        .find("\"gemini_cli.api_error\"")
+        .expect("the failure");
+    for record in [
+        "\"gemini_cli.network_retry_attempt\"",
+        "\"gemini_cli.api_request\"",
+    ] {
+        let at = error + telemetry[error..].find(record).expect("a record after it");
+        let cut = telemetry[..at].rfind("\n{").expect("its record") + 1;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let cut_file = tmp.path().join("telemetry.log");
+        std::fs::write(&cut_file, &telemetry[..cut]).expect("write");
+        let (code, lines) = check_json(&[cut_file, dir.join("stream.jsonl")], &[]);
+        assert_eq!(code, Some(0), "{record}");
+        let got = first_call(&lines);
+        assert_eq!(
+            got,
+            (outcomes.clone(), found.clone(), status.clone()),
+            "cut before {record}"
+        );
+    }
+}
+
 #[test]
 fn check_reads_claude_code_and_codex_and_flags_the_unfinished_call() {
     for (client, file) in [("claude-code", "stream.jsonl"), ("codex", "exec.jsonl")] {

@@ -16,6 +16,8 @@
 //! telemetry never logs); the stream-json's inferred finishes (and timed errors) are dropped
 //! too, the telemetry knows how each attempt ended, unless it never logged the end of a call's
 //! last attempt (a client that exits before its telemetry is flushed loses the file's tail).
+//! A call the telemetry last saw fail, whose screen streamed more after the failure, was
+//! retried in the lost tail: the join announces that retry where the screen shows it began.
 //! `JoinFeed` is the decoder wrapper that diverts an input's events into the joiner.
 //! [`JoinerSnapshot`] is what a live collector checkpoints of it: the held events were read
 //! past, so a restart must find them there.
@@ -72,6 +74,10 @@ pub struct JoinerSnapshot {
     /// Per held session: release calls since its last event.
     pub quiet: Vec<(String, u32)>,
 }
+
+/// The reason given a retry the telemetry lost and the screen showed ([`lost_retries`]),
+/// when the failure before it has no code.
+const LOST_RETRY_REASON: &str = "retry";
 
 /// Events one session may hold before it is released anyway (bounded memory for a session
 /// that never goes quiet).
@@ -164,7 +170,18 @@ fn merge(held: Vec<(Source, Event<'static>)>) -> Vec<Event<'static>> {
     let shown = sessions(Source::StreamJson);
     let logged = sessions(Source::Telemetry);
     let renamed = call_names(&held, &shown);
-    let ended = logged_ends(&held, &renamed);
+    let mut ended = logged_ends(&held, &renamed);
+    let lost = lost_retries(&held, &ended);
+    // The lost attempt is the call's last: its end is the screen's to tell.
+    for (turn, (i, _)) in &lost {
+        if let (Some(last), Some((_, e))) = (ended.get_mut(turn), held.get(*i)) {
+            *last = LastAttempt {
+                began: e.ts_ms,
+                ended: false,
+                failed: None,
+            };
+        }
+    }
     // Calls the telemetry saw retried by continuation (a prefill): the stream-json prints
     // their kept text as one message, never the cut part alone, so only the history (the
     // telemetry's output) shows a splice there. Elsewhere the screen is the judge.
@@ -247,6 +264,22 @@ fn merge(held: Vec<(Source, Event<'static>)>) -> Vec<Event<'static>> {
             last_ts = e.ts_ms.unwrap_or(last_ts);
             last_ts
         };
+        if let Some((_, reason)) = lost.get(e.turn.as_ref()).filter(|(at, _)| *at == i) {
+            // The retry the telemetry lost, announced where the screen shows it began.
+            kept.push((
+                ts,
+                i,
+                Event {
+                    turn: e.turn.clone(),
+                    attempt: None,
+                    ts_ms: e.ts_ms,
+                    kind: EventKind::Retry {
+                        reason: Some(std::borrow::Cow::Owned(reason.clone())),
+                        prefill: None,
+                    },
+                },
+            ));
+        }
         if !replaced {
             kept.push((ts, i, e));
         }
@@ -295,6 +328,8 @@ struct LastAttempt {
     began: Option<i64>,
     /// Its end (a finish or an error) was logged.
     ended: bool,
+    /// When it failed and the error's code, if its logged end was an error.
+    failed: Option<(i64, Option<String>)>,
 }
 
 impl LastAttempt {
@@ -328,13 +363,55 @@ fn logged_ends(
         let entry = last.entry(turn).or_insert(LastAttempt {
             began: e.ts_ms,
             ended: false,
+            failed: None,
         });
         if began {
             entry.began = e.ts_ms;
         }
         entry.ended = !began;
+        entry.failed = match &e.kind {
+            EventKind::Error { code, .. } => {
+                e.ts_ms.map(|ts| (ts, code.as_deref().map(str::to_owned)))
+            }
+            _ => None,
+        };
     }
     last
+}
+
+/// Calls whose last attempt the telemetry logged as failed, yet whose screen streamed more
+/// of them after that failure: a failed attempt streams nothing more, so the client retried
+/// and the telemetry lost the retry (the file's tail, when the client exits before it is
+/// flushed). By the stream-json's name of the call: the arrival index of the first event
+/// the screen showed of the lost attempt, and the retry's reason (the failure's code, as
+/// the telemetry would have given it). The stream-json has no retry marker of its own.
+fn lost_retries(
+    held: &[(Source, Event<'static>)],
+    ended: &HashMap<String, LastAttempt>,
+) -> HashMap<String, (usize, String)> {
+    let mut lost: HashMap<String, (i64, usize, String)> = HashMap::new();
+    for (i, (source, e)) in held.iter().enumerate() {
+        if *source != Source::StreamJson
+            || !matches!(e.kind, EventKind::Text { .. } | EventKind::ToolCall { .. })
+        {
+            continue;
+        }
+        let Some(ts) = e.ts_ms else { continue };
+        let Some((failed_at, code)) = ended.get(e.turn.as_ref()).and_then(|l| l.failed.as_ref())
+        else {
+            continue;
+        };
+        if ts > *failed_at {
+            let reason = code.clone().unwrap_or_else(|| LOST_RETRY_REASON.to_owned());
+            let first = lost.entry(e.turn.to_string()).or_insert((ts, i, reason));
+            if (ts, i) < (first.0, first.1) {
+                (first.0, first.1) = (ts, i);
+            }
+        }
+    }
+    lost.into_iter()
+        .map(|(turn, (_, i, reason))| (turn, (i, reason)))
+        .collect()
 }
 
 /// A decoder whose events go to a [`SessionJoiner`] instead of its caller.
@@ -540,6 +617,107 @@ mod tests {
                 ("retry", Some(30)),
                 ("text", Some(35)),
                 ("finish", Some(40)),
+            ]
+        );
+    }
+
+    /// The telemetry's tail was lost right after an attempt failed: the retry's request and
+    /// answer are not in it. The screen streamed more of the call after the failure, which
+    /// a failed attempt cannot do: that is the retry, and its finish is the screen's.
+    #[test]
+    fn what_the_screen_streamed_after_a_logged_failure_is_a_retry_the_telemetry_lost() {
+        let error = |ts| {
+            e(
+                "s",
+                ts,
+                EventKind::Error {
+                    message: Cow::Borrowed("terminated"),
+                    code: Some(Cow::Borrowed("ECONNRESET")),
+                },
+            )
+        };
+        let finish = |ts| {
+            e(
+                "s",
+                ts,
+                EventKind::Finish {
+                    reason: Cow::Borrowed("stream_ended"),
+                },
+            )
+        };
+        let joined = |telemetry: Vec<Event<'static>>, shown: Vec<Event<'static>>| {
+            let mut j = SessionJoiner::default();
+            j.push(Source::Telemetry, &mut telemetry.clone());
+            j.push(Source::StreamJson, &mut shown.clone());
+            j.finish()
+                .iter()
+                .map(|e| {
+                    let reason = match &e.kind {
+                        EventKind::Retry { reason, .. } => reason.as_deref().map(str::to_owned),
+                        _ => None,
+                    };
+                    (e.kind.type_name(), e.ts_ms, reason)
+                })
+                .collect::<Vec<_>>()
+        };
+        let shown = vec![
+            e("s", 15, text("the first answer, cut")),
+            e("s", 20, text("printed as it failed")),
+            e("s", 25, text("the retry's answer")),
+            finish(40),
+        ];
+        let got = joined(vec![e("s", 10, turn_start()), error(20)], shown.clone());
+        let reset = Some("ECONNRESET".to_owned());
+        assert_eq!(
+            got,
+            [
+                ("turn_start", Some(10), None),
+                ("text", Some(15), None),
+                ("error", Some(20), None),
+                ("text", Some(20), None),
+                ("retry", Some(25), reset),
+                ("text", Some(25), None),
+                ("finish", Some(40), None),
+            ]
+        );
+        // The whole telemetry: its retry stands alone, and its end is the one kept.
+        let retry = e(
+            "s",
+            22,
+            EventKind::Retry {
+                reason: None,
+                prefill: None,
+            },
+        );
+        let got = joined(
+            vec![e("s", 10, turn_start()), error(20), retry, finish(38)],
+            shown,
+        );
+        let kinds: Vec<_> = got.iter().map(|(k, ts, _)| (*k, *ts)).collect();
+        assert_eq!(
+            kinds,
+            [
+                ("turn_start", Some(10)),
+                ("text", Some(15)),
+                ("error", Some(20)),
+                ("text", Some(20)),
+                ("retry", Some(22)),
+                ("text", Some(25)),
+                ("finish", Some(38)),
+            ]
+        );
+        // A run that failed for good: the screen shows its end, nothing streamed after.
+        let got = joined(
+            vec![e("s", 10, turn_start()), error(20)],
+            vec![e("s", 15, text("cut")), error(30)],
+        );
+        let kinds: Vec<_> = got.iter().map(|(k, ts, _)| (*k, *ts)).collect();
+        assert_eq!(
+            kinds,
+            [
+                ("turn_start", Some(10)),
+                ("text", Some(15)),
+                ("error", Some(20)),
             ]
         );
     }
