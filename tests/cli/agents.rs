@@ -201,6 +201,38 @@ fn gemini_cli_telemetry_cut_after_a_failure_still_shows_the_retry_the_screen_str
     }
 }
 
+/// The telemetry alone, cut after the last call's request: that call began an attempt the
+/// file never saw end. It is reported as that open attempt (and an incomplete turn), not as
+/// a turn of no attempts.
+#[test]
+fn gemini_cli_telemetry_cut_after_a_request_reports_the_attempt_it_began() {
+    let dir = recording("gemini-cli", "before-finish-reset", "");
+    let telemetry = std::fs::read_to_string(dir.join("telemetry.log")).expect("telemetry.log");
+    let last_response = telemetry
+        .rfind("\"gemini_cli.api_response\"")
+        .expect("a logged response");
+    let cut = telemetry[..last_response].rfind("\n{").expect("its record") + 1;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cut_file = tmp.path().join("telemetry.log");
+    std::fs::write(&cut_file, &telemetry[..cut]).expect("write");
+    let (code, lines) = check_json(&[cut_file], &[]);
+    assert_eq!(code, Some(0));
+    let last_call = lines
+        .iter()
+        .find(|t| {
+            t.get("attempts").is_some() && t["turn"].as_str().is_some_and(|id| id.ends_with("#2"))
+        })
+        .expect("the call after the tool ran");
+    let outcomes: Vec<&str> = last_call["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["open"], "{last_call}");
+    assert!(kinds(last_call).contains(&"incomplete_turn".to_owned()));
+}
+
 #[test]
 fn check_reads_claude_code_and_codex_and_flags_the_unfinished_call() {
     for (client, file) in [("claude-code", "stream.jsonl"), ("codex", "exec.jsonl")] {

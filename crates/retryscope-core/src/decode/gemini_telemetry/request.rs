@@ -103,6 +103,17 @@ impl Decoder {
                 requested_model: None,
             },
         ));
+        // The request is the call's first attempt beginning: a call whose answer was never
+        // logged (the file's tail lost, the client killed) still had it.
+        out.push(Event::owned(
+            &turn,
+            Some(0),
+            ts,
+            EventKind::AttemptStart {
+                model: s(attrs, "model").map(owned),
+                request_id: None,
+            },
+        ));
         lane.cur = Some(Call {
             turn,
             session: session.to_owned(),

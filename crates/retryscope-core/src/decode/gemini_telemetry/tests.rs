@@ -88,9 +88,11 @@ fn retried_call_after_a_cut_and_the_abandoned_attempts_execution() {
     let got = decode(&records);
     let want: Vec<(String, &str, Option<u32>)> = [
         ("p~utility_router", "turn_start", Some(0)),
+        ("p~utility_router", "attempt_start", Some(0)),
         ("p~utility_router", "usage", Some(0)),
         ("p~utility_router", "finish", Some(0)),
         ("p", "turn_start", Some(0)),
+        ("p", "attempt_start", Some(0)),
         ("p", "error", Some(0)),
         ("p", "retry", Some(1)),
         ("p", "text", Some(1)),
@@ -103,6 +105,7 @@ fn retried_call_after_a_cut_and_the_abandoned_attempts_execution() {
         // touch a2: left to the correlator, which matches it by content.
         ("p", "tool_exec", None),
         ("p#2", "turn_start", Some(0)),
+        ("p#2", "attempt_start", Some(0)),
         ("p#2", "text", Some(0)),
         ("p#2", "usage", Some(0)),
         ("p#2", "finish", Some(0)),
@@ -128,7 +131,10 @@ fn a_response_without_finish_reason_is_not_finished() {
         ),
     ];
     let kinds: Vec<&str> = decode(&records).into_iter().map(|e| e.1).collect();
-    assert_eq!(kinds, ["turn_start", "text", "usage", "error"]);
+    assert_eq!(
+        kinds,
+        ["turn_start", "attempt_start", "text", "usage", "error"]
+    );
 }
 
 #[test]
@@ -231,8 +237,9 @@ fn a_fork_continuation_that_restarts_is_a_retry_and_its_kept_text_a_splice() {
         .iter()
         .map(|e| (&*e.turn, e.kind.type_name(), e.attempt))
         .collect();
-    let want: [(&str, &str, Option<u32>); 14] = [
+    let want: [(&str, &str, Option<u32>); 16] = [
         ("s########0", "turn_start", Some(0)),
+        ("s########0", "attempt_start", Some(0)),
         ("s########0", "error", Some(0)),
         // the continuation's trailing model turn: the cut attempt's text
         ("s########0", "text", Some(0)),
@@ -246,6 +253,7 @@ fn a_fork_continuation_that_restarts_is_a_retry_and_its_kept_text_a_splice() {
         // what the client kept, from the next call's history
         ("s########0", "output", None),
         ("s########0#2", "turn_start", Some(0)),
+        ("s########0#2", "attempt_start", Some(0)),
         ("s########0#2", "text", Some(0)),
         ("s########0#2", "usage", Some(0)),
         // settled by the session's next record
@@ -300,6 +308,7 @@ fn a_fork_response_followed_by_a_content_retry_was_cut() {
         got,
         [
             ("turn_start", Some(0)),
+            ("attempt_start", Some(0)),
             ("text", Some(0)),
             ("usage", Some(0)),
             ("error", Some(0)),
