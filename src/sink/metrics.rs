@@ -163,7 +163,12 @@ impl Inner {
         self.preregistered
             .get(fam)
             .is_some_and(|keys| keys.contains(labels))
-            || self.registered.contains(&(fam, labels.to_vec()))
+            // The family's few subsystem series, compared in place: a lookup by an owned
+            // key cloned the labels of every zero series of every checkpoint.
+            || self
+                .registered
+                .range((fam, Vec::new())..(fam + 1, Vec::new()))
+                .any(|(_, key)| key.as_slice() == labels)
     }
 
     /// The bounded label value for `raw`, counting an overflow.

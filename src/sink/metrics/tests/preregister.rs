@@ -78,6 +78,16 @@ fn each_subsystem_registers_its_own_labels() {
     );
     assert_eq!(m.value("retryscope_listener_connections", &["proxy"]), None);
 
+    // A checkpoint does not store them while they are zero: a restore creates them.
+    let stored = |m: &Metrics| -> Vec<Vec<String>> {
+        let snap = m.snapshot();
+        let v = snap.values.into_iter().filter(|v| v.name == cuts);
+        v.map(|v| v.labels).collect()
+    };
+    assert_eq!(stored(&m), Vec::<Vec<String>>::new());
+    m.restore(&m.snapshot()).unwrap();
+    assert_eq!(m.value(cuts, &cut), Some(0.0));
+
     // A restore keeps what was registered, even from a snapshot that lacks it.
     m.restore(&bare().snapshot()).unwrap();
     assert_eq!(m.value(cuts, &cut), Some(0.0));
