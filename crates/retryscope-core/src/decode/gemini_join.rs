@@ -75,8 +75,10 @@ pub struct JoinerSnapshot {
     pub quiet: Vec<(String, u32)>,
 }
 
-/// The reason given a retry the telemetry lost and the screen showed ([`lost_retries`]),
-/// when the failure before it has no code.
+/// The reason given a retry the telemetry lost and the screen showed ([`lost_retries`]):
+/// the telemetry decoder's own when it logged none. The record that says why (gemini-cli's
+/// `network_retry_attempt`) may be lost with the retry, and the failure's code (`TypeError`
+/// for a reset connection) is not why the client retried.
 const LOST_RETRY_REASON: &str = "retry";
 
 /// Events one session may hold before it is released anyway (bounded memory for a session
@@ -173,12 +175,13 @@ fn merge(held: Vec<(Source, Event<'static>)>) -> Vec<Event<'static>> {
     let mut ended = logged_ends(&held, &renamed);
     let lost = lost_retries(&held, &ended);
     // The lost attempt is the call's last: its end is the screen's to tell.
-    for (turn, (i, _)) in &lost {
-        if let (Some(last), Some((_, e))) = (ended.get_mut(turn), held.get(*i)) {
+    for (turn, &i) in &lost {
+        if let (Some(last), Some((_, e))) = (ended.get_mut(turn), held.get(i)) {
             *last = LastAttempt {
                 began: e.ts_ms,
                 ended: false,
                 failed: None,
+                latest_begin: e.ts_ms,
             };
         }
     }
@@ -264,7 +267,7 @@ fn merge(held: Vec<(Source, Event<'static>)>) -> Vec<Event<'static>> {
             last_ts = e.ts_ms.unwrap_or(last_ts);
             last_ts
         };
-        if let Some((_, reason)) = lost.get(e.turn.as_ref()).filter(|(at, _)| *at == i) {
+        if lost.get(e.turn.as_ref()) == Some(&i) {
             // The retry the telemetry lost, announced where the screen shows it began.
             kept.push((
                 ts,
@@ -274,7 +277,7 @@ fn merge(held: Vec<(Source, Event<'static>)>) -> Vec<Event<'static>> {
                     attempt: None,
                     ts_ms: e.ts_ms,
                     kind: EventKind::Retry {
-                        reason: Some(std::borrow::Cow::Owned(reason.clone())),
+                        reason: Some(std::borrow::Cow::Borrowed(LOST_RETRY_REASON)),
                         prefill: None,
                     },
                 },
@@ -312,6 +315,13 @@ fn call_names(
         }
         let k = calls_per_session.entry(session).or_insert(0);
         *k += 1;
+        if in_screen_scheme(turn, session) {
+            // gemini-cli's telemetry numbers its calls as the screen does, across the whole
+            // session: a live collector joins a session in batches (one per quiet spell, a
+            // tool running longer than the quiet time makes two), and counting again from
+            // one in each batch named a later batch's third call as the first.
+            continue;
+        }
         let name = if *k == 1 {
             session.to_owned()
         } else {
@@ -322,14 +332,28 @@ fn call_names(
     names
 }
 
+/// Whether a call's name is the session's own numbering: `<session>` or `<session>#<k>`.
+fn in_screen_scheme(turn: &str, session: &str) -> bool {
+    match turn.strip_prefix(session) {
+        Some("") => true,
+        Some(rest) => rest
+            .strip_prefix('#')
+            .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit())),
+        None => false,
+    }
+}
+
 /// The last attempt the telemetry logged of a call.
 struct LastAttempt {
     /// When it began.
     began: Option<i64>,
     /// Its end (a finish or an error) was logged.
     ended: bool,
-    /// When it failed and the error's code, if its logged end was an error.
-    failed: Option<(i64, Option<String>)>,
+    /// When it failed, if its logged end was an error.
+    failed: Option<i64>,
+    /// The latest time any attempt of the call began (records can arrive out of time order:
+    /// a failure logged after the retry that followed it is not the call's last word).
+    latest_begin: Option<i64>,
 }
 
 impl LastAttempt {
@@ -364,15 +388,15 @@ fn logged_ends(
             began: e.ts_ms,
             ended: false,
             failed: None,
+            latest_begin: None,
         });
         if began {
             entry.began = e.ts_ms;
+            entry.latest_begin = entry.latest_begin.max(e.ts_ms);
         }
         entry.ended = !began;
         entry.failed = match &e.kind {
-            EventKind::Error { code, .. } => {
-                e.ts_ms.map(|ts| (ts, code.as_deref().map(str::to_owned)))
-            }
+            EventKind::Error { .. } => e.ts_ms,
             _ => None,
         };
     }
@@ -383,13 +407,12 @@ fn logged_ends(
 /// of them after that failure: a failed attempt streams nothing more, so the client retried
 /// and the telemetry lost the retry (the file's tail, when the client exits before it is
 /// flushed). By the stream-json's name of the call: the arrival index of the first event
-/// the screen showed of the lost attempt, and the retry's reason (the failure's code, as
-/// the telemetry would have given it). The stream-json has no retry marker of its own.
+/// the screen showed of the lost attempt. The stream-json has no retry marker of its own.
 fn lost_retries(
     held: &[(Source, Event<'static>)],
     ended: &HashMap<String, LastAttempt>,
-) -> HashMap<String, (usize, String)> {
-    let mut lost: HashMap<String, (i64, usize, String)> = HashMap::new();
+) -> HashMap<String, usize> {
+    let mut lost: HashMap<String, (i64, usize)> = HashMap::new();
     for (i, (source, e)) in held.iter().enumerate() {
         if *source != Source::StreamJson
             || !matches!(e.kind, EventKind::Text { .. } | EventKind::ToolCall { .. })
@@ -397,21 +420,20 @@ fn lost_retries(
             continue;
         }
         let Some(ts) = e.ts_ms else { continue };
-        let Some((failed_at, code)) = ended.get(e.turn.as_ref()).and_then(|l| l.failed.as_ref())
-        else {
+        let Some(last) = ended.get(e.turn.as_ref()) else {
             continue;
         };
-        if ts > *failed_at {
-            let reason = code.clone().unwrap_or_else(|| LOST_RETRY_REASON.to_owned());
-            let first = lost.entry(e.turn.to_string()).or_insert((ts, i, reason));
-            if (ts, i) < (first.0, first.1) {
-                (first.0, first.1) = (ts, i);
+        let Some(failed_at) = last.failed else {
+            continue;
+        };
+        if ts > failed_at && last.latest_begin.is_none_or(|began| began <= failed_at) {
+            let first = lost.entry(e.turn.to_string()).or_insert((ts, i));
+            if (ts, i) < *first {
+                *first = (ts, i);
             }
         }
     }
-    lost.into_iter()
-        .map(|(turn, (_, i, reason))| (turn, (i, reason)))
-        .collect()
+    lost.into_iter().map(|(turn, (_, i))| (turn, i)).collect()
 }
 
 /// A decoder whose events go to a [`SessionJoiner`] instead of its caller.
@@ -667,7 +689,7 @@ mod tests {
             finish(40),
         ];
         let got = joined(vec![e("s", 10, turn_start()), error(20)], shown.clone());
-        let reset = Some("ECONNRESET".to_owned());
+        let reset = Some(LOST_RETRY_REASON.to_owned());
         assert_eq!(
             got,
             [
@@ -690,7 +712,12 @@ mod tests {
             },
         );
         let got = joined(
-            vec![e("s", 10, turn_start()), error(20), retry, finish(38)],
+            vec![
+                e("s", 10, turn_start()),
+                error(20),
+                retry.clone(),
+                finish(38),
+            ],
             shown,
         );
         let kinds: Vec<_> = got.iter().map(|(k, ts, _)| (*k, *ts)).collect();
@@ -701,6 +728,28 @@ mod tests {
                 ("text", Some(15)),
                 ("error", Some(20)),
                 ("text", Some(20)),
+                ("retry", Some(22)),
+                ("text", Some(25)),
+                ("finish", Some(38)),
+            ]
+        );
+        // The whole telemetry with the failure's record arriving after the retry's: the
+        // retry is still the call's last attempt.
+        let got = joined(
+            vec![
+                e("s", 10, turn_start()),
+                retry.clone(),
+                finish(38),
+                error(20),
+            ],
+            vec![e("s", 25, text("the retry's answer")), finish(40)],
+        );
+        let kinds: Vec<_> = got.iter().map(|(k, ts, _)| (*k, *ts)).collect();
+        assert_eq!(
+            kinds,
+            [
+                ("turn_start", Some(10)),
+                ("error", Some(20)),
                 ("retry", Some(22)),
                 ("text", Some(25)),
                 ("finish", Some(38)),
@@ -720,6 +769,42 @@ mod tests {
                 ("error", Some(20)),
             ]
         );
+    }
+
+    /// A live collector joins a session in batches, one per quiet spell (a tool that runs
+    /// longer than the quiet time splits the session). gemini-cli's telemetry numbers its
+    /// calls across the session as the screen does: a later batch's `s#2` is still `s#2`,
+    /// not the batch's first call.
+    #[test]
+    fn a_later_batch_of_a_session_keeps_its_calls_names() {
+        let mut j = SessionJoiner::default();
+        j.push(Source::Telemetry, &mut vec![e("s", 10, turn_start())]);
+        j.push(
+            Source::StreamJson,
+            &mut vec![e("s", 12, text("first call"))],
+        );
+        let first: Vec<String> = j
+            .release_quiet(0)
+            .iter()
+            .map(|e| e.turn.to_string())
+            .collect();
+        assert_eq!(first, ["s", "s"]);
+        j.push(Source::Telemetry, &mut vec![e("s#2", 30, turn_start())]);
+        j.push(
+            Source::StreamJson,
+            &mut vec![e("s#2", 32, text("after the tool"))],
+        );
+        let second: Vec<String> = j
+            .release_quiet(0)
+            .iter()
+            .map(|e| e.turn.to_string())
+            .collect();
+        assert_eq!(second, ["s#2", "s#2"]);
+        // Names of another numbering (Qwen Code's prompt ids) are still the k-th call's.
+        assert!(in_screen_scheme("s#12", "s"));
+        assert!(!in_screen_scheme("s########0", "s"));
+        assert!(!in_screen_scheme("s#", "s"));
+        assert!(!in_screen_scheme("t#2", "s"));
     }
 
     /// The screen said the run failed (gemini-cli's error `result`) and the telemetry lost
