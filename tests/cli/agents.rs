@@ -101,22 +101,46 @@ fn check_joins_gemini_cli_telemetry_and_stream_json_of_one_session() {
     assert_eq!(summary["bad_lines"], 0, "{summary}");
 }
 
+/// A turn report's attempts' outcomes, in order.
+fn outcomes(turn: &Value) -> Vec<&str> {
+    turn["attempts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a["outcome"].as_str())
+        .collect()
+}
+
+/// A copy of a real recording's `telemetry.log` that ends before the record holding byte
+/// `at`, as a client that exits before its telemetry is flushed leaves it. Records are
+/// pretty-printed objects, each opening with `{` alone on a line.
+fn telemetry_cut_before(telemetry: &str, at: usize) -> (tempfile::TempDir, PathBuf) {
+    let cut = telemetry[..at].rfind("\n{").expect("its record") + 1;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cut_file = tmp.path().join("telemetry.log");
+    std::fs::write(&cut_file, &telemetry[..cut]).expect("write");
+    (tmp, cut_file)
+}
+
+/// The real `before-finish-reset` recording's directory, and its telemetry cut before the
+/// last call's logged response.
+fn telemetry_cut_before_the_last_response() -> (PathBuf, tempfile::TempDir, PathBuf) {
+    let dir = recording("gemini-cli", "before-finish-reset", "");
+    let telemetry = std::fs::read_to_string(dir.join("telemetry.log")).expect("telemetry.log");
+    let last_response = telemetry
+        .rfind("\"gemini_cli.api_response\"")
+        .expect("a logged response");
+    let (tmp, cut_file) = telemetry_cut_before(&telemetry, last_response);
+    (dir, tmp, cut_file)
+}
+
 /// gemini-cli on a loaded machine (CI, stop 41) exited before its telemetry outfile was
 /// flushed: the file ended after the last call's `api_request`, its `api_response` never
 /// written. The real recording cut the same way: the stream-json shows that call's answer and
 /// the `result`, so it completed; the turn is not called incomplete.
 #[test]
 fn gemini_cli_telemetry_that_lost_its_tail_still_finishes_the_call_the_screen_finished() {
-    let dir = recording("gemini-cli", "before-finish-reset", "");
-    let telemetry = std::fs::read_to_string(dir.join("telemetry.log")).expect("telemetry.log");
-    // Records are pretty-printed objects, each opening with `{` alone on a line.
-    let last_response = telemetry
-        .rfind("\"gemini_cli.api_response\"")
-        .expect("a logged response");
-    let cut = telemetry[..last_response].rfind("\n{").expect("its record") + 1;
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let cut_file = tmp.path().join("telemetry.log");
-    std::fs::write(&cut_file, &telemetry[..cut]).expect("write");
+    let (dir, _tmp, cut_file) = telemetry_cut_before_the_last_response();
     let (code, lines) = check_json(&[cut_file, dir.join("stream.jsonl")], &[]);
     assert_eq!(code, Some(0));
     let turns: Vec<&Value> = lines.iter().filter(|l| l.get("turn").is_some()).collect();
@@ -124,12 +148,7 @@ fn gemini_cli_telemetry_that_lost_its_tail_still_finishes_the_call_the_screen_fi
         .iter()
         .find(|t| t["turn"].as_str().is_some_and(|id| id.ends_with("#2")))
         .expect("the call after the tool ran");
-    let outcomes: Vec<&str> = last_call["attempts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["outcome"].as_str().unwrap())
-        .collect();
+    let outcomes = outcomes(last_call);
     assert_eq!(outcomes, ["completed"], "{last_call}");
     assert_eq!(last_call["status"], "completed", "{last_call}");
     let found: Vec<String> = turns.iter().flat_map(|t| kinds(t)).collect();
@@ -186,10 +205,7 @@ fn gemini_cli_telemetry_cut_after_a_failure_still_shows_the_retry_the_screen_str
         "\"gemini_cli.api_request\"",
     ] {
         let at = error + telemetry[error..].find(record).expect("a record after it");
-        let cut = telemetry[..at].rfind("\n{").expect("its record") + 1;
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let cut_file = tmp.path().join("telemetry.log");
-        std::fs::write(&cut_file, &telemetry[..cut]).expect("write");
+        let (_tmp, cut_file) = telemetry_cut_before(&telemetry, at);
         let (code, lines) = check_json(&[cut_file, dir.join("stream.jsonl")], &[]);
         assert_eq!(code, Some(0), "{record}");
         let got = first_call(&lines);
@@ -206,15 +222,7 @@ fn gemini_cli_telemetry_cut_after_a_failure_still_shows_the_retry_the_screen_str
 /// a turn of no attempts.
 #[test]
 fn gemini_cli_telemetry_cut_after_a_request_reports_the_attempt_it_began() {
-    let dir = recording("gemini-cli", "before-finish-reset", "");
-    let telemetry = std::fs::read_to_string(dir.join("telemetry.log")).expect("telemetry.log");
-    let last_response = telemetry
-        .rfind("\"gemini_cli.api_response\"")
-        .expect("a logged response");
-    let cut = telemetry[..last_response].rfind("\n{").expect("its record") + 1;
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let cut_file = tmp.path().join("telemetry.log");
-    std::fs::write(&cut_file, &telemetry[..cut]).expect("write");
+    let (_, _tmp, cut_file) = telemetry_cut_before_the_last_response();
     let (code, lines) = check_json(&[cut_file], &[]);
     assert_eq!(code, Some(0));
     let last_call = lines
@@ -223,12 +231,7 @@ fn gemini_cli_telemetry_cut_after_a_request_reports_the_attempt_it_began() {
             t.get("attempts").is_some() && t["turn"].as_str().is_some_and(|id| id.ends_with("#2"))
         })
         .expect("the call after the tool ran");
-    let outcomes: Vec<&str> = last_call["attempts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["outcome"].as_str().unwrap())
-        .collect();
+    let outcomes = outcomes(last_call);
     assert_eq!(outcomes, ["open"], "{last_call}");
     assert!(kinds(last_call).contains(&"incomplete_turn".to_owned()));
 }

@@ -667,42 +667,48 @@ mod tests {
                 },
             )
         };
-        let joined = |telemetry: Vec<Event<'static>>, shown: Vec<Event<'static>>| {
+        // The joined events as (type, time), and the reasons of the retries among them.
+        let joined = |telemetry: &[Event<'static>], shown: &[Event<'static>]| {
             let mut j = SessionJoiner::default();
-            j.push(Source::Telemetry, &mut telemetry.clone());
-            j.push(Source::StreamJson, &mut shown.clone());
-            j.finish()
+            j.push(Source::Telemetry, &mut telemetry.to_vec());
+            j.push(Source::StreamJson, &mut shown.to_vec());
+            let events = j.finish();
+            let reasons: Vec<Option<String>> = events
                 .iter()
-                .map(|e| {
-                    let reason = match &e.kind {
-                        EventKind::Retry { reason, .. } => reason.as_deref().map(str::to_owned),
-                        _ => None,
-                    };
-                    (e.kind.type_name(), e.ts_ms, reason)
+                .filter_map(|e| match &e.kind {
+                    EventKind::Retry { reason, .. } => Some(reason.as_deref().map(str::to_owned)),
+                    _ => None,
                 })
-                .collect::<Vec<_>>()
+                .collect();
+            let kinds: Vec<(&str, Option<i64>)> = events
+                .iter()
+                .map(|e| (e.kind.type_name(), e.ts_ms))
+                .collect();
+            (kinds, reasons)
         };
-        let shown = vec![
+        let start = e("s", 10, turn_start());
+        let shown = [
             e("s", 15, text("the first answer, cut")),
             e("s", 20, text("printed as it failed")),
             e("s", 25, text("the retry's answer")),
             finish(40),
         ];
-        let got = joined(vec![e("s", 10, turn_start()), error(20)], shown.clone());
-        let reset = Some(LOST_RETRY_REASON.to_owned());
+        let (kinds, reasons) = joined(&[start.clone(), error(20)], &shown);
         assert_eq!(
-            got,
+            kinds,
             [
-                ("turn_start", Some(10), None),
-                ("text", Some(15), None),
-                ("error", Some(20), None),
-                ("text", Some(20), None),
-                ("retry", Some(25), reset),
-                ("text", Some(25), None),
-                ("finish", Some(40), None),
+                ("turn_start", Some(10)),
+                ("text", Some(15)),
+                ("error", Some(20)),
+                ("text", Some(20)),
+                ("retry", Some(25)),
+                ("text", Some(25)),
+                ("finish", Some(40)),
             ]
         );
-        // The whole telemetry: its retry stands alone, and its end is the one kept.
+        assert_eq!(reasons, [Some(LOST_RETRY_REASON.to_owned())]);
+        // The whole telemetry: its retry stands alone, and its end is the one kept; so too
+        // when the failure's record arrives after the retry's (the retry is still the last).
         let retry = e(
             "s",
             22,
@@ -711,56 +717,26 @@ mod tests {
                 prefill: None,
             },
         );
-        let got = joined(
-            vec![
-                e("s", 10, turn_start()),
-                error(20),
-                retry.clone(),
-                finish(38),
-            ],
-            shown,
-        );
-        let kinds: Vec<_> = got.iter().map(|(k, ts, _)| (*k, *ts)).collect();
-        assert_eq!(
-            kinds,
-            [
-                ("turn_start", Some(10)),
-                ("text", Some(15)),
-                ("error", Some(20)),
-                ("text", Some(20)),
-                ("retry", Some(22)),
-                ("text", Some(25)),
-                ("finish", Some(38)),
-            ]
-        );
-        // The whole telemetry with the failure's record arriving after the retry's: the
-        // retry is still the call's last attempt.
-        let got = joined(
-            vec![
-                e("s", 10, turn_start()),
-                retry.clone(),
-                finish(38),
-                error(20),
-            ],
-            vec![e("s", 25, text("the retry's answer")), finish(40)],
-        );
-        let kinds: Vec<_> = got.iter().map(|(k, ts, _)| (*k, *ts)).collect();
-        assert_eq!(
-            kinds,
-            [
-                ("turn_start", Some(10)),
-                ("error", Some(20)),
-                ("retry", Some(22)),
-                ("text", Some(25)),
-                ("finish", Some(38)),
-            ]
-        );
+        let whole = [start.clone(), error(20), retry.clone(), finish(38)];
+        let late_failure = [start.clone(), retry, finish(38), error(20)];
+        for telemetry in [&whole[..], &late_failure[..]] {
+            let (kinds, reasons) = joined(telemetry, &shown);
+            assert_eq!(
+                kinds,
+                [
+                    ("turn_start", Some(10)),
+                    ("text", Some(15)),
+                    ("error", Some(20)),
+                    ("text", Some(20)),
+                    ("retry", Some(22)),
+                    ("text", Some(25)),
+                    ("finish", Some(38)),
+                ]
+            );
+            assert_eq!(reasons, [None]);
+        }
         // A run that failed for good: the screen shows its end, nothing streamed after.
-        let got = joined(
-            vec![e("s", 10, turn_start()), error(20)],
-            vec![e("s", 15, text("cut")), error(30)],
-        );
-        let kinds: Vec<_> = got.iter().map(|(k, ts, _)| (*k, *ts)).collect();
+        let (kinds, _) = joined(&[start, error(20)], &[e("s", 15, text("cut")), error(30)]);
         assert_eq!(
             kinds,
             [
@@ -778,28 +754,19 @@ mod tests {
     #[test]
     fn a_later_batch_of_a_session_keeps_its_calls_names() {
         let mut j = SessionJoiner::default();
-        j.push(Source::Telemetry, &mut vec![e("s", 10, turn_start())]);
-        j.push(
-            Source::StreamJson,
-            &mut vec![e("s", 12, text("first call"))],
-        );
-        let first: Vec<String> = j
-            .release_quiet(0)
-            .iter()
-            .map(|e| e.turn.to_string())
-            .collect();
-        assert_eq!(first, ["s", "s"]);
-        j.push(Source::Telemetry, &mut vec![e("s#2", 30, turn_start())]);
-        j.push(
-            Source::StreamJson,
-            &mut vec![e("s#2", 32, text("after the tool"))],
-        );
-        let second: Vec<String> = j
-            .release_quiet(0)
-            .iter()
-            .map(|e| e.turn.to_string())
-            .collect();
-        assert_eq!(second, ["s#2", "s#2"]);
+        for (call, ts) in [("s", 10), ("s#2", 30)] {
+            j.push(Source::Telemetry, &mut vec![e(call, ts, turn_start())]);
+            j.push(
+                Source::StreamJson,
+                &mut vec![e(call, ts + 2, text("shown"))],
+            );
+            let released: Vec<String> = j
+                .release_quiet(0)
+                .iter()
+                .map(|e| e.turn.to_string())
+                .collect();
+            assert_eq!(released, [call, call]);
+        }
         // Names of another numbering (Qwen Code's prompt ids) are still the k-th call's.
         assert!(in_screen_scheme("s#12", "s"));
         assert!(!in_screen_scheme("s########0", "s"));
