@@ -388,13 +388,15 @@ impl Workers {
     }
 }
 
-/// The session joiners' held events: only the joined route's worker holds any (every stream
-/// that feeds the joiner is read there), so at most one is `Some`; two are added up.
+/// The session joiners' held events and call names: only the joined route's worker holds
+/// any (every stream that feeds the joiner is read there), so at most one is `Some`; two
+/// are added up.
 fn merge_joined(a: Option<JoinerSnapshot>, b: Option<JoinerSnapshot>) -> Option<JoinerSnapshot> {
     match (a, b) {
         (Some(mut a), Some(b)) => {
             a.events.extend(b.events);
             a.quiet.extend(b.quiet);
+            a.calls.extend(b.calls);
             Some(a)
         }
         (a, b) => a.or(b),

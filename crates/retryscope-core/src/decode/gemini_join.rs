@@ -18,7 +18,9 @@
 //! last attempt (a client that exits before its telemetry is flushed loses the file's tail).
 //! A call the telemetry last saw fail, whose screen streamed more after the failure, was
 //! retried in the lost tail: the join announces that retry where the screen shows it began.
-//! `JoinFeed` is the decoder wrapper that diverts an input's events into the joiner.
+//! The telemetry's calls take the stream-json's names in `names` (counted across a live
+//! collector's batches of a session). `JoinFeed` is the decoder wrapper that diverts an
+//! input's events into the joiner.
 //! [`JoinerSnapshot`] is what a live collector checkpoints of it: the held events were read
 //! past, so a restart must find them there.
 
@@ -26,9 +28,12 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use super::gemini_telemetry::SYNTHETIC_CALL_PREFIX;
+mod names;
 use super::provider::{Format, StreamDecoder};
 use super::{DecodeError, SkipCounts};
 use crate::event::{Event, EventKind};
+use names::CallNames;
+pub use names::SessionCalls;
 
 /// Which output an event came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -63,16 +68,21 @@ pub struct SessionJoiner {
     events: Vec<(Source, Event<'static>)>,
     /// Per held session: [`SessionJoiner::release_quiet`] calls since its last event.
     quiet: HashMap<String, u32>,
+    /// The sessions' calls named so far, kept across batches.
+    names: CallNames,
 }
 
-/// A [`SessionJoiner`]'s state: its held events and each held session's quiet count
-/// (bounded like the joiner itself).
+/// A [`SessionJoiner`]'s state: its held events, each held session's quiet count, and the
+/// sessions' calls named so far (bounded like the joiner itself).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct JoinerSnapshot {
     /// Held events in arrival order, with the output each came from.
     pub events: Vec<(Source, Event<'static>)>,
     /// Per held session: release calls since its last event.
     pub quiet: Vec<(String, u32)>,
+    /// By session, its calls named so far (a checkpoint of an older version has none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<(String, SessionCalls)>,
 }
 
 /// The reason given a retry the telemetry lost and the screen showed ([`lost_retries`]):
@@ -118,6 +128,7 @@ impl SessionJoiner {
                 ready.insert(session.clone());
             }
         }
+        self.names.age();
         if ready.is_empty() {
             return Vec::new();
         }
@@ -126,7 +137,7 @@ impl SessionJoiner {
             .into_iter()
             .partition(|(_, e)| ready.contains(session_of(&e.turn)));
         self.events = stay;
-        merge(go)
+        merge(go, &mut self.names)
     }
 
     /// The held state, for a checkpoint.
@@ -137,6 +148,7 @@ impl SessionJoiner {
         JoinerSnapshot {
             events: self.events.clone(),
             quiet,
+            calls: self.names.snapshot(),
         }
     }
 
@@ -145,24 +157,26 @@ impl SessionJoiner {
         SessionJoiner {
             events: snapshot.events,
             quiet: snapshot.quiet.into_iter().collect(),
+            names: CallNames::restore(snapshot.calls),
         }
     }
 
-    /// Whether anything is held.
+    /// Whether anything is held (events, or the names of calls joined before).
     pub(crate) fn is_empty(&self) -> bool {
-        self.events.is_empty()
+        self.events.is_empty() && self.names.is_empty()
     }
 
     /// Every held event, joined and in time order.
     pub fn finish(&mut self) -> Vec<Event<'static>> {
         self.quiet.clear();
-        merge(std::mem::take(&mut self.events))
+        let mut names = std::mem::take(&mut self.names);
+        merge(std::mem::take(&mut self.events), &mut names)
     }
 }
 
 /// Held events joined: for a session with a stream-json, one source of each fact; then in time
 /// order.
-fn merge(held: Vec<(Source, Event<'static>)>) -> Vec<Event<'static>> {
+fn merge(held: Vec<(Source, Event<'static>)>, names: &mut CallNames) -> Vec<Event<'static>> {
     let sessions = |source: Source| -> HashSet<String> {
         held.iter()
             .filter(|(s, _)| *s == source)
@@ -171,7 +185,7 @@ fn merge(held: Vec<(Source, Event<'static>)>) -> Vec<Event<'static>> {
     };
     let shown = sessions(Source::StreamJson);
     let logged = sessions(Source::Telemetry);
-    let renamed = call_names(&held, &shown);
+    let renamed = names.map(&held, &shown);
     let mut ended = logged_ends(&held, &renamed);
     let lost = lost_retries(&held, &ended);
     // The lost attempt is the call's last: its end is the screen's to tell.
@@ -289,58 +303,6 @@ fn merge(held: Vec<(Source, Event<'static>)>) -> Vec<Event<'static>> {
     }
     kept.sort_by_key(|(ts, i, _)| (*ts, *i));
     kept.into_iter().map(|(_, _, e)| e).collect()
-}
-
-/// The telemetry's name of each main model call of a session that has a stream-json, mapped
-/// to the stream-json's name of the same call. The telemetry names calls by prompt id (the
-/// session id for gemini-cli, `<session id>########<n>` for Qwen Code), the stream-json by
-/// session id; both number a session's calls in order (`<id>`, `<id>#2`, ...), so the k-th
-/// call the telemetry logged is the stream-json's k-th: `<session>` or `<session>#k`.
-/// Other roles' calls (`~<role>`) have no counterpart and keep their names.
-fn call_names(
-    held: &[(Source, Event<'static>)],
-    shown: &HashSet<String>,
-) -> HashMap<String, String> {
-    let mut names = HashMap::new();
-    let mut calls_per_session: HashMap<&str, usize> = HashMap::new();
-    for (source, e) in held {
-        let turn = e.turn.as_ref();
-        let session = session_of(turn);
-        if *source != Source::Telemetry
-            || turn.contains('~')
-            || !shown.contains(session)
-            || names.contains_key(turn)
-        {
-            continue;
-        }
-        let k = calls_per_session.entry(session).or_insert(0);
-        *k += 1;
-        if in_screen_scheme(turn, session) {
-            // gemini-cli's telemetry numbers its calls as the screen does, across the whole
-            // session: a live collector joins a session in batches (one per quiet spell, a
-            // tool running longer than the quiet time makes two), and counting again from
-            // one in each batch named a later batch's third call as the first.
-            continue;
-        }
-        let name = if *k == 1 {
-            session.to_owned()
-        } else {
-            format!("{session}#{k}")
-        };
-        names.insert(turn.to_owned(), name);
-    }
-    names
-}
-
-/// Whether a call's name is the session's own numbering: `<session>` or `<session>#<k>`.
-fn in_screen_scheme(turn: &str, session: &str) -> bool {
-    match turn.strip_prefix(session) {
-        Some("") => true,
-        Some(rest) => rest
-            .strip_prefix('#')
-            .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit())),
-        None => false,
-    }
 }
 
 /// The last attempt the telemetry logged of a call.
@@ -767,11 +729,36 @@ mod tests {
                 .collect();
             assert_eq!(released, [call, call]);
         }
+        // Qwen Code's telemetry names calls by prompt id: the k-th call of the session is
+        // the screen's k-th, counted across batches and across a checkpoint between them.
+        let mut j = SessionJoiner::default();
+        let batches = [("q########1", "q", 10), ("q########1#2", "q#2", 30)];
+        for (logged, shown, ts) in batches {
+            j = SessionJoiner::restore(j.snapshot());
+            j.push(Source::Telemetry, &mut vec![e(logged, ts, turn_start())]);
+            j.push(
+                Source::StreamJson,
+                &mut vec![e(shown, ts + 2, text("shown"))],
+            );
+            let released: Vec<String> = j
+                .release_quiet(0)
+                .iter()
+                .map(|e| e.turn.to_string())
+                .collect();
+            assert_eq!(released, [shown, shown]);
+        }
+        // A session idle for an hour of releases is forgotten.
+        for _ in 0..3600 {
+            j.release_quiet(0);
+        }
+        assert!(!j.snapshot().calls.is_empty());
+        j.release_quiet(0);
+        assert!(j.snapshot().calls.is_empty());
         // Names of another numbering (Qwen Code's prompt ids) are still the k-th call's.
-        assert!(in_screen_scheme("s#12", "s"));
-        assert!(!in_screen_scheme("s########0", "s"));
-        assert!(!in_screen_scheme("s#", "s"));
-        assert!(!in_screen_scheme("t#2", "s"));
+        assert!(names::in_screen_scheme("s#12", "s"));
+        assert!(!names::in_screen_scheme("s########0", "s"));
+        assert!(!names::in_screen_scheme("s#", "s"));
+        assert!(!names::in_screen_scheme("t#2", "s"));
     }
 
     /// The screen said the run failed (gemini-cli's error `result`) and the telemetry lost
@@ -859,7 +846,10 @@ mod tests {
                 "tick {ticks}"
             );
         }
-        assert!(restored.is_empty() && j.is_empty());
+        // Nothing held; the session's call names are kept (and alike) for its next batch.
+        assert_eq!(restored.snapshot(), j.snapshot());
+        assert!(j.snapshot().events.is_empty());
+        assert!(!j.snapshot().calls.is_empty());
     }
 
     #[test]
