@@ -715,24 +715,16 @@ mod tests {
     /// not the batch's first call.
     #[test]
     fn a_later_batch_of_a_session_keeps_its_calls_names() {
+        // Qwen Code's telemetry names calls by prompt id (`q########1`): the k-th call of the
+        // session is the screen's k-th, counted across batches. A checkpoint between
+        // batches keeps the count.
+        let batches = [
+            ("s", "s", 10),
+            ("s#2", "s#2", 30),
+            ("q########1", "q", 10),
+            ("q########1#2", "q#2", 30),
+        ];
         let mut j = SessionJoiner::default();
-        for (call, ts) in [("s", 10), ("s#2", 30)] {
-            j.push(Source::Telemetry, &mut vec![e(call, ts, turn_start())]);
-            j.push(
-                Source::StreamJson,
-                &mut vec![e(call, ts + 2, text("shown"))],
-            );
-            let released: Vec<String> = j
-                .release_quiet(0)
-                .iter()
-                .map(|e| e.turn.to_string())
-                .collect();
-            assert_eq!(released, [call, call]);
-        }
-        // Qwen Code's telemetry names calls by prompt id: the k-th call of the session is
-        // the screen's k-th, counted across batches and across a checkpoint between them.
-        let mut j = SessionJoiner::default();
-        let batches = [("q########1", "q", 10), ("q########1#2", "q#2", 30)];
         for (logged, shown, ts) in batches {
             j = SessionJoiner::restore(j.snapshot());
             j.push(Source::Telemetry, &mut vec![e(logged, ts, turn_start())]);
@@ -754,7 +746,7 @@ mod tests {
         assert!(!j.snapshot().calls.is_empty());
         j.release_quiet(0);
         assert!(j.snapshot().calls.is_empty());
-        // Names of another numbering (Qwen Code's prompt ids) are still the k-th call's.
+        // gemini-cli's names are the session's own numbering; Qwen Code's are not.
         assert!(names::in_screen_scheme("s#12", "s"));
         assert!(!names::in_screen_scheme("s########0", "s"));
         assert!(!names::in_screen_scheme("s#", "s"));
