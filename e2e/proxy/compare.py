@@ -144,12 +144,19 @@ def check_dir(binary, d):
     mains = truth["main_requests"]
     left_cut = bool(mains) and mains[-1]["cut_by_proxy"] and not mains[-1].get("retried")
     exits = (1,) if gives_up else (0, 1) if left_cut else (0,)
+    # a turn closed by the idle timeout while the client still worked on it leaves the rest
+    # of it uncounted (session.py reruns such a session once with a longer timeout)
+    after_close = msum(samples, "retryscope_after_close_events_total")
+    rerun_path = os.path.join(d, "rerun.txt")
+    rerun = open(rerun_path).read().strip() if os.path.exists(rerun_path) else ""
     ok = (run.get("proxy_started") and not run.get("timed_out")
-          and run.get("exit_code") in exits
+          and run.get("exit_code") in exits and after_close == 0
           and any(n.startswith("retryscope_") for n, _, _ in samples))
     res("ran", bool(ok), f"proxy started {run.get('proxy_started')}, client exit "
-        f"{run.get('exit_code')}, timed out {run.get('timed_out')}, {len(samples)} samples"
-        + ("" if samples else f" ({text.strip()[:120]})"))
+        f"{run.get('exit_code')}, timed out {run.get('timed_out')}, {len(samples)} samples, "
+        f"{after_close:g} events after close"
+        + ("" if samples else f" ({text.strip()[:120]})")
+        + (f" (rerun: {rerun})" if rerun else ""))
 
     main = truth["main_requests"]
     inject = truth.get("inject")

@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "agents"))
 sys.path.insert(0, os.path.join(HERE, "..", "proxy"))
 import record  # noqa: E402  (start_mock)
 from compare import load_known, msum, parse_metrics  # noqa: E402
-from session import free_port, scrape, wait_port  # noqa: E402
+from session import STALLED_IDLE_SECS, after_close_events, free_port, scrape, wait_port  # noqa: E402
 
 import zoo_client  # noqa: E402
 
@@ -51,7 +51,24 @@ def sessions():
                 yield api, strategy, point
 
 
-def run_session(a, api, strategy, point):
+def run_session_once_more_if_stalled(a, api, strategy, point):
+    """`run_session`, and once more with a longer idle timeout when the first run's turn was
+    closed while the client still worked on it (e2e/proxy/session.py says why)."""
+    out = run_session(a, api, strategy, point, IDLE_SECS[api])
+    closed_early = after_close_events(os.path.join(out, "metrics.txt"))
+    idle = max(STALLED_IDLE_SECS, 2 * IDLE_SECS[api])
+    if closed_early:
+        why = (f"the {IDLE_SECS[api]} s idle timeout closed a turn while the client was still "
+               f"at it ({closed_early:g} events after close: the machine stalled the client); "
+               f"run again with a {idle} s idle timeout")
+        print(f"RERUN {api}/{strategy}/{point}: {why}", flush=True)
+        out = run_session(a, api, strategy, point, idle)
+        with open(os.path.join(out, "rerun.txt"), "w") as f:
+            f.write(why + "\n")
+    return out
+
+
+def run_session(a, api, strategy, point, idle):
     out = os.path.join(a.out, api, strategy, point)
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
@@ -60,7 +77,7 @@ def run_session(a, api, strategy, point):
     pport, maddr = free_port(), f"127.0.0.1:{free_port()}"
     argv = [a.bin, "proxy", "--listen", f"127.0.0.1:{pport}",
             "--upstream", f"http://127.0.0.1:{mport}", "--metrics-addr", maddr,
-            "--idle-timeout-secs", str(IDLE_SECS[api]),
+            "--idle-timeout-secs", str(idle),
             "--findings-out", os.path.join(out, "findings.jsonl"),
             "--record", os.path.join(out, "record"),
             "--inject", point, "--inject-how", "reset", "--inject-first", "1"]
@@ -85,7 +102,7 @@ def run_session(a, api, strategy, point):
                 except subprocess.TimeoutExpired:
                     rc = None
             info.update(exit_code=rc, seconds=round(time.time() - started, 2))
-            end = time.time() + IDLE_SECS[api] + 8
+            end = time.time() + idle + 8
             while True:
                 text = scrape(maddr)
                 if "\nretryscope_open_turns 0\n" in "\n" + text or time.time() > end:
@@ -168,14 +185,18 @@ def check_session(binary, d):
 
     run = t["run"]
     n_exec = len(t["executed"])
-    r("ran", run.get("proxy_started") and run.get("exit_code") == 0 and n_exec >= 1
-      and t["step1_attempts"] >= 1,
-      f"proxy started {run.get('proxy_started')}, client exit {run.get('exit_code')}, "
-      f"markers {sorted(t['executed'].items())}")
     # through the proxy (/metrics)
     text = open(os.path.join(d, "metrics.txt")).read() if os.path.exists(
         os.path.join(d, "metrics.txt")) else ""
     s = parse_metrics(text)
+    after_close = msum(s, "retryscope_after_close_events_total")
+    rerun_path = os.path.join(d, "rerun.txt")
+    rerun = open(rerun_path).read().strip() if os.path.exists(rerun_path) else ""
+    r("ran", run.get("proxy_started") and run.get("exit_code") == 0 and n_exec >= 1
+      and t["step1_attempts"] >= 1 and after_close == 0,
+      f"proxy started {run.get('proxy_started')}, client exit {run.get('exit_code')}, "
+      f"markers {sorted(t['executed'].items())}, {after_close:g} events after close"
+      + (f" (rerun: {rerun})" if rerun else ""))
     p_retries = msum(s, "retryscope_retries_total")
     p_attempts = msum(s, "retryscope_attempts_total")
     p_exec = msum(s, "retryscope_tool_executions_total")
@@ -228,7 +249,7 @@ def main():
     if not a.check_only:
         started = time.time()
         with concurrent.futures.ThreadPoolExecutor(a.jobs) as ex:
-            list(ex.map(lambda s: run_session(a, *s), todo))
+            list(ex.map(lambda s: run_session_once_more_if_stalled(a, *s), todo))
         print(f"{len(todo)} sessions took {time.time() - started:.0f} s")
     known = load_known(a.known_failing)
     passed = failed = known_n = 0
