@@ -367,10 +367,13 @@ impl Correlator {
         }
     }
 
-    /// Close turns idle since before `now_ms - idle_timeout`. A wire-only turn with a
-    /// response still in flight (`turn_start` `wire_only`, its latest attempt not ended) is
-    /// not idle: it waits [`IN_FLIGHT_IDLE_FACTOR`] times as long (at least
-    /// [`IN_FLIGHT_MIN_IDLE_MS`]), a safety net for a stream whose end was lost.
+    /// Close turns idle since before `now_ms - idle_timeout`. A turn the client is still
+    /// working on is not idle: a wire-only turn with a response still in flight
+    /// (`turn_start` `wire_only`, its latest attempt not ended) waits
+    /// [`IN_FLIGHT_IDLE_FACTOR`] times as long (at least [`IN_FLIGHT_MIN_IDLE_MS`]), a safety
+    /// net for a stream whose end was lost; one whose latest attempt finished asking for tools
+    /// that have not run yet (a long build) waits [`IN_FLIGHT_IDLE_FACTOR`] times as long, a
+    /// safety net for a client that went away (with the default 5 min, 50 min).
     pub(crate) fn tick(&mut self, now_ms: i64, out: &mut Vec<Output>) {
         let Some(idle) = self.cfg.idle_timeout_ms else {
             return;
@@ -378,11 +381,18 @@ impl Correlator {
         let in_flight_idle = idle
             .saturating_mul(IN_FLIGHT_IDLE_FACTOR)
             .max(IN_FLIGHT_MIN_IDLE_MS);
+        let tools_idle = idle.saturating_mul(IN_FLIGHT_IDLE_FACTOR);
         let mut expired: Vec<(u64, String)> = self
             .turns
             .values()
             .filter(|t| {
-                let limit = if t.in_flight() { in_flight_idle } else { idle };
+                let limit = if t.in_flight() {
+                    in_flight_idle
+                } else if t.awaiting_tools() {
+                    tools_idle
+                } else {
+                    idle
+                };
                 now_ms.saturating_sub(t.last_arrival_ms()) >= limit
             })
             .map(|t| (t.opened_seq(), t.id().to_owned()))

@@ -144,6 +144,22 @@ impl TurnState {
         self.wire_only && self.attempts.last().is_some_and(|a| a.is_open())
     }
 
+    /// A wire-only turn whose latest attempt finished asking for tool calls, none of them
+    /// run yet (no execution, no output): the client is running its tools, and a build or a
+    /// test suite may run for longer than the idle timeout. Closing the turn then would drop
+    /// the executions its next request shows (counted as events after close), and with them
+    /// any finding they raise. Only wire-only turns: the proxy always sees that next request,
+    /// while a provider stream never shows an execution, and a log need not.
+    pub(crate) fn awaiting_tools(&self) -> bool {
+        self.wire_only
+            && self.output.is_none()
+            && self.attempts.last().is_some_and(|a| {
+                a.outcome == crate::report::Outcome::Completed
+                    && !a.calls.is_empty()
+                    && a.execs.is_empty()
+            })
+    }
+
     fn labels(&self) -> TurnLabels {
         TurnLabels {
             model: self

@@ -99,6 +99,93 @@ fn wire_only_turn_with_a_response_in_flight_is_not_idle_closed() {
 }
 
 #[test]
+fn a_turn_whose_tools_are_running_outlives_the_idle_timeout() {
+    // Found with the proxy's e2e suite: a tool that ran longer than the idle timeout (5 min
+    // by default; a build or a test suite) had its turn closed under it, and the execution
+    // that followed was dropped as an event after close, with any finding it raised. The
+    // proxy's turn: the attempt asks for a call, the build runs 20 minutes, then the next
+    // request shows the execution.
+    let cfg = CorrelatorConfig {
+        idle_timeout_ms: Some(300_000),
+        ..CorrelatorConfig::default()
+    };
+    let feed = |c: &mut Correlator, line: &str, now: i64, out: &mut Vec<Output>| match decode_line(
+        line.as_bytes(),
+        &mut SkipCounts::default(),
+    ) {
+        Ok(NativeLine::Event(ev)) => c.observe(&ev, now, out),
+        other => panic!("{line} did not decode: {other:?}"),
+    };
+    let closed = |out: &[Output]| {
+        out.iter().find_map(|o| match o {
+            Output::TurnClosed(r) => Some(r.clone()),
+            _ => None,
+        })
+    };
+    let asks = [
+        (
+            r#"{"turn":"t","type":"turn_start","provider":"openai","wire_only":true}"#,
+            0,
+        ),
+        (
+            r#"{"turn":"t","type":"tool_call","attempt":0,"id":"c1","name":"run_build","args":{}}"#,
+            100,
+        ),
+        (
+            r#"{"turn":"t","type":"finish","attempt":0,"reason":"tool_calls"}"#,
+            200,
+        ),
+    ];
+    let mut c = Correlator::new(cfg.clone(), Arc::new(PriceTable::builtin()));
+    let mut out = Vec::new();
+    for (line, at) in asks {
+        feed(&mut c, line, at, &mut out);
+    }
+    c.tick(20 * 60_000, &mut out);
+    assert!(closed(&out).is_none(), "its tool is running: not idle");
+    feed(
+        &mut c,
+        r#"{"turn":"t","type":"tool_exec","attempt":0,"id":"c1","name":"run_build"}"#,
+        20 * 60_000 + 100,
+        &mut out,
+    );
+    assert_eq!(c.stats().after_close_events, 0);
+    c.tick(20 * 60_000 + 100 + 299_999, &mut out);
+    assert!(closed(&out).is_none());
+    c.tick(20 * 60_000 + 100 + 300_000, &mut out);
+    let report = closed(&out).expect("the tool ran: the idle timeout applies again");
+    assert_eq!(report.attempts[0].executed.len(), 1, "{report:?}");
+
+    // A client that never runs its tools (it went away) still closes at the safety net:
+    // ten idle timeouts, without the in-flight minimum.
+    let mut c = Correlator::new(cfg.clone(), Arc::new(PriceTable::builtin()));
+    let mut out = Vec::new();
+    for (line, at) in asks {
+        feed(&mut c, line, at, &mut out);
+    }
+    let net = 200 + 300_000 * IN_FLIGHT_IDLE_FACTOR;
+    c.tick(net - 1, &mut out);
+    assert!(closed(&out).is_none());
+    c.tick(net, &mut out);
+    assert!(closed(&out).is_some());
+
+    // Not wire-only (a provider stream, which never shows an execution): idle as before.
+    let mut c = Correlator::new(cfg, Arc::new(PriceTable::builtin()));
+    let mut out = Vec::new();
+    feed(
+        &mut c,
+        r#"{"turn":"t","type":"turn_start","provider":"openai"}"#,
+        0,
+        &mut out,
+    );
+    for (line, at) in &asks[1..] {
+        feed(&mut c, line, *at, &mut out);
+    }
+    c.tick(200 + 300_000, &mut out);
+    assert!(closed(&out).is_some());
+}
+
+#[test]
 fn implicit_retry_and_interleaved_turns() {
     let (out, reports) = run(r#"
 {"turn":"x","type":"text","attempt":0,"text":"a"}
