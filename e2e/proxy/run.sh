@@ -28,9 +28,11 @@ JOBS=${E2E_JOBS:-6}
 ALL_CLIENTS="sdk-anthropic sdk-openai-chat sdk-openai-responses claude-code codex gemini-cli qwen-code"
 ALL_SCENARIOS="clean after-tool-call-reset after-tool-call-eof after-tool-call-error mid-word-reset mid-word-eof mid-word-error before-finish-reset before-finish-eof before-finish-error"
 # the SDK loops also get three cuts in a row: they give up after 3 tries, so the turn ends
-# retried, with no later request to show what the client kept
+# retried, with no later request to show what the client kept; and `slow-tool`, no cut but a
+# tool that runs longer than the proxy's idle timeout (a long build: its turn must wait for
+# the next request, which shows the execution)
 # (SDK_EXTRA= to leave them out; with SCENARIOS= set, only SDK_EXTRA if given)
-if [ -z "${SCENARIOS:-}" ]; then SDK_EXTRA=${SDK_EXTRA-mid-word-error-first3}; else SDK_EXTRA=${SDK_EXTRA:-}; fi
+if [ -z "${SCENARIOS:-}" ]; then SDK_EXTRA=${SDK_EXTRA-mid-word-error-first3 slow-tool}; else SDK_EXTRA=${SDK_EXTRA:-}; fi
 CLIENTS=${CLIENTS:-$ALL_CLIENTS}
 SCENARIOS=${SCENARIOS:-$ALL_SCENARIOS}
 scenarios_of() { case $1 in sdk-*) echo "$SCENARIOS $SDK_EXTRA" ;; *) echo "$SCENARIOS" ;; esac; }

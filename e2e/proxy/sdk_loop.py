@@ -6,6 +6,7 @@ answers without a tool call. A stream that breaks (connection error, an in-strea
 event, a stream the helper cannot finish) is retried from the same request, up to 3 times.
 
   sdk_loop.py --api anthropic|openai-chat|openai-responses --base-url URL [--transcript FILE]
+              [--tool-seconds S]
 
 APIs and the documented pattern each follows:
   anthropic         `client.messages.stream(...)`, `text_stream`, `get_final_message()`;
@@ -22,6 +23,9 @@ The one tool, `Bash` (anthropic) / `shell_command` (openai), runs its `command` 
 call id, which is the ground truth of what ran. The SDK's own `max_retries` stays at its
 default (it retries failed requests before a stream starts; a stream that breaks later is
 this loop's business, as in real agents).
+
+--tool-seconds makes every tool run take S seconds more (a build or a test suite that runs
+longer than the proxy's idle timeout; e2e/proxy's `slow-tool` scenario).
 
 The transcript (JSON lines: attempt starts, text deltas, errors, tool runs, results sent) is
 written to --transcript; it is for reading a failure, not for the comparison.
@@ -52,7 +56,11 @@ class Log:
             self.f.flush()
 
 
+TOOL_SECONDS = 0.0
+
+
 def run_tool(command, log, call_id):
+    time.sleep(TOOL_SECONDS)
     p = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30)
     log("tool_run", call_id=call_id, command=command, exit=p.returncode)
     return (p.stdout + p.stderr) or f"exit {p.returncode}"
@@ -178,7 +186,10 @@ def main():
     ap.add_argument("--api", required=True, choices=sorted(LOOPS))
     ap.add_argument("--base-url", required=True)
     ap.add_argument("--transcript")
+    ap.add_argument("--tool-seconds", type=float, default=0.0)
     a = ap.parse_args()
+    global TOOL_SECONDS
+    TOOL_SECONDS = a.tool_seconds
     log = Log(a.transcript)
     return LOOPS[a.api](a.base_url, log)
 
