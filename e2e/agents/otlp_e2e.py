@@ -43,7 +43,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -52,6 +51,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import expect  # noqa: E402
+import listening  # noqa: E402
 import record  # noqa: E402
 
 # Cases that fail for a reason already reported (client, scenario, protocol, check) -> why.
@@ -75,14 +75,6 @@ IDLE_SECS = 3
 
 # Findings a telemetry export cannot carry, per client (the display output is not exported).
 NOT_IN_TELEMETRY = {"spliced_text", "spliced_stream"}
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def parse_metrics(text):
@@ -172,39 +164,41 @@ def read_findings(path):
 class Retryscope:
     """One `retryscope run` with its metrics port, findings file and stderr in `folder`."""
 
-    def __init__(self, binary, folder, args):
+    def __init__(self, binary, folder, args, more_addrs=None):
+        """`more_addrs`: {name: log pattern} of the listeners besides /metrics (port 0)
+        whose bound address `self.addrs` must hold."""
         os.makedirs(folder, exist_ok=True)
         self.folder = folder
-        self.metrics_port = free_port()
         self.findings = os.path.join(folder, "findings.jsonl")
         self.stderr = open(os.path.join(folder, "retryscope-stderr.txt"), "wb")
         # A live turn closes when it has been idle this long; the default (300 s) is for
         # production. Both the file and the OTLP runs use the same value.
-        argv = [binary, "run", *args, "--metrics-addr", f"127.0.0.1:{self.metrics_port}",
+        argv = [binary, "run", *args, "--metrics-addr", "127.0.0.1:0",
                 "--findings-out", self.findings, "--idle-timeout-secs", str(IDLE_SECS)]
         with open(os.path.join(folder, "retryscope-argv.txt"), "w") as f:
             f.write(" ".join(argv) + "\n")
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=self.stderr)
-        self.wait_ready()
+        self.wait_ready({"metrics": listening.METRICS, **(more_addrs or {})})
 
     def scrape(self):
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        url = f"http://{self.addrs['metrics']}/metrics"
         with urllib.request.urlopen(url, timeout=5) as r:
             return r.read().decode("utf-8", "replace")
 
-    def wait_ready(self, seconds=30):
+    def wait_ready(self, patterns, seconds=30):
+        self.addrs = listening.wait_addresses(self.proc, self.stderr.name, patterns, seconds)
+        if self.addrs is None:
+            raise RuntimeError(f"retryscope did not start in {seconds} s (exit "
+                               f"{self.proc.poll()}): " + self.stderr_text()[-500:])
         deadline = time.time() + seconds
         while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"retryscope exited {self.proc.returncode}: "
-                                   + self.stderr_text()[-500:])
             try:
                 self.scrape()
                 return
             except OSError:
                 time.sleep(0.2)
-        raise RuntimeError("retryscope /metrics did not answer in 30 s")
+        raise RuntimeError(f"retryscope /metrics did not answer in {seconds} s")
 
     def settle(self, need_turns, seconds=45):
         """Waits until the figures stop changing (3 polls 1 s apart) with no open turn (and
@@ -249,22 +243,24 @@ class Retryscope:
         return alive
 
 
-def listen_args(protocol, port):
+def listen_args(protocol):
+    """The flag that has retryscope receive OTLP over `protocol` on a port of its choosing,
+    and the log line that names the address it bound."""
     if protocol == "grpc":
-        return ["--otlp-grpc-listen", f"127.0.0.1:{port}"]
-    return ["--otlp-listen", f"127.0.0.1:{port}"]
+        return ["--otlp-grpc-listen", "127.0.0.1:0"], listening.OTLP_GRPC
+    return ["--otlp-listen", "127.0.0.1:0"], listening.OTLP_HTTP
 
 
 def run_otlp(binary, client, scenario, protocol, bin_dir, out, timeout, display=False):
     """The client exporting to a fresh retryscope; returns (snapshot, findings, truth, rs
     alive, stderr tail). With `display`, retryscope also tails the client's display output
     (gemini-cli's stream-json file) as it is written."""
-    port = free_port()
     extra = [os.path.join(out, "stream.jsonl")] if display else []
-    rs = Retryscope(binary, out, listen_args(protocol, port) + extra)
+    flags, bound = listen_args(protocol)
+    rs = Retryscope(binary, out, flags + extra, {"otlp": bound})
     try:
         truth = record.record(client, scenario, bin_dir, out, timeout,
-                              otlp_endpoint=f"http://127.0.0.1:{port}", otlp_protocol=protocol)
+                              otlp_endpoint=f"http://{rs.addrs['otlp']}", otlp_protocol=protocol)
         text = rs.settle(need_turns=client in DECODED)
     finally:
         alive = rs.stop()

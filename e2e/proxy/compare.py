@@ -156,6 +156,7 @@ def check_dir(binary, d):
         f"{run.get('exit_code')}, timed out {run.get('timed_out')}, {len(samples)} samples, "
         f"{after_close:g} events after close"
         + ("" if samples else f" ({text.strip()[:120]})")
+        + (f" (proxy log: {run['proxy_log']})" if run.get("proxy_log") else "")
         + (f" (rerun: {rerun})" if rerun else ""))
 
     main = truth["main_requests"]

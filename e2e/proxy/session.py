@@ -31,7 +31,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 AGENTS = os.path.join(HERE, "..", "agents")
 sys.path.insert(0, AGENTS)
+import listening  # noqa: E402  (e2e/agents/listening.py: the addresses the proxy bound)
 import record  # noqa: E402  (e2e/agents/record.py: client configs, mock start, runner)
 import wire  # noqa: E402
 
@@ -68,12 +68,6 @@ STALLED_IDLE_SECS = 12
 # than IDLE_SECS, as a build or a test suite outlasts the default 5 min. The proxy must keep
 # the turn open for the execution its next request shows; such a session is never rerun.
 SLOW_TOOL_SECS = IDLE_SECS + 3
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def parse_scenario(s):
@@ -104,17 +98,16 @@ def proxy_argv(binary, listen, upstream, metrics_addr, cut, out, idle=IDLE_SECS)
     return argv
 
 
-def wait_port(port, proc, secs=20):
-    end = time.time() + secs
-    while time.time() < end:
-        if proc.poll() is not None:
-            return False
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return True
-        except OSError:
-            time.sleep(0.05)
-    return False
+def start_proxy(argv, stderr_path):
+    """The proxy of `argv` (listening on port 0 for both) and {"listen", "metrics"}: the
+    addresses it bound, or None when it did not start (its stderr says why)."""
+    perr = open(stderr_path, "wb")
+    proxy = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=perr, start_new_session=True)
+    perr.close()
+    addrs = listening.wait_addresses(proxy, stderr_path,
+                                     {"listen": listening.PROXY, "metrics": listening.METRICS})
+    return proxy, addrs
 
 
 def scrape(addr):
@@ -206,19 +199,20 @@ def session(a, idle=IDLE_SECS):
     os.makedirs(work)
     os.makedirs(a.out, exist_ok=True)
     mock, mport, log, markers = record.start_mock(PROVIDER[a.client], a.mock_scenario, tmp)
-    pport, maddr = free_port(), f"127.0.0.1:{free_port()}"
-    argv = proxy_argv(a.bin, f"127.0.0.1:{pport}", f"http://127.0.0.1:{mport}", maddr, cut, a.out,
-                      idle)
+    argv = proxy_argv(a.bin, "127.0.0.1:0", f"http://127.0.0.1:{mport}", "127.0.0.1:0", cut,
+                      a.out, idle)
     with open(os.path.join(a.out, "proxy-argv.txt"), "w") as f:
         f.write(" ".join(argv).replace(a.out, "<out>") + "\n")
-    perr = open(os.path.join(a.out, "proxy-stderr.txt"), "wb")
-    proxy = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=perr, start_new_session=True)
-    info = {"proxy_started": wait_port(pport, proxy)}
-    dump = os.path.join(a.out, "tap")
-    tap, tport = start_tap(pport, tmp, dump)
+    proxy_log = os.path.join(a.out, "proxy-stderr.txt")
+    proxy, addrs = start_proxy(argv, proxy_log)
+    info = {"proxy_started": addrs is not None}
+    if addrs is None:
+        info["proxy_log"] = listening.log_tail(proxy_log)
+    tap, dump = None, os.path.join(a.out, "tap")
     try:
-        if info["proxy_started"]:
+        if addrs:
+            maddr = addrs["metrics"]
+            tap, tport = start_tap(int(addrs["listen"].rpartition(":")[2]), tmp, dump)
             tool_secs = SLOW_TOOL_SECS if a.scenario == "slow-tool" else 0
             cargv, env = client_argv(a.client, home, tport, tmp, a.python, tool_secs)
             info.update(record.run_client(cargv, env, a.bin_dir, work, a.timeout,
@@ -243,13 +237,13 @@ def session(a, idle=IDLE_SECS):
                 os.killpg(proxy.pid, signal.SIGKILL)
                 proxy.wait()
         info["proxy_exit"] = proxy.returncode
-        perr.close()
-        tap.send_signal(signal.SIGINT)
-        try:
-            tap.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            tap.kill()
-            tap.wait()
+        if tap:
+            tap.send_signal(signal.SIGINT)
+            try:
+                tap.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                tap.kill()
+                tap.wait()
         mock.terminate()
         mock.wait()
     if os.path.exists(log):

@@ -29,7 +29,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "agents"))
 sys.path.insert(0, os.path.join(HERE, "..", "proxy"))
 import record  # noqa: E402  (start_mock)
 from compare import load_known, msum, parse_metrics  # noqa: E402
-from session import STALLED_IDLE_SECS, after_close_events, free_port, scrape, wait_port  # noqa: E402
+import listening  # noqa: E402  (the addresses the proxy bound)
+from session import STALLED_IDLE_SECS, after_close_events, scrape, start_proxy  # noqa: E402
 
 import zoo_client  # noqa: E402
 
@@ -74,20 +75,21 @@ def run_session(a, api, strategy, point, idle):
     os.makedirs(out)
     tmp = tempfile.mkdtemp(prefix=f"rs-zoo-{api}-{strategy}-{point}-")
     mock, mport, log, markers = record.start_mock(PROVIDER[api], "clean", tmp)
-    pport, maddr = free_port(), f"127.0.0.1:{free_port()}"
-    argv = [a.bin, "proxy", "--listen", f"127.0.0.1:{pport}",
-            "--upstream", f"http://127.0.0.1:{mport}", "--metrics-addr", maddr,
+    argv = [a.bin, "proxy", "--listen", "127.0.0.1:0",
+            "--upstream", f"http://127.0.0.1:{mport}", "--metrics-addr", "127.0.0.1:0",
             "--idle-timeout-secs", str(idle),
             "--findings-out", os.path.join(out, "findings.jsonl"),
             "--record", os.path.join(out, "record"),
             "--inject", point, "--inject-how", "reset", "--inject-first", "1"]
-    perr = open(os.path.join(out, "proxy-stderr.txt"), "wb")
-    proxy = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=perr, start_new_session=True)
-    info = {"proxy_started": wait_port(pport, proxy)}
+    proxy_log = os.path.join(out, "proxy-stderr.txt")
+    proxy, addrs = start_proxy(argv, proxy_log)
+    info = {"proxy_started": addrs is not None}
+    if addrs is None:
+        info["proxy_log"] = listening.log_tail(proxy_log)
     try:
-        if info["proxy_started"]:
-            base = f"http://127.0.0.1:{pport}" + ("" if api == "anthropic" else "/v1")
+        if addrs:
+            maddr = addrs["metrics"]
+            base = f"http://{addrs['listen']}" + ("" if api == "anthropic" else "/v1")
             env = {k: v for k, v in os.environ.items()
                    if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
             cargv = [a.python, os.path.join(HERE, "zoo_client.py"), "--api", api,
@@ -118,7 +120,6 @@ def run_session(a, api, strategy, point, idle):
             except subprocess.TimeoutExpired:
                 os.killpg(proxy.pid, signal.SIGKILL)
                 proxy.wait()
-        perr.close()
         mock.terminate()
         mock.wait()
     if os.path.exists(log):
@@ -196,7 +197,8 @@ def check_session(binary, d):
       and t["step1_attempts"] >= 1 and after_close == 0,
       f"proxy started {run.get('proxy_started')}, client exit {run.get('exit_code')}, "
       f"markers {sorted(t['executed'].items())}, {after_close:g} events after close"
-      + (f" (rerun: {rerun})" if rerun else ""))
+      + (f" (rerun: {rerun})" if rerun else "")
+      + (f" (proxy log: {run['proxy_log']})" if run.get("proxy_log") else ""))
     p_retries = msum(s, "retryscope_retries_total")
     p_attempts = msum(s, "retryscope_attempts_total")
     p_exec = msum(s, "retryscope_tool_executions_total")
