@@ -248,7 +248,16 @@ pub struct Correlator {
     origin: Option<(Arc<str>, Option<u64>)>,
     /// The route of the feed the next events come through ([`Correlator::set_route`]).
     route: Route,
+    /// The inputs that have shown a tool execution (at most [`MAX_EXEC_INPUTS`]): their
+    /// turns waiting on tools are not idle-closed under them ([`TurnState::awaiting_tools`]).
+    /// Learned again after a restart, from the next execution each input shows.
+    exec_inputs: HashSet<Arc<str>>,
 }
+
+/// How many inputs [`Correlator`] remembers as reporting tool executions: a file per agent
+/// session, a stream per OTLP service and host. Past it, an input's turns still learn it
+/// from an execution of their own.
+pub(crate) const MAX_EXEC_INPUTS: usize = 10_000;
 
 impl Correlator {
     /// A correlator with no open turns.
@@ -266,6 +275,7 @@ impl Correlator {
             input: 0,
             origin: None,
             route: 0,
+            exec_inputs: HashSet::new(),
         }
     }
 
@@ -362,8 +372,21 @@ impl Correlator {
             state.apply(ev, ts, now_ms, &mut env, out);
             self.turns.insert(turn_id.to_owned(), state);
         }
+        if matches!(ev.kind, EventKind::ToolExec { .. }) {
+            self.note_exec_input();
+        }
         if closes {
             self.close(turn_id.to_owned(), CloseReason::TurnEnd, out);
+        }
+    }
+
+    /// The current input has shown a tool execution (see [`Correlator::exec_inputs`]).
+    fn note_exec_input(&mut self) {
+        if let Some((input, _)) = &self.origin
+            && self.exec_inputs.len() < MAX_EXEC_INPUTS
+            && !self.exec_inputs.contains(input)
+        {
+            self.exec_inputs.insert(input.clone());
         }
     }
 
@@ -372,7 +395,8 @@ impl Correlator {
     /// (`turn_start` `wire_only`, its latest attempt not ended) waits
     /// [`IN_FLIGHT_IDLE_FACTOR`] times as long (at least [`IN_FLIGHT_MIN_IDLE_MS`]), a safety
     /// net for a stream whose end was lost; one whose latest attempt finished asking for tools
-    /// that have not run yet (a long build) waits [`IN_FLIGHT_IDLE_FACTOR`] times as long, a
+    /// that have not run yet (a long build), from a source that reports executions (the wire,
+    /// or an input that has shown one), waits [`IN_FLIGHT_IDLE_FACTOR`] times as long, a
     /// safety net for a client that went away (with the default 5 min, 50 min).
     pub(crate) fn tick(&mut self, now_ms: i64, out: &mut Vec<Output>) {
         let Some(idle) = self.cfg.idle_timeout_ms else {
@@ -388,7 +412,8 @@ impl Correlator {
             .filter(|t| {
                 let limit = if t.in_flight() {
                     in_flight_idle
-                } else if t.awaiting_tools() {
+                } else if t.awaiting_tools(t.input().is_some_and(|i| self.exec_inputs.contains(i)))
+                {
                     tools_idle
                 } else {
                     idle

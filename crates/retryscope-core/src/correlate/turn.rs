@@ -144,20 +144,30 @@ impl TurnState {
         self.wire_only && self.attempts.last().is_some_and(|a| a.is_open())
     }
 
-    /// A wire-only turn whose latest attempt finished asking for tool calls, none of them
-    /// run yet (no execution, no output): the client is running its tools, and a build or a
-    /// test suite may run for longer than the idle timeout. Closing the turn then would drop
-    /// the executions its next request shows (counted as events after close), and with them
-    /// any finding they raise. Only wire-only turns: the proxy always sees that next request,
-    /// while a provider stream never shows an execution, and a log need not.
-    pub(crate) fn awaiting_tools(&self) -> bool {
-        self.wire_only
-            && self.output.is_none()
+    /// A turn whose latest attempt finished asking for tool calls, none of them run yet (no
+    /// execution, no output), from a source that reports executions: the client is running
+    /// its tools, and a build or a test suite may run for longer than the idle timeout.
+    /// Closing the turn then would drop the execution that follows (counted as an event after
+    /// close), and with it any finding it raises. A source reports executions when it is the
+    /// wire (a proxy sees the next request, which shows them), when this turn has shown one
+    /// already (an earlier step's tool ran), or when its input has (`input_reports_execs`: an
+    /// agent's log or telemetry that records tool runs). A provider stream never shows an
+    /// execution: its turns are idle-closed as before.
+    pub(crate) fn awaiting_tools(&self, input_reports_execs: bool) -> bool {
+        self.output.is_none()
+            && (self.wire_only
+                || input_reports_execs
+                || self.attempts.iter().any(|a| !a.execs.is_empty()))
             && self.attempts.last().is_some_and(|a| {
                 a.outcome == crate::report::Outcome::Completed
                     && !a.calls.is_empty()
                     && a.execs.is_empty()
             })
+    }
+
+    /// The input that opened this turn, when it was told (see [`Origin`]).
+    pub(crate) fn input(&self) -> Option<&std::sync::Arc<str>> {
+        self.source.as_ref().map(|o| &o.input)
     }
 
     fn labels(&self) -> TurnLabels {

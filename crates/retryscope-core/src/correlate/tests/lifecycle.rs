@@ -186,6 +186,112 @@ fn a_turn_whose_tools_are_running_outlives_the_idle_timeout() {
 }
 
 #[test]
+fn a_logged_turn_whose_tools_are_running_outlives_the_idle_timeout() {
+    // The proxy's case (above) in an agent's own log or telemetry: a tool that runs longer
+    // than the idle timeout had its turn closed under it, and the execution the log then
+    // recorded was dropped as an event after close, with any finding it raised. A log
+    // reports executions once it has shown one: its input, or the turn itself.
+    let cfg = CorrelatorConfig {
+        idle_timeout_ms: Some(300_000),
+        ..CorrelatorConfig::default()
+    };
+    let feed = |c: &mut Correlator, line: &str, now: i64, out: &mut Vec<Output>| match decode_line(
+        line.as_bytes(),
+        &mut SkipCounts::default(),
+    ) {
+        Ok(NativeLine::Event(ev)) => c.observe(&ev, now, out),
+        other => panic!("{line} did not decode: {other:?}"),
+    };
+    let closed = |out: &[Output], turn: &str| {
+        out.iter().find_map(|o| match o {
+            Output::TurnClosed(r) if r.turn == turn => Some(r.clone()),
+            _ => None,
+        })
+    };
+    let asks = |turn: &str| {
+        [
+            format!(
+                r#"{{"turn":"{turn}","type":"tool_call","attempt":0,"id":"c1","name":"run_build","args":{{}}}}"#
+            ),
+            format!(r#"{{"turn":"{turn}","type":"finish","attempt":0,"reason":"tool_use"}}"#),
+        ]
+    };
+    let exec = |turn: &str, attempt: u32, id: &str| {
+        format!(
+            r#"{{"turn":"{turn}","type":"tool_exec","attempt":{attempt},"id":"{id}","name":"run_build"}}"#
+        )
+    };
+    let log: Arc<str> = Arc::from("agent.log");
+    let stream: Arc<str> = Arc::from("provider.sse");
+    let mut c = Correlator::new(cfg.clone(), Arc::new(PriceTable::builtin()));
+    let mut out = Vec::new();
+    // The log shows an execution in an earlier turn.
+    c.set_origin(&log, None);
+    for line in asks("a") {
+        feed(&mut c, &line, 0, &mut out);
+    }
+    feed(&mut c, &exec("a", 0, "c1"), 50, &mut out);
+    feed(&mut c, r#"{"turn":"a","type":"turn_end"}"#, 60, &mut out);
+    // Then a turn of that log asks for a build that runs 20 minutes; a provider stream's
+    // turn asks for the same and never shows an execution.
+    for line in asks("b") {
+        feed(&mut c, &line, 100, &mut out);
+    }
+    c.set_origin(&stream, None);
+    for line in asks("c") {
+        feed(&mut c, &line, 100, &mut out);
+    }
+    c.tick(100 + 300_000, &mut out);
+    assert!(
+        closed(&out, "c").is_some(),
+        "a provider stream: idle as before"
+    );
+    c.tick(20 * 60_000, &mut out);
+    assert!(closed(&out, "b").is_none(), "its tool is running: not idle");
+    c.set_origin(&log, None);
+    feed(&mut c, &exec("b", 0, "c1"), 20 * 60_000 + 100, &mut out);
+    assert_eq!(c.stats().after_close_events, 0);
+    c.tick(20 * 60_000 + 100 + 300_000, &mut out);
+    let b = closed(&out, "b").expect("the tool ran: the idle timeout applies again");
+    assert_eq!(b.attempts[0].executed.len(), 1, "{b:?}");
+
+    // With no input told (or past MAX_EXEC_INPUTS), a turn that has shown an execution of
+    // its own: its second step's build outlives the idle timeout too.
+    let mut c = Correlator::new(cfg, Arc::new(PriceTable::builtin()));
+    let mut out = Vec::new();
+    for line in asks("d") {
+        feed(&mut c, &line, 0, &mut out);
+    }
+    feed(&mut c, &exec("d", 0, "c1"), 50, &mut out);
+    feed(
+        &mut c,
+        r#"{"turn":"d","type":"tool_call","attempt":1,"id":"c2","name":"run_build","args":{}}"#,
+        100,
+        &mut out,
+    );
+    feed(
+        &mut c,
+        r#"{"turn":"d","type":"finish","attempt":1,"reason":"tool_use"}"#,
+        100,
+        &mut out,
+    );
+    c.tick(20 * 60_000, &mut out);
+    assert!(
+        closed(&out, "d").is_none(),
+        "its second tool is running: not idle"
+    );
+    feed(&mut c, &exec("d", 1, "c2"), 20 * 60_000 + 100, &mut out);
+    c.tick(20 * 60_000 + 100 + 300_000, &mut out);
+    let d = closed(&out, "d").expect("closed once idle after its tools ran");
+    assert_eq!(c.stats().after_close_events, 0);
+    assert_eq!(
+        d.attempts.iter().map(|a| a.executed.len()).sum::<usize>(),
+        2,
+        "{d:?}"
+    );
+}
+
+#[test]
 fn implicit_retry_and_interleaved_turns() {
     let (out, reports) = run(r#"
 {"turn":"x","type":"text","attempt":0,"text":"a"}
