@@ -3,6 +3,14 @@
 
 use super::*;
 
+/// One native line into `c`, arriving at `now`.
+fn feed(c: &mut Correlator, line: &str, now: i64, out: &mut Vec<Output>) {
+    match decode_line(line.as_bytes(), &mut SkipCounts::default()) {
+        Ok(NativeLine::Event(ev)) => c.observe(&ev, now, out),
+        other => panic!("{line} did not decode: {other:?}"),
+    }
+}
+
 #[test]
 fn wire_only_turn_with_a_response_in_flight_is_not_idle_closed() {
     // Proxy: with `--idle-timeout-secs 1` a turn was closed during the upstream's 1 s silence
@@ -15,13 +23,6 @@ fn wire_only_turn_with_a_response_in_flight_is_not_idle_closed() {
     };
     let mut c = Correlator::new(cfg.clone(), Arc::new(PriceTable::builtin()));
     let mut out = Vec::new();
-    let feed = |c: &mut Correlator, line: &str, now: i64, out: &mut Vec<Output>| match decode_line(
-        line.as_bytes(),
-        &mut SkipCounts::default(),
-    ) {
-        Ok(NativeLine::Event(ev)) => c.observe(&ev, now, out),
-        other => panic!("{line} did not decode: {other:?}"),
-    };
     let closed = |out: &[Output]| out.iter().any(|o| matches!(o, Output::TurnClosed(_)));
     feed(
         &mut c,
@@ -109,13 +110,6 @@ fn a_turn_whose_tools_are_running_outlives_the_idle_timeout() {
         idle_timeout_ms: Some(300_000),
         ..CorrelatorConfig::default()
     };
-    let feed = |c: &mut Correlator, line: &str, now: i64, out: &mut Vec<Output>| match decode_line(
-        line.as_bytes(),
-        &mut SkipCounts::default(),
-    ) {
-        Ok(NativeLine::Event(ev)) => c.observe(&ev, now, out),
-        other => panic!("{line} did not decode: {other:?}"),
-    };
     let closed = |out: &[Output]| {
         out.iter().find_map(|o| match o {
             Output::TurnClosed(r) => Some(r.clone()),
@@ -194,13 +188,6 @@ fn a_logged_turn_whose_tools_are_running_outlives_the_idle_timeout() {
     let cfg = CorrelatorConfig {
         idle_timeout_ms: Some(300_000),
         ..CorrelatorConfig::default()
-    };
-    let feed = |c: &mut Correlator, line: &str, now: i64, out: &mut Vec<Output>| match decode_line(
-        line.as_bytes(),
-        &mut SkipCounts::default(),
-    ) {
-        Ok(NativeLine::Event(ev)) => c.observe(&ev, now, out),
-        other => panic!("{line} did not decode: {other:?}"),
     };
     let closed = |out: &[Output], turn: &str| {
         out.iter().find_map(|o| match o {
