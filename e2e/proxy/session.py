@@ -197,7 +197,8 @@ def session(a, idle=IDLE_SECS):
     home, work = os.path.join(tmp, "home"), os.path.join(tmp, "work")
     os.makedirs(home)
     os.makedirs(work)
-    os.makedirs(a.out, exist_ok=True)
+    shutil.rmtree(a.out, ignore_errors=True)  # a rerun's folder holds only the rerun
+    os.makedirs(a.out)
     mock, mport, log, markers = record.start_mock(PROVIDER[a.client], a.mock_scenario, tmp)
     argv = proxy_argv(a.bin, "127.0.0.1:0", f"http://127.0.0.1:{mport}", "127.0.0.1:0", cut,
                       a.out, idle)
@@ -268,6 +269,25 @@ def after_close_events(metrics_path):
     return float(m.group(1)) if m else 0
 
 
+def once_more_if_stalled(label, out, idle, stalled_idle, run):
+    """`run(idle)`, and once more as `run(stalled_idle)` when its turn was closed while the
+    client still worked on it (events after close in `out`/metrics.txt; see
+    STALLED_IDLE_SECS): says so (`RERUN label: why`, and `out`/rerun.txt). Returns what the
+    last run returned. `run` starts from an empty `out`."""
+    result = run(idle)
+    closed_early = after_close_events(os.path.join(out, "metrics.txt"))
+    if not closed_early:
+        return result
+    why = (f"the {idle} s idle timeout closed a turn while the client was still at it "
+           f"({closed_early:g} events after close: the machine stalled the client); run "
+           f"again with a {stalled_idle} s idle timeout")
+    print(f"RERUN {label}: {why}", flush=True)
+    result = run(stalled_idle)
+    with open(os.path.join(out, "rerun.txt"), "w") as f:
+        f.write(why + "\n")
+    return result
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--client", required=True, choices=sorted(PROVIDER))
@@ -281,17 +301,11 @@ def main():
                     help="harness self-test only: let the mock cut (e2e/agents scenarios) and "
                          "pass --bin a plain relay, to check that the tap sees the cut")
     a = ap.parse_args()
-    t = session(a)
-    closed_early = after_close_events(os.path.join(a.out, "metrics.txt"))
-    if closed_early and a.scenario != "slow-tool":
-        why = (f"the {IDLE_SECS} s idle timeout closed a turn while the client was still at it "
-               f"({closed_early:g} events after close: the machine stalled the client); run "
-               f"again with a {STALLED_IDLE_SECS} s idle timeout")
-        print(f"RERUN {a.client} {a.scenario}: {why}")
-        shutil.rmtree(a.out, ignore_errors=True)
-        t = session(a, STALLED_IDLE_SECS)
-        with open(os.path.join(a.out, "rerun.txt"), "w") as f:
-            f.write(why + "\n")
+    if a.scenario == "slow-tool":  # its turn must outlive the idle timeout: never rerun
+        t = session(a)
+    else:
+        t = once_more_if_stalled(f"{a.client} {a.scenario}", a.out, IDLE_SECS,
+                                 STALLED_IDLE_SECS, lambda idle: session(a, idle))
     run = t["run"]
     print(f"{a.client} {a.scenario}: proxy_started={run.get('proxy_started')} "
           f"exit={run.get('exit_code')} timed_out={run.get('timed_out')} {run.get('seconds')}s "

@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "proxy"))
 import record  # noqa: E402  (start_mock)
 from compare import load_known, msum, parse_metrics  # noqa: E402
 import listening  # noqa: E402  (the addresses the proxy bound)
-from session import STALLED_IDLE_SECS, after_close_events, scrape, start_proxy  # noqa: E402
+from session import STALLED_IDLE_SECS, once_more_if_stalled, scrape, start_proxy  # noqa: E402
 
 import zoo_client  # noqa: E402
 
@@ -55,18 +55,10 @@ def sessions():
 def run_session_once_more_if_stalled(a, api, strategy, point):
     """`run_session`, and once more with a longer idle timeout when the first run's turn was
     closed while the client still worked on it (e2e/proxy/session.py says why)."""
-    out = run_session(a, api, strategy, point, IDLE_SECS[api])
-    closed_early = after_close_events(os.path.join(out, "metrics.txt"))
-    idle = max(STALLED_IDLE_SECS, 2 * IDLE_SECS[api])
-    if closed_early:
-        why = (f"the {IDLE_SECS[api]} s idle timeout closed a turn while the client was still "
-               f"at it ({closed_early:g} events after close: the machine stalled the client); "
-               f"run again with a {idle} s idle timeout")
-        print(f"RERUN {api}/{strategy}/{point}: {why}", flush=True)
-        out = run_session(a, api, strategy, point, idle)
-        with open(os.path.join(out, "rerun.txt"), "w") as f:
-            f.write(why + "\n")
-    return out
+    return once_more_if_stalled(
+        f"{api}/{strategy}/{point}", os.path.join(a.out, api, strategy, point), IDLE_SECS[api],
+        max(STALLED_IDLE_SECS, 2 * IDLE_SECS[api]),
+        lambda idle: run_session(a, api, strategy, point, idle))
 
 
 def run_session(a, api, strategy, point, idle):

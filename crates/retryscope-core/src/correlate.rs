@@ -412,8 +412,7 @@ impl Correlator {
             .filter(|t| {
                 let limit = if t.in_flight() {
                     in_flight_idle
-                } else if t.awaiting_tools(t.input().is_some_and(|i| self.exec_inputs.contains(i)))
-                {
+                } else if t.awaiting_tools(|input| self.exec_inputs.contains(input)) {
                     tools_idle
                 } else {
                     idle

@@ -150,24 +150,25 @@ impl TurnState {
     /// Closing the turn then would drop the execution that follows (counted as an event after
     /// close), and with it any finding it raises. A source reports executions when it is the
     /// wire (a proxy sees the next request, which shows them), when this turn has shown one
-    /// already (an earlier step's tool ran), or when its input has (`input_reports_execs`: an
-    /// agent's log or telemetry that records tool runs). A provider stream never shows an
-    /// execution: its turns are idle-closed as before.
-    pub(crate) fn awaiting_tools(&self, input_reports_execs: bool) -> bool {
+    /// already (an earlier step's tool ran), or when its input has (`input_reports_execs`,
+    /// asked last, only of such a turn: an agent's log or telemetry that records tool runs).
+    /// A provider stream never shows an execution: its turns are idle-closed as before.
+    pub(crate) fn awaiting_tools(
+        &self,
+        input_reports_execs: impl FnOnce(&std::sync::Arc<str>) -> bool,
+    ) -> bool {
         self.output.is_none()
-            && (self.wire_only
-                || input_reports_execs
-                || self.attempts.iter().any(|a| !a.execs.is_empty()))
             && self.attempts.last().is_some_and(|a| {
                 a.outcome == crate::report::Outcome::Completed
                     && !a.calls.is_empty()
                     && a.execs.is_empty()
             })
-    }
-
-    /// The input that opened this turn, when it was told (see [`Origin`]).
-    pub(crate) fn input(&self) -> Option<&std::sync::Arc<str>> {
-        self.source.as_ref().map(|o| &o.input)
+            && (self.wire_only
+                || self.attempts.iter().any(|a| !a.execs.is_empty())
+                || self
+                    .source
+                    .as_ref()
+                    .is_some_and(|o| input_reports_execs(&o.input)))
     }
 
     fn labels(&self) -> TurnLabels {
