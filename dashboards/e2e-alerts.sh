@@ -123,8 +123,35 @@ http_get() { # URL -> stdout
     python3 -c 'import sys,urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' "$1"
   fi
 }
+# A loopback port for a server started next (Prometheus, Alertmanager and nats-server cannot
+# be asked for port 0 and report it): below the kernel's ephemeral range (32768 and up), so an
+# outgoing connection is never given it as its source port before the server binds it, picked
+# at random there and never the same twice in this run (tests/common/harness.rs does the same).
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+  python3 - "$tmp/ports" <<'PY'
+import random, socket, sys
+given = set()
+try:
+    given = set(open(sys.argv[1]).read().split())
+except OSError:
+    pass
+for _ in range(1000):
+    port = random.randint(20000, 32767)
+    if str(port) in given:
+        continue
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    open(sys.argv[1], "a").write(f"{port}\n")
+    print(port)
+    break
+else:
+    sys.exit("no free port in 20000-32767")
+PY
 }
 # A PromQL instant query -> the JSON answer.
 prom_query() {
@@ -463,7 +490,6 @@ start_stack() {
   : >"$NOTIFICATIONS"
   COLLECTOR_PORT=$(free_port)
   PROM_PORT=$(free_port)
-  while [ "$PROM_PORT" = "$COLLECTOR_PORT" ]; do PROM_PORT=$(free_port); done
   AM_PORT=$(free_port)
   local hook otlp
   hook=$(free_port)

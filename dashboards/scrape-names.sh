@@ -44,16 +44,18 @@ http_get() { # URL -> stdout; curl if present, else python3
 
 if [ -z "$URL" ]; then
   [ -x "$BIN" ] || fail "$BIN is not an executable (build first or set RETRYSCOPE_BIN)"
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   # One copy of each example, renamed so the three turns do not share an id.
   for f in examples/bookstore/*.jsonl; do
     b=$(basename "$f" .jsonl)
     sed "s/\"bookstore-1\"/\"bookstore-$b\"/" "$f" >"$tmp/$b.jsonl"
   done
-  "$BIN" run "$tmp"/*.jsonl --metrics-addr "127.0.0.1:$port" --findings-out '' \
+  # Port 0, and the port read from the collector's log (e2e/agents/listening.py).
+  "$BIN" run "$tmp"/*.jsonl --metrics-addr 127.0.0.1:0 --findings-out '' \
     --idle-timeout-secs 5 >"$tmp/collector.log" 2>&1 &
   collector_pid=$!
-  URL="http://127.0.0.1:$port/metrics"
+  addr=$(python3 e2e/agents/listening.py "$tmp/collector.log" "$collector_pid") ||
+    fail "the collector logged no /metrics address"
+  URL="http://$addr/metrics"
   # Ready when every example line has been read.
   want="retryscope_events_read_total{source=\"file\"} $(cat "$tmp"/*.jsonl | wc -l)"
   for _ in $(seq 1 100); do

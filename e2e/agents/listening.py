@@ -9,6 +9,7 @@ start (`serving /metrics addr=…`, `proxying listen=…`, `receiving OTLP/HTTP 
 """
 
 import re
+import sys
 import time
 
 METRICS = r"serving /metrics addr=(\S+)"
@@ -48,3 +49,42 @@ def log_tail(log_path, chars=400):
     except OSError:
         return ""
     return " | ".join(line.strip() for line in text[-chars:].splitlines() if line.strip())
+
+
+class _Pid:
+    """A process known by its pid (a shell's background job), as `wait_addresses` polls it:
+    `poll()` is None while it runs. A zombie (exited, not yet waited for by its shell) has
+    exited."""
+
+    def __init__(self, pid):
+        self.pid = pid
+
+    def poll(self):
+        try:
+            with open(f"/proc/{self.pid}/stat", encoding="utf-8") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return 1
+        return 1 if state in ("Z", "X") else None
+
+
+def main(argv):
+    """`python3 listening.py LOG PID [metrics|proxy|otlp_http|otlp_grpc]`: print the address
+    the retryscope with pid PID (its stderr in LOG) bound, once it has logged it; exit 1 with
+    the log's tail when it exited first or 30 s passed. For shell harnesses."""
+    if len(argv) not in (3, 4):
+        print(main.__doc__, file=sys.stderr)
+        return 2
+    log, pid = argv[1], int(argv[2])
+    name = argv[3] if len(argv) == 4 else "metrics"
+    pattern = {"metrics": METRICS, "proxy": PROXY, "otlp_http": OTLP_HTTP, "otlp_grpc": OTLP_GRPC}[name]
+    found = wait_addresses(_Pid(pid), log, {name: pattern})
+    if found is None:
+        print(f"no {name} address in {log}: {log_tail(log)}", file=sys.stderr)
+        return 1
+    print(found[name])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

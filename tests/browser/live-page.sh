@@ -16,11 +16,13 @@ pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$out"; }
 trap cleanup EXIT
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$BIN" run --findings-out '' --metrics-addr "127.0.0.1:$port" examples/bookstore/naive.jsonl \
+# Port 0, and the port read from run's log: a number picked here and passed on could be
+# taken by another process before run binds it (e2e/agents/listening.py).
+"$BIN" run --findings-out '' --metrics-addr 127.0.0.1:0 examples/bookstore/naive.jsonl \
   >"$out/run.out" 2>"$out/run.err" &
 pid=$!
-url="http://127.0.0.1:$port/ui"
+addr=$(python3 e2e/agents/listening.py "$out/run.err" "$pid") || exit 1
+url="http://$addr/ui"
 # (Read whole pages into files: `curl | grep -q` can fail under pipefail when grep exits first.)
 found=no
 for _ in $(seq 100); do
@@ -62,7 +64,7 @@ if not re.search(r'<g class="exec exec-abandoned" data-attempt="0" data-call="c1
     sys.exit("the executed abandoned call c1 is not drawn")
 print("  ok: the live page runs its script, reloads itself, draws bookstore-1's two lanes")
 PY
-curl -sf -o "$out/root.html" "http://127.0.0.1:$port/"
+curl -sf -o "$out/root.html" "http://$addr/"
 grep -q '<h1>retryscope live</h1>' "$out/root.html" || { echo "/ is not the live page"; exit 1; }
 
 shot=${SHOT:-$out/live-page.png}
