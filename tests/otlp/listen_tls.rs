@@ -3,7 +3,6 @@
 //! only trusted root; OTLP/HTTP and OTLP/gRPC (opentelemetry-proto's tonic client over a
 //! rustls connection) are accepted, plain-text connections are not.
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,12 +12,7 @@ use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsSe
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+use crate::harness::free_port;
 
 struct Kill(Child);
 impl Drop for Kill {
