@@ -8,6 +8,7 @@ mod check_parallel;
 mod common;
 mod correlator_props;
 mod fuzz_decoders;
+mod long_tool;
 mod otlp_genai;
 #[path = "../common/otlp_post.rs"]
 mod otlp_post;

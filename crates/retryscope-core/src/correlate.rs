@@ -248,9 +248,10 @@ pub struct Correlator {
     origin: Option<(Arc<str>, Option<u64>)>,
     /// The route of the feed the next events come through ([`Correlator::set_route`]).
     route: Route,
-    /// The inputs that have shown a tool execution (at most [`MAX_EXEC_INPUTS`]): their
-    /// turns waiting on tools are not idle-closed under them ([`TurnState::awaiting_tools`]).
-    /// Learned again after a restart, from the next execution each input shows.
+    /// The inputs that record tool executions (at most [`MAX_EXEC_INPUTS`]): those that have
+    /// shown one, and those of a format that always does. Their turns waiting on tools are not
+    /// idle-closed under them ([`TurnState::awaiting_tools`]). Learned again after a restart,
+    /// from each input's format or its next execution.
     exec_inputs: HashSet<Arc<str>>,
 }
 
@@ -382,10 +383,16 @@ impl Correlator {
 
     /// The current input has shown a tool execution (see [`Correlator::exec_inputs`]).
     fn note_exec_input(&mut self) {
-        if let Some((input, _)) = &self.origin
-            && self.exec_inputs.len() < MAX_EXEC_INPUTS
-            && !self.exec_inputs.contains(input)
-        {
+        if let Some((input, _)) = self.origin.clone() {
+            self.input_records_executions(&input);
+        }
+    }
+
+    /// `input` records its turns' tool executions (it has shown one, or its format always
+    /// does: [`crate::decode::Format::records_executions`]): its turns waiting on tools are
+    /// not idle-closed under them.
+    pub(crate) fn input_records_executions(&mut self, input: &Arc<str>) {
+        if self.exec_inputs.len() < MAX_EXEC_INPUTS && !self.exec_inputs.contains(input) {
             self.exec_inputs.insert(input.clone());
         }
     }

@@ -168,6 +168,19 @@ impl Ingest {
         routing_for(format, name, joined)
     }
 
+    /// A stream's format is known (`origin`, its name as its turns record it): when the
+    /// format records every tool execution, its turns (and a joined session's) waiting on
+    /// tools are not idle-closed under them, from the first.
+    fn format_known(&mut self, origin: &Arc<str>, format: Format) {
+        if !format.records_executions() {
+            return;
+        }
+        self.pipeline.input_records_executions(origin);
+        if self.joiner.is_some() && feeds_joiner(format, self.join_otlp) {
+            self.pipeline.input_records_executions(&joined_origin());
+        }
+    }
+
     fn decoding_for(&self, format: Format, name: &str) -> Decoding {
         if !reads(self.shard, self.routing(format, name)) {
             return Decoding::Elsewhere;
@@ -251,9 +264,13 @@ impl Ingest {
                 self.decoding_for(forced, name),
             ),
         };
+        let origin: Arc<str> = Arc::from(name);
+        if let Some(format) = format {
+            self.format_known(&origin, format);
+        }
         let stream = Stream {
             name: name.to_owned(),
-            origin: Arc::from(name),
+            origin,
             lines_known: self.origin_lines,
             source,
             lines: 0,
@@ -568,14 +585,17 @@ impl Ingest {
         out: &mut Vec<Output>,
         note: &mut dyn FnMut(Note<'_>),
     ) {
-        let Some(name) = self
+        let Some((name, origin)) = self
             .streams
             .get(id.0 as usize)
             .and_then(Option::as_ref)
-            .map(|s| s.name.clone())
+            .map(|s| (s.name.clone(), s.origin.clone()))
         else {
             return;
         };
+        if let Ok(format) = &sniffed {
+            self.format_known(&origin, *format);
+        }
         let (routing, decoding) = match &sniffed {
             Ok(format) => (
                 self.routing(*format, &name),

@@ -158,6 +158,11 @@ impl Pipeline {
         &self.correlator
     }
 
+    /// `input` records its turns' tool executions (its format always does).
+    pub(crate) fn input_records_executions(&mut self, input: &std::sync::Arc<str>) {
+        self.correlator.input_records_executions(input);
+    }
+
     /// Where the next events come from (see [`Correlator::set_origin`]), and the route of the
     /// feed they come through ([`Correlator::set_route`]; 0 for native lines).
     pub(crate) fn set_origin(

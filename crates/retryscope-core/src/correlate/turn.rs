@@ -144,31 +144,45 @@ impl TurnState {
         self.wire_only && self.attempts.last().is_some_and(|a| a.is_open())
     }
 
-    /// A turn whose latest attempt finished asking for tool calls, none of them run yet (no
-    /// execution, no output), from a source that reports executions: the client is running
+    /// A turn whose latest attempt asked for tool calls that have not run yet (no execution
+    /// of them, no output), from a source that records executions: the client is running
     /// its tools, and a build or a test suite may run for longer than the idle timeout.
     /// Closing the turn then would drop the execution that follows (counted as an event after
-    /// close), and with it any finding it raises. A source reports executions when it is the
-    /// wire (a proxy sees the next request, which shows them), when this turn has shown one
-    /// already (an earlier step's tool ran), or when its input has (`input_reports_execs`,
-    /// asked last, only of such a turn: an agent's log or telemetry that records tool runs).
-    /// A provider stream never shows an execution: its turns are idle-closed as before.
+    /// close), and with it any finding it raises.
+    ///
+    /// The attempt has finished, or, in an agent's own log or telemetry, is still open: an
+    /// agent writes a call, runs it, and writes the response's end after (Claude Code, Codex,
+    /// gemini-cli and Qwen Code all do). On the wire an open attempt is a response still in
+    /// flight ([`TurnState::in_flight`]).
+    ///
+    /// A source records executions when it is the wire (a proxy sees the next request, which
+    /// shows them), when this turn has shown one already (an earlier step's tool ran), or
+    /// when its input does (`input_records_execs`, asked last, only of such a turn: an input
+    /// that has shown one, or of a format that always records them). A provider stream never
+    /// shows an execution: its turns are idle-closed as before.
     pub(crate) fn awaiting_tools(
         &self,
-        input_reports_execs: impl FnOnce(&std::sync::Arc<str>) -> bool,
+        input_records_execs: impl FnOnce(&std::sync::Arc<str>) -> bool,
     ) -> bool {
+        use crate::report::Outcome;
         self.output.is_none()
             && self.attempts.last().is_some_and(|a| {
-                a.outcome == crate::report::Outcome::Completed
-                    && !a.calls.is_empty()
-                    && a.execs.is_empty()
+                let asked = match a.outcome {
+                    Outcome::Completed => true,
+                    Outcome::Open => !self.wire_only,
+                    Outcome::Abandoned | Outcome::Failed => false,
+                };
+                asked
+                    && a.calls
+                        .iter()
+                        .any(|c| !a.execs.iter().any(|e| *e.id == *c.id))
             })
             && (self.wire_only
                 || self.attempts.iter().any(|a| !a.execs.is_empty())
                 || self
                     .source
                     .as_ref()
-                    .is_some_and(|o| input_reports_execs(&o.input)))
+                    .is_some_and(|o| input_records_execs(&o.input)))
     }
 
     fn labels(&self) -> TurnLabels {

@@ -279,6 +279,55 @@ fn a_logged_turn_whose_tools_are_running_outlives_the_idle_timeout() {
 }
 
 #[test]
+fn an_agents_open_attempt_with_a_call_not_run_yet_waits_on_it_where_executions_are_recorded() {
+    // An agent's own output writes a call, runs it, and ends the response after: the attempt
+    // is still open while the tool runs. In an input that records executions that is a turn
+    // waiting on its tool; in one that does not (a provider stream cut after the call) it is
+    // idle as before, and so is an open attempt whose calls have all run.
+    let cfg = CorrelatorConfig {
+        idle_timeout_ms: Some(300_000),
+        ..CorrelatorConfig::default()
+    };
+    let closed = |out: &[Output], turn: &str| {
+        out.iter()
+            .any(|o| matches!(o, Output::TurnClosed(r) if r.turn == turn))
+    };
+    let call = |turn: &str, id: &str| {
+        format!(
+            r#"{{"turn":"{turn}","type":"tool_call","attempt":0,"id":"{id}","name":"run_tests","args":{{"n":"{id}"}}}}"#
+        )
+    };
+    let exec = |turn: &str, id: &str| {
+        format!(
+            r#"{{"turn":"{turn}","type":"tool_exec","attempt":0,"id":"{id}","name":"run_tests"}}"#
+        )
+    };
+    let agent: Arc<str> = Arc::from("session.jsonl");
+    let stream: Arc<str> = Arc::from("cut.sse");
+    let mut c = Correlator::new(cfg, Arc::new(PriceTable::builtin()));
+    c.input_records_executions(&agent);
+    let mut out = Vec::new();
+    c.set_origin(&agent, None);
+    feed(&mut c, &call("a", "c1"), 0, &mut out);
+    feed(&mut c, &call("b", "c1"), 0, &mut out);
+    feed(&mut c, &exec("b", "c1"), 10, &mut out);
+    c.set_origin(&stream, None);
+    feed(&mut c, &call("s", "c1"), 0, &mut out);
+    c.tick(400_000, &mut out);
+    assert!(closed(&out, "s"), "a provider stream's cut attempt: idle");
+    assert!(closed(&out, "b"), "its call ran: idle");
+    assert!(!closed(&out, "a"), "its tool is running: not idle");
+    c.set_origin(&agent, None);
+    feed(&mut c, &exec("a", "c1"), 1_000_000, &mut out);
+    feed(&mut c, &call("a", "c2"), 1_000_010, &mut out);
+    c.tick(1_400_000, &mut out);
+    assert!(!closed(&out, "a"), "its second tool is running");
+    c.tick(1_000_010 + 10 * 300_000, &mut out);
+    assert!(closed(&out, "a"), "ten idle timeouts: the agent went away");
+    assert_eq!(c.stats().after_close_events, 0);
+}
+
+#[test]
 fn implicit_retry_and_interleaved_turns() {
     let (out, reports) = run(r#"
 {"turn":"x","type":"text","attempt":0,"text":"a"}
