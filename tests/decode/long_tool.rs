@@ -6,7 +6,9 @@
 //! straight through. These formats record every execution, so a turn waiting on one is
 //! waiting on a tool, from the session's first call (its input need not have shown one yet).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use crate::otlp_post;
 use std::sync::Arc;
 
 use retryscope_core::correlate::{Correlator, CorrelatorConfig, Output};
@@ -88,13 +90,26 @@ fn first_exec_line(lines: &[&[u8]], format: Format) -> Option<usize> {
     })
 }
 
-fn check(client: &str, file: &str, format: Format) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+fn recording(client: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/agents")
         .join(client)
-        .join("clean")
-        .join(file);
+}
+
+fn check(client: &str, file: &str, format: Format) {
+    let path = recording(client).join("clean").join(file);
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    check_lines(client, file, &bytes, format);
+}
+
+/// The client's OTLP export (`otlp-clean/otlp/`), as the receiver turns it into lines: one
+/// stream per service and session, so each session's first tool is the stream's first.
+fn check_otlp(client: &str) {
+    let bytes = otlp_post::receiver_lines(&recording(client).join("otlp-clean"));
+    check_lines(client, "otlp-clean", &bytes, Format::Otlp);
+}
+
+fn check_lines(client: &str, file: &str, bytes: &[u8], format: Format) {
     let lines: Vec<&[u8]> = bytes
         .split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())
@@ -153,3 +168,23 @@ fn qwen_code_stream_json() {
 fn gemini_cli_telemetry_outfile() {
     check("gemini-cli", "telemetry.log", Format::GeminiCliTelemetry);
 }
+
+#[test]
+fn claude_code_otlp() {
+    check_otlp("claude-code");
+}
+
+#[test]
+fn codex_otlp() {
+    check_otlp("codex");
+}
+
+#[test]
+fn gemini_cli_otlp() {
+    check_otlp("gemini-cli");
+}
+
+// Not Qwen Code's telemetry (its OTLP export or outfile): the fork logs a response's text
+// without its calls or its finish, and a call only once it has run (`qwen-code.tool_call`),
+// so while a tool runs its turn shows an open attempt asking for nothing, as a dead agent's
+// would, and is closed at the idle timeout. Its stream-json (above) shows the call.

@@ -249,9 +249,9 @@ pub struct Correlator {
     /// The route of the feed the next events come through ([`Correlator::set_route`]).
     route: Route,
     /// The inputs that record tool executions (at most [`MAX_EXEC_INPUTS`]): those that have
-    /// shown one, and those of a format that always does. Their turns waiting on tools are not
-    /// idle-closed under them ([`TurnState::awaiting_tools`]). Learned again after a restart,
-    /// from each input's format or its next execution.
+    /// shown one, and those whose decoder says they always do. Their turns waiting on tools
+    /// are not idle-closed under them ([`TurnState::awaiting_tools`]). Learned again after a
+    /// restart, from each input's decoder or its next execution.
     exec_inputs: HashSet<Arc<str>>,
 }
 
@@ -388,9 +388,9 @@ impl Correlator {
         }
     }
 
-    /// `input` records its turns' tool executions (it has shown one, or its format always
-    /// does: [`crate::decode::Format::records_executions`]): its turns waiting on tools are
-    /// not idle-closed under them.
+    /// `input` records its turns' tool executions (it has shown one, or its decoder says it
+    /// always does: `StreamDecoder::records_executions`): its turns waiting on tools are not
+    /// idle-closed under them.
     pub(crate) fn input_records_executions(&mut self, input: &Arc<str>) {
         if self.exec_inputs.len() < MAX_EXEC_INPUTS && !self.exec_inputs.contains(input) {
             self.exec_inputs.insert(input.clone());

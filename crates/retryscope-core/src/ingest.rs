@@ -116,12 +116,20 @@ impl Ingest {
     /// live ones (`run`) session by session once quiet ([`Ingest::release_joined`]).
     pub fn join_sessions(&mut self) {
         self.joiner = Some(Arc::default());
+        self.joined_records_executions();
+    }
+
+    /// Joined sessions are gemini-cli's (and its forks'), whose telemetry and stream-json
+    /// both record every tool execution ([`decode::StreamDecoder::records_executions`]).
+    fn joined_records_executions(&mut self) {
+        self.pipeline.input_records_executions(&joined_origin());
     }
 
     /// Join sessions ([`Ingest::join_sessions`]) starting from a checkpointed
     /// [`JoinerSnapshot`]: the events it held are held again.
     pub fn join_sessions_from(&mut self, held: JoinerSnapshot) {
         self.joiner = Some(Arc::new(Mutex::new(SessionJoiner::restore(held))));
+        self.joined_records_executions();
     }
 
     /// Correlate OTLP streams' gemini-cli records at once instead of holding them for the
@@ -166,19 +174,6 @@ impl Ingest {
     fn routing(&self, format: Format, name: &str) -> Option<Routing> {
         let joined = self.joiner.is_some() && feeds_joiner(format, self.join_otlp);
         routing_for(format, name, joined)
-    }
-
-    /// A stream's format is known (`origin`, its name as its turns record it): when the
-    /// format records every tool execution, its turns (and a joined session's) waiting on
-    /// tools are not idle-closed under them, from the first.
-    fn format_known(&mut self, origin: &Arc<str>, format: Format) {
-        if !format.records_executions() {
-            return;
-        }
-        self.pipeline.input_records_executions(origin);
-        if self.joiner.is_some() && feeds_joiner(format, self.join_otlp) {
-            self.pipeline.input_records_executions(&joined_origin());
-        }
     }
 
     fn decoding_for(&self, format: Format, name: &str) -> Decoding {
@@ -264,13 +259,10 @@ impl Ingest {
                 self.decoding_for(forced, name),
             ),
         };
-        let origin: Arc<str> = Arc::from(name);
-        if let Some(format) = format {
-            self.format_known(&origin, format);
-        }
-        let stream = Stream {
+        let mut stream = Stream {
             name: name.to_owned(),
-            origin,
+            origin: Arc::from(name),
+            records_executions: false,
             lines_known: self.origin_lines,
             source,
             lines: 0,
@@ -280,6 +272,7 @@ impl Ingest {
             decoding,
             last_ms: i64::MIN,
         };
+        stream.note_records_executions(&mut self.pipeline);
         let id = match self.free.pop() {
             Some(free) => {
                 self.streams[free as usize] = Some(stream);
@@ -585,17 +578,14 @@ impl Ingest {
         out: &mut Vec<Output>,
         note: &mut dyn FnMut(Note<'_>),
     ) {
-        let Some((name, origin)) = self
+        let Some(name) = self
             .streams
             .get(id.0 as usize)
             .and_then(Option::as_ref)
-            .map(|s| (s.name.clone(), s.origin.clone()))
+            .map(|s| s.name.clone())
         else {
             return;
         };
-        if let Ok(format) = &sniffed {
-            self.format_known(&origin, *format);
-        }
         let (routing, decoding) = match &sniffed {
             Ok(format) => (
                 self.routing(*format, &name),
@@ -622,6 +612,7 @@ impl Ingest {
         let Decoding::Sniffing(held) = std::mem::replace(&mut stream.decoding, decoding) else {
             return;
         };
+        stream.note_records_executions(&mut self.pipeline);
         if gives_notes(shard, routing) {
             match &sniffed {
                 Ok(format) => note(Note::Format {

@@ -158,7 +158,7 @@ impl Pipeline {
         &self.correlator
     }
 
-    /// `input` records its turns' tool executions (its format always does).
+    /// `input` records its turns' tool executions (its decoder says it always does).
     pub(crate) fn input_records_executions(&mut self, input: &std::sync::Arc<str>) {
         self.correlator.input_records_executions(input);
     }

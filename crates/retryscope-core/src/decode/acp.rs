@@ -382,6 +382,11 @@ impl StreamDecoder for Decoder {
         self.skips
     }
 
+    /// Always: an ACP agent reports every tool call's progress and end (`tool_call_update`).
+    fn records_executions(&self) -> bool {
+        true
+    }
+
     fn state(&self) -> Option<serde_json::Value> {
         super::state::state_of(self)
     }

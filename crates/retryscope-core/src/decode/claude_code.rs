@@ -548,6 +548,11 @@ impl StreamDecoder for Decoder {
         self.skips
     }
 
+    /// Always: Claude Code writes a `tool_result` for every tool it ran.
+    fn records_executions(&self) -> bool {
+        true
+    }
+
     fn state(&self) -> Option<serde_json::Value> {
         super::state::state_of(self)
     }

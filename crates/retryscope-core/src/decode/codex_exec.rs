@@ -314,6 +314,11 @@ impl StreamDecoder for Decoder {
         self.skips
     }
 
+    /// Always: Codex writes an item for every command and tool call it completed.
+    fn records_executions(&self) -> bool {
+        true
+    }
+
     fn state(&self) -> Option<serde_json::Value> {
         super::state::state_of(self)
     }

@@ -451,6 +451,10 @@ impl StreamDecoder for JoinFeed {
         self.inner.skips()
     }
 
+    fn records_executions(&self) -> bool {
+        self.inner.records_executions()
+    }
+
     fn state(&self) -> Option<serde_json::Value> {
         self.inner.state()
     }

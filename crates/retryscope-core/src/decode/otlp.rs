@@ -63,6 +63,11 @@ pub(crate) struct Decoder {
     genai: genai::GenAi,
     /// Services that sent gemini-cli-family events (gemini-cli's forks).
     family: HashSet<String>,
+    /// It has read a record of an agent whose telemetry records every tool it runs
+    /// (gemini-cli and its forks, Codex, Claude Code); not GenAI conventions, whose
+    /// `execute_tool` spans are there only where the application made them.
+    #[serde(default)]
+    agent_seen: bool,
     skips: SkipCounts,
     /// Where gemini-cli's events go instead of the caller, when joined.
     #[serde(skip)]
@@ -274,7 +279,9 @@ impl Decoder {
             body: record.body.as_str(),
             attributes: &record.attributes,
         };
-        match agent_of(&seen, &self.family) {
+        let agent = agent_of(&seen, &self.family);
+        self.agent_seen |= agent != Agent::Other;
+        match agent {
             Agent::GeminiCli => {
                 // The outfile's records carry `hrTime` ([seconds, nanoseconds]); it stands in
                 // when `event.timestamp` is missing.
@@ -414,6 +421,11 @@ impl StreamDecoder for Decoder {
         d.joiner = self.joiner.take();
         *self = d;
         true
+    }
+
+    /// Once it has read an agent's record ([`Decoder::agent_seen`]).
+    fn records_executions(&self) -> bool {
+        self.agent_seen
     }
 
     fn skips(&self) -> SkipCounts {

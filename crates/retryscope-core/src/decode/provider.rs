@@ -87,32 +87,6 @@ impl Format {
     }
 }
 
-impl Format {
-    /// Whether an input of this format records every tool execution of its turns (an agent's
-    /// own output: the result of each call it ran), so a turn of it that asked for tools and
-    /// shows no execution yet is waiting on them, from its first call
-    /// ([`crate::correlate::Correlator::tick`]). Provider streams carry no executions; retryscope's own
-    /// lines and OTLP carry them when the agent or its instrumentation writes them: an input
-    /// of those shows it with its first execution.
-    pub fn records_executions(self) -> bool {
-        match self {
-            Format::ClaudeCode
-            | Format::CodexExec
-            | Format::GeminiCliStreamJson
-            | Format::GeminiCliTelemetry
-            | Format::Acp => true,
-            Format::Auto
-            | Format::Native
-            | Format::OpenAiChat
-            | Format::OpenAiResponses
-            | Format::Anthropic
-            | Format::Gemini
-            | Format::GeminiCliResponses
-            | Format::Otlp => false,
-        }
-    }
-}
-
 impl fmt::Display for Format {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -158,6 +132,15 @@ pub(crate) trait StreamDecoder: Send {
     fn finish(&mut self, out: &mut Vec<Event<'static>>);
     /// Forward-compatible skips so far.
     fn skips(&self) -> SkipCounts;
+    /// Whether its input, as far as it has been read, records every tool execution of its
+    /// turns: an agent's own output or telemetry, where the agent writes a call, runs it, and
+    /// writes its result. Then a turn of it that asked for tools and shows no execution yet is
+    /// waiting on them, from the input's first call
+    /// ([`crate::correlate::Correlator::input_records_executions`]). A provider stream never
+    /// does.
+    fn records_executions(&self) -> bool {
+        false
+    }
     /// What it keeps between lines, for a checkpoint (`None`: this decoder's state is not
     /// kept, and a stream resumed from a checkpoint starts it afresh).
     fn state(&self) -> Option<serde_json::Value> {

@@ -465,7 +465,7 @@ mod tests {
     }
 
     /// What is parked is what differs from a fresh decoder (Codex's part of an OTLP
-    /// decoder), and it goes once the session has been quiet for [`PARKED_FOR_MS`].
+    /// decoder, and that it has read an agent's record), and it goes once the session has been quiet for [`PARKED_FOR_MS`].
     #[test]
     fn a_parked_state_is_what_differs_from_a_fresh_one_and_goes_after_six_hours() {
         let c = Correlator::new(CorrelatorConfig::default(), Arc::new(PriceTable::builtin()));
@@ -482,7 +482,8 @@ mod tests {
         let states = i.stream_states().states;
         let state = states[0].decoder.as_ref().expect("a state");
         let keys: Vec<&String> = state.as_object().expect("an object").keys().collect();
-        assert_eq!(keys, ["codex"], "{state}");
+        // (And that it has read an agent's record: its input records executions.)
+        assert_eq!(keys, ["agent_seen", "codex"], "{state}");
         // A build before parking ignores the flag: it reads the compact state as an open
         // stream's, cannot resume its decoder from it, and starts that stream afresh.
         let mut old = states.clone();

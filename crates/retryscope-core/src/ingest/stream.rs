@@ -37,6 +37,9 @@ pub(super) struct Stream {
     pub(super) name: String,
     /// The name, shared with the turns it opens ([`Pipeline::set_origin`]).
     pub(super) origin: Arc<str>,
+    /// Its decoder has said its input records every tool execution, and the correlator
+    /// has been told ([`crate::decode::StreamDecoder::records_executions`]).
+    pub(super) records_executions: bool,
     /// Its line numbers count from the top of the input
     /// ([`super::Ingest::without_origin_lines`]).
     pub(super) lines_known: bool,
@@ -54,6 +57,18 @@ pub(super) struct Stream {
 }
 
 impl Stream {
+    /// Tell the correlator, once, when its decoder says its input records every tool
+    /// execution: at once for an agent's output format (a stream created, or resumed, with
+    /// its format known), at the first record that shows it for OTLP.
+    pub(super) fn note_records_executions(&mut self, pipeline: &mut Pipeline) {
+        if !self.records_executions
+            && matches!(&self.decoding, Decoding::Provider(d) if d.records_executions())
+        {
+            self.records_executions = true;
+            pipeline.input_records_executions(&self.origin);
+        }
+    }
+
     /// The route its turns keep (0: native lines, routed by turn).
     pub(super) fn route(&self) -> Route {
         match self.routing {
@@ -140,7 +155,9 @@ pub(super) fn decode_line(
             pipeline.native_line_at(bytes, arrival_ms, place, out)
         }
         Decoding::Provider(decoder) => {
-            pipeline.stream_line(decoder.as_mut(), bytes, arrival_ms, out)
+            let outcome = pipeline.stream_line(decoder.as_mut(), bytes, arrival_ms, out);
+            stream.note_records_executions(pipeline);
+            outcome
         }
         Decoding::Refused(_) if bytes.iter().all(u8::is_ascii_whitespace) => return,
         Decoding::Refused(lookalike) => {
