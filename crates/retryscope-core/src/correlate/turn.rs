@@ -158,7 +158,7 @@ impl TurnState {
     /// A source records executions when it is the wire (a proxy sees the next request, which
     /// shows them), when this turn has shown one already (an earlier step's tool ran), or
     /// when its input does (`input_records_execs`, asked last, only of such a turn: an input
-    /// that has shown one, or of a format that always records them). A provider stream never
+    /// that has shown one, or whose decoder says it always does). A provider stream never
     /// shows an execution: its turns are idle-closed as before.
     pub(crate) fn awaiting_tools(
         &self,

@@ -239,6 +239,7 @@ impl Ingest {
                 let full = expand(state, d.state());
                 d.resume(full);
             }
+            stream.note_records_executions(&mut self.pipeline);
         }
         id
     }

@@ -240,6 +240,8 @@ impl Ingest {
             if resumed {
                 // The previous reader told the format already.
                 stream.announced = stream.format.is_some();
+                // An OTLP stream's decoder may know now that its input records executions.
+                stream.note_records_executions(&mut self.pipeline);
             } else {
                 failed += 1;
             }
