@@ -124,9 +124,10 @@ http_get() { # URL -> stdout
   fi
 }
 # A loopback port for a server started next (Prometheus, Alertmanager and nats-server cannot
-# be asked for port 0 and report it): below the kernel's ephemeral range (32768 and up), so an
-# outgoing connection is never given it as its source port before the server binds it, picked
-# at random there and never the same twice in this run (tests/common/harness.rs does the same).
+# be asked for port 0 and report it): below the kernel's ephemeral range (32768 and up unless
+# widened), so an outgoing connection is never given it as its source port before the server
+# binds it, picked at random there and never the same twice in this run
+# (tests/common/harness.rs does the same).
 free_port() {
   python3 - "$tmp/ports" <<'PY'
 import random, socket, sys
@@ -135,8 +136,14 @@ try:
     given = set(open(sys.argv[1]).read().split())
 except OSError:
     pass
+low = 32768
+try:
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError, IndexError):
+    pass
+top = max(low, 11024) - 1
 for _ in range(1000):
-    port = random.randint(20000, 32767)
+    port = random.randint(min(20000, top - 1000), top)
     if str(port) in given:
         continue
     s = socket.socket()

@@ -49,8 +49,9 @@ if [ -z "$URL" ]; then
     b=$(basename "$f" .jsonl)
     sed "s/\"bookstore-1\"/\"bookstore-$b\"/" "$f" >"$tmp/$b.jsonl"
   done
-  # Port 0, and the port read from the collector's log (e2e/agents/listening.py).
-  "$BIN" run "$tmp"/*.jsonl --metrics-addr 127.0.0.1:0 --findings-out '' \
+  # Port 0, and the port read from the collector's log (e2e/agents/listening.py; the line is
+  # logged at info).
+  RUST_LOG=info "$BIN" run "$tmp"/*.jsonl --metrics-addr 127.0.0.1:0 --findings-out '' \
     --idle-timeout-secs 5 >"$tmp/collector.log" 2>&1 &
   collector_pid=$!
   addr=$(python3 e2e/agents/listening.py "$tmp/collector.log" "$collector_pid") ||

@@ -8,6 +8,7 @@ harnesses pass `127.0.0.1:0` and read the bound address from the lines retryscop
 start (`serving /metrics addr=…`, `proxying listen=…`, `receiving OTLP/HTTP addr=…`).
 """
 
+import os
 import re
 import sys
 import time
@@ -63,8 +64,15 @@ class _Pid:
         try:
             with open(f"/proc/{self.pid}/stat", encoding="utf-8") as f:
                 state = f.read().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
+        except IndexError:
             return 1
+        except OSError:
+            # No /proc (not Linux), or the process is gone and reaped.
+            try:
+                os.kill(self.pid, 0)
+            except OSError:
+                return 1
+            return None
         return 1 if state in ("Z", "X") else None
 
 

@@ -16,9 +16,9 @@ pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$out"; }
 trap cleanup EXIT
 
-# Port 0, and the port read from run's log: a number picked here and passed on could be
-# taken by another process before run binds it (e2e/agents/listening.py).
-"$BIN" run --findings-out '' --metrics-addr 127.0.0.1:0 examples/bookstore/naive.jsonl \
+# Port 0, and the port read from run's log (logged at info): a number picked here and passed
+# on could be taken by another process before run binds it (e2e/agents/listening.py).
+RUST_LOG=info "$BIN" run --findings-out '' --metrics-addr 127.0.0.1:0 examples/bookstore/naive.jsonl \
   >"$out/run.out" 2>"$out/run.err" &
 pid=$!
 addr=$(python3 e2e/agents/listening.py "$out/run.err" "$pid") || exit 1
