@@ -28,7 +28,9 @@ struct Read {
 }
 
 /// Read `lines` as `format` with the idle timeout on; `pause` stops the clock before that
-/// line for 20 minutes, ticking every second through it.
+/// line for 20 minutes, ticking every second through it. An OTLP session's stream is parked
+/// once quiet for the idle timeout and opened again by its next record, as `run`'s receiver
+/// does (`src/run/otlp_feed.rs`).
 fn read(lines: &[&[u8]], format: Format, pause: Option<usize>) -> Read {
     let cfg = CorrelatorConfig {
         idle_timeout_ms: Some(IDLE_MS),
@@ -38,7 +40,10 @@ fn read(lines: &[&[u8]], format: Format, pause: Option<usize>) -> Read {
         Correlator::new(cfg, Arc::new(PriceTable::builtin())),
         format,
     );
-    let stream = ingest.stream(Source::File, "session.jsonl");
+    let (source, name) = match format {
+        Format::Otlp => (Source::Otlp, "otlp:agent/session"),
+        _ => (Source::File, "session.jsonl"),
+    };
     let mut reports = Vec::new();
     let mut out = Vec::new();
     let mut now = 1_000_000;
@@ -55,10 +60,14 @@ fn read(lines: &[&[u8]], format: Format, pause: Option<usize>) -> Read {
             for _ in 0..20 * 60 {
                 now += 1_000;
                 ingest.tick(now, &mut out, &mut note);
+                if source == Source::Otlp {
+                    ingest.end_quiet(now, IDLE_MS, |_, _| true, &mut out, &mut note);
+                }
             }
             keep(&mut out, &mut reports);
         }
         now += 10;
+        let stream = ingest.stream_as(source, name, format);
         ingest.line(stream, None, line, Some(now), &mut out, &mut note);
         ingest.tick(now, &mut out, &mut note);
         keep(&mut out, &mut reports);
@@ -102,8 +111,9 @@ fn check(client: &str, file: &str, format: Format) {
     check_lines(client, file, &bytes, format);
 }
 
-/// The client's OTLP export (`otlp-clean/otlp/`), as the receiver turns it into lines: one
-/// stream per service and session, so each session's first tool is the stream's first.
+/// The client's OTLP export (`otlp-clean/otlp/`), as the receiver turns it into lines: the
+/// receiver keeps a stream per service and session, so a session's first tool is its
+/// stream's first (each recording is one session).
 fn check_otlp(client: &str) {
     let bytes = otlp_post::receiver_lines(&recording(client).join("otlp-clean"));
     check_lines(client, "otlp-clean", &bytes, Format::Otlp);

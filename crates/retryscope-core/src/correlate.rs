@@ -143,6 +143,11 @@ pub struct CorrelatorSnapshot {
     closed_routes: Vec<Route>,
     stats: CorrelatorStats,
     seq: u64,
+    /// Of the inputs that record tool executions ([`Correlator::exec_inputs`]), those of open
+    /// turns: a turn restored while its tool runs is not idle-closed before its input says
+    /// so again (an OTLP session's stream is parked while it is quiet).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    exec_inputs: Vec<String>,
 }
 
 impl CorrelatorSnapshot {
@@ -157,6 +162,7 @@ impl CorrelatorSnapshot {
         closed: Vec<(String, Route)>,
         stats: CorrelatorStats,
         seq: u64,
+        exec_inputs: Vec<String>,
     ) -> CorrelatorSnapshot {
         let routed = closed.iter().any(|(_, r)| *r != 0);
         let (closed, closed_routes): (Vec<String>, Vec<Route>) = closed.into_iter().unzip();
@@ -166,6 +172,7 @@ impl CorrelatorSnapshot {
             closed_routes: if routed { closed_routes } else { Vec::new() },
             stats,
             seq,
+            exec_inputs,
         }
     }
 
@@ -186,14 +193,16 @@ impl CorrelatorSnapshot {
         let mut closed = Vec::new();
         let mut stats = CorrelatorStats::default();
         let mut seq = 0;
+        let mut exec_inputs = std::collections::BTreeSet::new();
         for part in parts {
             turns.extend(part.turns);
             closed.extend(Self::closed_with_routes(part.closed, part.closed_routes));
             stats.add(&part.stats);
             seq = seq.max(part.seq);
+            exec_inputs.extend(part.exec_inputs);
         }
         turns.sort_by_key(|t| t.opened_seq());
-        Self::from_parts(turns, closed, stats, seq)
+        Self::from_parts(turns, closed, stats, seq, exec_inputs.into_iter().collect())
     }
 
     /// This snapshot cut into `count` (at least one), turn `id` opened through `route` going
@@ -217,12 +226,14 @@ impl CorrelatorSnapshot {
             closed[i].push((id, route));
         }
         let mut stats = Some(self.stats);
+        // (Each part gets them all: a handful, and a part without the input's turns ignores it.)
+        let exec_inputs = self.exec_inputs;
         turns
             .into_iter()
             .zip(closed)
             .map(|(turns, closed)| {
                 let stats = stats.take().unwrap_or_default();
-                Self::from_parts(turns, closed, stats, self.seq)
+                Self::from_parts(turns, closed, stats, self.seq, exec_inputs.clone())
             })
             .collect()
     }
@@ -253,11 +264,17 @@ pub struct Correlator {
     /// are not idle-closed under them ([`TurnState::awaiting_tools`]). Learned again after a
     /// restart, from each input's decoder or its next execution.
     exec_inputs: HashSet<Arc<str>>,
+    /// See [`Correlator::exec_inputs_epoch`].
+    exec_inputs_epoch: u64,
+    /// Inputs refused since the last walk for inputs to forget (starting past the walk's
+    /// threshold: the first full walks at once).
+    exec_inputs_refused: usize,
 }
 
-/// How many inputs [`Correlator`] remembers as reporting tool executions: a file per agent
-/// session, a stream per OTLP service and host. Past it, an input's turns still learn it
-/// from an execution of their own.
+/// How many inputs [`Correlator`] remembers as recording tool executions: a file per agent
+/// session, a stream per OTLP service and session. When it is full, the inputs no open turn
+/// came from are forgotten; if that frees nothing, an input's turns still learn it from an
+/// execution of their own.
 pub(crate) const MAX_EXEC_INPUTS: usize = 10_000;
 
 impl Correlator {
@@ -277,6 +294,8 @@ impl Correlator {
             origin: None,
             route: 0,
             exec_inputs: HashSet::new(),
+            exec_inputs_epoch: 0,
+            exec_inputs_refused: MAX_EXEC_INPUTS,
         }
     }
 
@@ -392,18 +411,47 @@ impl Correlator {
     /// always does: `StreamDecoder::records_executions`): its turns waiting on tools are not
     /// idle-closed under them.
     pub(crate) fn input_records_executions(&mut self, input: &Arc<str>) {
-        if self.exec_inputs.len() < MAX_EXEC_INPUTS && !self.exec_inputs.contains(input) {
+        if self.exec_inputs.contains(input) {
+            return;
+        }
+        if self.exec_inputs.len() >= MAX_EXEC_INPUTS {
+            // Forget the inputs no open turn came from (sessions over): those still read say
+            // so again (an execution, or their stream at its next line: see
+            // [`Correlator::exec_inputs_epoch`]). A walk of the open turns, at the first full
+            // and then once every hundredth of the bound's inputs refused.
+            self.exec_inputs_refused += 1;
+            if self.exec_inputs_refused > MAX_EXEC_INPUTS / 100 {
+                self.exec_inputs_refused = 0;
+                let before = self.exec_inputs.len();
+                let open: HashSet<&Arc<str>> = self
+                    .turns
+                    .values()
+                    .filter_map(|t| t.source_input())
+                    .collect();
+                self.exec_inputs.retain(|i| open.contains(i));
+                if self.exec_inputs.len() < before {
+                    self.exec_inputs_epoch += 1;
+                }
+            }
+        }
+        if self.exec_inputs.len() < MAX_EXEC_INPUTS {
             self.exec_inputs.insert(input.clone());
         }
+    }
+
+    /// How many times [`Correlator::exec_inputs`] has forgotten the inputs of no open turn: a
+    /// stream whose decoder says it records executions tells it again when this has moved.
+    pub(crate) fn exec_inputs_epoch(&self) -> u64 {
+        self.exec_inputs_epoch
     }
 
     /// Close turns idle since before `now_ms - idle_timeout`. A turn the client is still
     /// working on is not idle: a wire-only turn with a response still in flight
     /// (`turn_start` `wire_only`, its latest attempt not ended) waits
     /// [`IN_FLIGHT_IDLE_FACTOR`] times as long (at least [`IN_FLIGHT_MIN_IDLE_MS`]), a safety
-    /// net for a stream whose end was lost; one whose latest attempt finished asking for tools
-    /// that have not run yet (a long build), from a source that reports executions (the wire,
-    /// or an input that has shown one), waits [`IN_FLIGHT_IDLE_FACTOR`] times as long, a
+    /// net for a stream whose end was lost; one whose latest attempt asked for tools that
+    /// have not run yet (a long build), from a source that records executions
+    /// ([`TurnState::awaiting_tools`]), waits [`IN_FLIGHT_IDLE_FACTOR`] times as long, a
     /// safety net for a client that went away (with the default 5 min, 50 min).
     pub(crate) fn tick(&mut self, now_ms: i64, out: &mut Vec<Output>) {
         let Some(idle) = self.cfg.idle_timeout_ms else {
@@ -417,6 +465,10 @@ impl Correlator {
             .turns
             .values()
             .filter(|t| {
+                let quiet = now_ms.saturating_sub(t.last_arrival_ms());
+                if quiet < idle {
+                    return false; // (every limit is at least the idle timeout)
+                }
                 let limit = if t.in_flight() {
                     in_flight_idle
                 } else if t.awaiting_tools(|input| self.exec_inputs.contains(input)) {
@@ -424,7 +476,7 @@ impl Correlator {
                 } else {
                     idle
                 };
-                now_ms.saturating_sub(t.last_arrival_ms()) >= limit
+                quiet >= limit
             })
             .map(|t| (t.opened_seq(), t.id().to_owned()))
             .collect();
@@ -523,11 +575,18 @@ impl Correlator {
     pub fn snapshot(&self) -> CorrelatorSnapshot {
         let mut turns: Vec<TurnState> = self.turns.values().map(|t| (**t).clone()).collect();
         turns.sort_by_key(|t| t.opened_seq());
+        let exec_inputs: std::collections::BTreeSet<String> = turns
+            .iter()
+            .filter_map(TurnState::source_input)
+            .filter(|i| self.exec_inputs.contains(*i))
+            .map(|i| i.to_string())
+            .collect();
         CorrelatorSnapshot::from_parts(
             turns,
             self.closed_order.iter().cloned().collect(),
             self.stats,
             self.seq,
+            exec_inputs.into_iter().collect(),
         )
     }
 
@@ -549,6 +608,9 @@ impl Correlator {
         }
         c.stats = snapshot.stats;
         c.seq = snapshot.seq;
+        for input in snapshot.exec_inputs {
+            c.input_records_executions(&Arc::from(input));
+        }
         c
     }
 }

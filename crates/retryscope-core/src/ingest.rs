@@ -262,7 +262,7 @@ impl Ingest {
         let mut stream = Stream {
             name: name.to_owned(),
             origin: Arc::from(name),
-            records_executions: false,
+            records_executions: None,
             lines_known: self.origin_lines,
             source,
             lines: 0,

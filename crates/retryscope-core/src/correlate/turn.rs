@@ -140,6 +140,13 @@ impl TurnState {
 
     /// A wire-only turn whose latest attempt has not ended: its response is still in flight
     /// (a proxy ends every attempt it begins), so silence does not mean the turn is over.
+    /// The input that opened it, when it was told ([`Correlator::set_origin`]).
+    ///
+    /// [`Correlator::set_origin`]: super::Correlator::set_origin
+    pub(crate) fn source_input(&self) -> Option<&std::sync::Arc<str>> {
+        self.source.as_ref().map(|o| &o.input)
+    }
+
     pub(crate) fn in_flight(&self) -> bool {
         self.wire_only && self.attempts.last().is_some_and(|a| a.is_open())
     }
@@ -179,10 +186,7 @@ impl TurnState {
             })
             && (self.wire_only
                 || self.attempts.iter().any(|a| !a.execs.is_empty())
-                || self
-                    .source
-                    .as_ref()
-                    .is_some_and(|o| input_records_execs(&o.input)))
+                || self.source_input().is_some_and(input_records_execs))
     }
 
     fn labels(&self) -> TurnLabels {

@@ -38,8 +38,9 @@ pub(super) struct Stream {
     /// The name, shared with the turns it opens ([`Pipeline::set_origin`]).
     pub(super) origin: Arc<str>,
     /// Its decoder has said its input records every tool execution, and the correlator
-    /// has been told ([`crate::decode::StreamDecoder::records_executions`]).
-    pub(super) records_executions: bool,
+    /// has been told ([`crate::decode::StreamDecoder::records_executions`]): at which of the
+    /// correlator's epochs (`Correlator::exec_inputs_epoch`: told again once it moved).
+    pub(super) records_executions: Option<u64>,
     /// Its line numbers count from the top of the input
     /// ([`super::Ingest::without_origin_lines`]).
     pub(super) lines_known: bool,
@@ -61,11 +62,12 @@ impl Stream {
     /// execution: at once for an agent's output format (a stream created, or resumed, with
     /// its format known), at the first record that shows it for OTLP.
     pub(super) fn note_records_executions(&mut self, pipeline: &mut Pipeline) {
-        if !self.records_executions
+        let epoch = pipeline.correlator().exec_inputs_epoch();
+        if self.records_executions != Some(epoch)
             && matches!(&self.decoding, Decoding::Provider(d) if d.records_executions())
         {
-            self.records_executions = true;
             pipeline.input_records_executions(&self.origin);
+            self.records_executions = Some(pipeline.correlator().exec_inputs_epoch());
         }
     }
 

@@ -328,6 +328,61 @@ fn an_agents_open_attempt_with_a_call_not_run_yet_waits_on_it_where_executions_a
 }
 
 #[test]
+fn a_restored_turn_waits_on_its_tool_and_full_memory_of_inputs_forgets_those_of_no_open_turn() {
+    // A checkpoint taken while a tool runs: the restored correlator still knows that the
+    // turn's input records executions (an OTLP session's stream, parked while quiet, says so
+    // again only at its next record, the execution itself).
+    let cfg = CorrelatorConfig {
+        idle_timeout_ms: Some(300_000),
+        ..CorrelatorConfig::default()
+    };
+    let prices = Arc::new(PriceTable::builtin());
+    let call = |turn: &str| {
+        format!(
+            r#"{{"turn":"{turn}","type":"tool_call","attempt":0,"id":"c1","name":"run_tests","args":{{}}}}"#
+        )
+    };
+    let agent: Arc<str> = Arc::from("otlp:codex/s1");
+    let other: Arc<str> = Arc::from("cut.sse");
+    let mut c = Correlator::new(cfg.clone(), prices.clone());
+    let mut out = Vec::new();
+    c.input_records_executions(&agent);
+    c.set_origin(&agent, None);
+    feed(&mut c, &call("a"), 0, &mut out);
+    c.set_origin(&other, None);
+    feed(&mut c, &call("s"), 0, &mut out);
+    let snapshot = c.snapshot();
+    let mut c = Correlator::restore(cfg, prices, snapshot);
+    c.tick(400_000, &mut out);
+    let closed: Vec<&str> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::TurnClosed(r) => Some(r.turn.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        closed,
+        ["s"],
+        "restored, the agent's turn still waits on its tool"
+    );
+
+    // Full: the inputs no open turn came from are forgotten for a new one; the open turn's
+    // input is kept, and streams are told to say so again (the epoch moved).
+    for i in 1..MAX_EXEC_INPUTS {
+        c.input_records_executions(&Arc::from(format!("done-{i}")));
+    }
+    assert_eq!(c.exec_inputs.len(), MAX_EXEC_INPUTS);
+    let epoch = c.exec_inputs_epoch();
+    let new: Arc<str> = Arc::from("otlp:claude-code/s2");
+    c.input_records_executions(&new);
+    assert!(c.exec_inputs.contains(&new));
+    assert!(c.exec_inputs.contains(&agent), "its turn is open");
+    assert_eq!(c.exec_inputs.len(), 2);
+    assert_eq!(c.exec_inputs_epoch(), epoch + 1);
+}
+
+#[test]
 fn implicit_retry_and_interleaved_turns() {
     let (out, reports) = run(r#"
 {"turn":"x","type":"text","attempt":0,"text":"a"}
