@@ -261,7 +261,8 @@ pub struct Correlator {
     route: Route,
     /// The inputs that record tool executions (at most [`MAX_EXEC_INPUTS`]): those that have
     /// shown one, and those whose decoder says they always do. Their turns waiting on tools
-    /// are not idle-closed under them ([`TurnState::awaiting_tools`]). Learned again after a
+    /// are not idle-closed under them ([`TurnState::awaiting_tools`]). A checkpoint keeps
+    /// those of open turns ([`CorrelatorSnapshot`]); the others are learned again after a
     /// restart, from each input's decoder or its next execution.
     exec_inputs: HashSet<Arc<str>>,
     /// See [`Correlator::exec_inputs_epoch`].

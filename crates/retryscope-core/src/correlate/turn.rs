@@ -138,8 +138,6 @@ impl TurnState {
         self.last_arrival_ms
     }
 
-    /// A wire-only turn whose latest attempt has not ended: its response is still in flight
-    /// (a proxy ends every attempt it begins), so silence does not mean the turn is over.
     /// The input that opened it, when it was told ([`Correlator::set_origin`]).
     ///
     /// [`Correlator::set_origin`]: super::Correlator::set_origin
@@ -147,6 +145,8 @@ impl TurnState {
         self.source.as_ref().map(|o| &o.input)
     }
 
+    /// A wire-only turn whose latest attempt has not ended: its response is still in flight
+    /// (a proxy ends every attempt it begins), so silence does not mean the turn is over.
     pub(crate) fn in_flight(&self) -> bool {
         self.wire_only && self.attempts.last().is_some_and(|a| a.is_open())
     }

@@ -11,6 +11,22 @@ fn feed(c: &mut Correlator, line: &str, now: i64, out: &mut Vec<Output>) {
     }
 }
 
+/// A correlator's settings with the default idle timeout, 5 minutes.
+fn idle_5_min() -> CorrelatorConfig {
+    CorrelatorConfig {
+        idle_timeout_ms: Some(300_000),
+        ..CorrelatorConfig::default()
+    }
+}
+
+/// The report of `turn`, if `out` closed it.
+fn closed_report<'o>(out: &'o [Output], turn: &str) -> Option<&'o TurnReport> {
+    out.iter().find_map(|o| match o {
+        Output::TurnClosed(r) if r.turn == turn => Some(&**r),
+        _ => None,
+    })
+}
+
 #[test]
 fn wire_only_turn_with_a_response_in_flight_is_not_idle_closed() {
     // Proxy: with `--idle-timeout-secs 1` a turn was closed during the upstream's 1 s silence
@@ -106,16 +122,8 @@ fn a_turn_whose_tools_are_running_outlives_the_idle_timeout() {
     // that followed was dropped as an event after close, with any finding it raised. The
     // proxy's turn: the attempt asks for a call, the build runs 20 minutes, then the next
     // request shows the execution.
-    let cfg = CorrelatorConfig {
-        idle_timeout_ms: Some(300_000),
-        ..CorrelatorConfig::default()
-    };
-    let closed = |out: &[Output]| {
-        out.iter().find_map(|o| match o {
-            Output::TurnClosed(r) => Some(r.clone()),
-            _ => None,
-        })
-    };
+    let cfg = idle_5_min();
+    let closed = |out: &[Output]| closed_report(out, "t").cloned();
     let asks = [
         (
             r#"{"turn":"t","type":"turn_start","provider":"openai","wire_only":true}"#,
@@ -185,16 +193,8 @@ fn a_logged_turn_whose_tools_are_running_outlives_the_idle_timeout() {
     // than the idle timeout had its turn closed under it, and the execution the log then
     // recorded was dropped as an event after close, with any finding it raised. A log
     // reports executions once it has shown one: its input, or the turn itself.
-    let cfg = CorrelatorConfig {
-        idle_timeout_ms: Some(300_000),
-        ..CorrelatorConfig::default()
-    };
-    let closed = |out: &[Output], turn: &str| {
-        out.iter().find_map(|o| match o {
-            Output::TurnClosed(r) if r.turn == turn => Some(r.clone()),
-            _ => None,
-        })
-    };
+    let cfg = idle_5_min();
+    let closed = |out: &[Output], turn: &str| closed_report(out, turn).cloned();
     let asks = |turn: &str| {
         [
             format!(
@@ -284,14 +284,8 @@ fn an_agents_open_attempt_with_a_call_not_run_yet_waits_on_it_where_executions_a
     // is still open while the tool runs. In an input that records executions that is a turn
     // waiting on its tool; in one that does not (a provider stream cut after the call) it is
     // idle as before, and so is an open attempt whose calls have all run.
-    let cfg = CorrelatorConfig {
-        idle_timeout_ms: Some(300_000),
-        ..CorrelatorConfig::default()
-    };
-    let closed = |out: &[Output], turn: &str| {
-        out.iter()
-            .any(|o| matches!(o, Output::TurnClosed(r) if r.turn == turn))
-    };
+    let cfg = idle_5_min();
+    let closed = |out: &[Output], turn: &str| closed_report(out, turn).is_some();
     let call = |turn: &str, id: &str| {
         format!(
             r#"{{"turn":"{turn}","type":"tool_call","attempt":0,"id":"{id}","name":"run_tests","args":{{"n":"{id}"}}}}"#
@@ -332,10 +326,7 @@ fn a_restored_turn_waits_on_its_tool_and_full_memory_of_inputs_forgets_those_of_
     // A checkpoint taken while a tool runs: the restored correlator still knows that the
     // turn's input records executions (an OTLP session's stream, parked while quiet, says so
     // again only at its next record, the execution itself).
-    let cfg = CorrelatorConfig {
-        idle_timeout_ms: Some(300_000),
-        ..CorrelatorConfig::default()
-    };
+    let cfg = idle_5_min();
     let prices = Arc::new(PriceTable::builtin());
     let call = |turn: &str| {
         format!(
