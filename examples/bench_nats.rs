@@ -25,6 +25,8 @@
 //!   catching up after downtime): what a collector costs without the shipper and the
 //!   server's writes on the same cores; the time and the collectors' CPU count from their
 //!   start, their takes included;
+//! - `RETRYSCOPE_BENCH_SERVER_LOG=FILE` appends the server's own log there (slow consumers,
+//!   closed connections);
 //! - with `--repeat N`, each row (and `run`) N times, then the medians: identical work varies
 //!   by up to half between runs on a shared machine;
 //! - `RUST_LOG=retryscope=info` shows the collectors' and the shipper's logs (takes, leases);
@@ -420,13 +422,17 @@ fn with_server<T>(
     f: impl FnOnce((u16, u32)) -> Result<T, Error>,
 ) -> Result<T, Error> {
     let port = free_port()?;
-    let mut server = Command::new(bin)
+    let mut server = Command::new(bin);
+    server
         .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
         .arg(dir.join("js"))
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("starting {bin}: {e}"))?;
+        .stderr(Stdio::null());
+    // The server's own log (slow consumers, disconnects), appended to this file when set.
+    if let Some(log) = std::env::var_os("RETRYSCOPE_BENCH_SERVER_LOG") {
+        server.arg("-l").arg(log);
+    }
+    let mut server = server.spawn().map_err(|e| format!("starting {bin}: {e}"))?;
     let result = wait_port(port, "nats-server").and_then(|()| f((port, server.id())));
     let _ = server.kill();
     let _ = server.wait();
