@@ -57,9 +57,7 @@ pub(super) fn fetches_in_flight(max_payload: usize) -> usize {
 }
 
 /// Whether a fetch whose next delivery is late should still wait for it: while the
-/// connection that carried its request is up and the lease holds, for at most a lease in all
-/// (a live server that never answered would otherwise hold the partition as long as its
-/// leases are renewed). The answer of a live server
+/// connection that carried its request is up and the lease holds. The answer of a live server
 /// is then on its way, behind the other partitions' deliveries on the one connection. Leaving
 /// the fetch after a fixed wait instead left deliveries in flight (a gap in the consumer
 /// sequence, so the partition was taken again from its checkpoint and its work since redone):
@@ -68,20 +66,17 @@ pub(super) fn fetches_in_flight(max_payload: usize) -> usize {
 /// made again; a delivery that went astray shows as a gap in the next fetch.
 struct FetchWatch {
     connects: u64,
-    until: Instant,
 }
 
 impl FetchWatch {
-    fn start(client: &async_nats::Client, lease: Duration) -> Self {
+    fn start(client: &async_nats::Client) -> Self {
         FetchWatch {
             connects: client.statistics().connects.load(Ordering::Relaxed),
-            until: Instant::now() + lease,
         }
     }
 
     fn still_wait(&self, client: &async_nats::Client, o: &Owned) -> bool {
-        Instant::now() < self.until
-            && client.connection_state() == async_nats::connection::State::Connected
+        client.connection_state() == async_nats::connection::State::Connected
             && client.statistics().connects.load(Ordering::Relaxed) == self.connects
             && o.lease_held().is_ok()
     }
@@ -133,7 +128,8 @@ impl Owned {
 
 /// Restore partition `p` from its checkpoint, fence the previous owner off, read which of its
 /// findings are already published past the checkpoint, and start a consumer of this lease
-/// epoch right after the checkpoint. The partition counts into `metrics`, new and empty.
+/// epoch right after the checkpoint.
+/// The partition counts into `metrics`, new and empty.
 pub(super) async fn take(
     sh: &Shared,
     p: u32,
@@ -403,7 +399,7 @@ pub(super) async fn poll(sh: &Shared, p: u32, o: &mut Owned) -> Result<usize, Na
     o.lease_held()?;
     // Until the batch is in: the instance's fetches in flight are bounded in bytes.
     let in_flight = sh.fetches.acquire().await;
-    let watch = FetchWatch::start(&sh.client, sh.cfg.lease);
+    let watch = FetchWatch::start(&sh.client);
     let mut batch = o
         .consumer
         .fetch()
