@@ -422,17 +422,19 @@ fn with_server<T>(
     f: impl FnOnce((u16, u32)) -> Result<T, Error>,
 ) -> Result<T, Error> {
     let port = free_port()?;
-    let mut server = Command::new(bin);
-    server
+    let mut command = Command::new(bin);
+    command
         .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
         .arg(dir.join("js"))
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     // The server's own log (slow consumers, disconnects), appended to this file when set.
     if let Some(log) = std::env::var_os("RETRYSCOPE_BENCH_SERVER_LOG") {
-        server.arg("-l").arg(log);
+        command.arg("-l").arg(log);
     }
-    let mut server = server.spawn().map_err(|e| format!("starting {bin}: {e}"))?;
+    let mut server = command
+        .spawn()
+        .map_err(|e| format!("starting {bin}: {e}"))?;
     let result = wait_port(port, "nats-server").and_then(|()| f((port, server.id())));
     let _ = server.kill();
     let _ = server.wait();
