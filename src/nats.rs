@@ -118,11 +118,18 @@ pub(crate) async fn read_pending(
     Ok(())
 }
 
-/// CPU work of a partition (correlating a batch, encoding a checkpoint): on a multi-thread
-/// runtime it runs in place of a worker thread that tokio replaces meanwhile, so the
-/// instance's lease loop and the other partitions' tasks are never starved by a partition
-/// with a large batch or state.
-pub(crate) fn cpu<T>(f: impl FnOnce() -> T) -> T {
+/// CPU work of a partition (correlating a batch, encoding a checkpoint), with one of the
+/// instance's `permits` (one per core): on a multi-thread runtime it runs in place of a worker
+/// thread that tokio replaces meanwhile, so the instance's lease loop, its connection and the
+/// other partitions' tasks are never starved by a partition with a large batch or state.
+///
+/// The permits keep the threads doing such work to the cores. Without them a collector
+/// catching up a backlog ran one per partition (16 on 2 cores), and the connection's task,
+/// sharing the cores with them, read replies so late that lease renewals, checkpoint reads
+/// and finding acknowledgements timed out and fetches were abandoned half delivered.
+pub(crate) async fn cpu<T>(permits: &tokio::sync::Semaphore, f: impl FnOnce() -> T) -> T {
+    // Never closed; were it, the work would run without one.
+    let _permit = permits.acquire().await;
     match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
         _ => f(),

@@ -3,8 +3,9 @@
 //!
 //! Each instance heartbeats its membership, takes free or expired partitions up to its fair
 //! share (`fair_share`: ⌊P/M⌋, one more for the first P mod M names; the excess is
-//! checkpointed and handed over when a peer joins) and renews their leases ([`super::lease`]).
-//! For an owned partition it creates the durable pull consumer `retryscope-p<N>-e<lease
+//! checkpointed and handed over when a peer joins) and renews their leases, all at once
+//! ([`super::lease`]). An owned partition is taken on its own task (`Tended::take`), which
+//! creates the durable pull consumer `retryscope-p<N>-e<lease
 //! revision>` to start right after the sequence its checkpoint covers, feeds every message
 //! through its own [`retryscope_core::ingest::Ingest`] (a correlator per partition), and every
 //! `checkpoint_every`:
@@ -63,7 +64,6 @@ use super::FINDINGS_STREAM;
 use super::deploy::Deploy;
 use super::lease::Observer;
 use super::membership::{claim_name, fair_share, heartbeat, member_key};
-use super::owned::take;
 use super::partition::ensure_findings_stream;
 use super::tend::{Ended, LeaseClock, Order, Tended};
 use super::{EVENTS_STREAM, NatsError, lease, state, wall_ms};
@@ -141,6 +141,8 @@ pub(super) struct Counters {
     pub(super) dead_letters: AtomicU64,
     pub(super) replayed_unpublished: AtomicU64,
     pub(super) held_lost: AtomicU64,
+    /// Partitions taken (by the partitions' own tasks).
+    pub(super) takeovers: AtomicU64,
     /// The last checkpoint's duration of each partition being tended, summed (µs): their
     /// checkpoints share the instance's time.
     pub(super) checkpoint_us: AtomicU64,
@@ -165,6 +167,10 @@ pub(super) struct Shared {
     pub(super) counters: Arc<Counters>,
     /// Permits for finding acknowledgements in flight ([`INSTANCE_ACKS_IN_FLIGHT`]).
     pub(super) acks: Arc<tokio::sync::Semaphore>,
+    /// Permits for the partitions' CPU work, one per core ([`super::cpu`]).
+    pub(super) cpu: Arc<tokio::sync::Semaphore>,
+    /// Permits for the partitions' fetches in flight ([`super::owned::fetches_in_flight`]).
+    pub(super) fetches: Arc<tokio::sync::Semaphore>,
 }
 
 /// Collect until `shutdown`; `served` receives the sum of the owned partitions' metrics (and
@@ -221,6 +227,7 @@ pub async fn collect(
     });
     ready.store(true, Ordering::SeqCst);
     tracing::info!(partitions, instance = %cfg.instance, "collecting from JetStream");
+    let fetches = super::owned::fetches_in_flight(super::max_payload(&client));
     let sh = Shared {
         js: js.clone(),
         cfg: cfg.clone(),
@@ -233,6 +240,10 @@ pub async fn collect(
         traces,
         counters: Arc::default(),
         acks: Arc::new(tokio::sync::Semaphore::new(INSTANCE_ACKS_IN_FLIGHT)),
+        fetches: Arc::new(tokio::sync::Semaphore::new(fetches)),
+        cpu: Arc::new(tokio::sync::Semaphore::new(
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+        )),
     };
     let mut inst = Instance {
         sh,
@@ -240,7 +251,7 @@ pub async fn collect(
         me,
         observer: Observer::default(),
         owned: BTreeMap::new(),
-        takeovers: 0,
+        renewed: Instant::now(),
         partitions,
     };
     // Every few rounds and at the stop: the partitions' and the collector's series.
@@ -254,8 +265,10 @@ pub async fn collect(
     while !shutdown.load(Ordering::SeqCst) {
         if last_lease.is_none_or(|t| t.elapsed() >= cfg.lease / 4) {
             last_lease = Some(Instant::now());
-            let members = heartbeat(&inst.owners, &mut inst.observer, &cfg, &inst.me).await;
+            // The leases first: the heartbeat lists the bucket's keys, several round trips.
             inst.renew_all().await;
+            inst.renewed = Instant::now();
+            let members = heartbeat(&inst.owners, &mut inst.observer, &cfg, &inst.me).await;
             let share = fair_share(partitions, &members, &cfg.instance);
             inst.hand_over_excess(share).await;
             // Peers that start together see each other before anyone takes partitions.
@@ -295,21 +308,38 @@ struct Instance {
     /// The revisions of others' leases and memberships, as this instance saw them.
     observer: Observer,
     owned: BTreeMap<u32, Tended>,
-    takeovers: u64,
+    /// When the leases were last renewed (a round of takes renews them when due).
+    renewed: Instant,
     partitions: u32,
 }
 
 impl Instance {
-    /// Renew every owned lease; a partition whose lease is not ours any more is dropped.
+    /// Renew every owned lease, all at once; a partition whose lease is not ours any more is
+    /// dropped.
+    ///
+    /// At once, not one after the other: a collector busy catching up a backlog (every worker
+    /// thread correlating) answers each round trip late, and sixteen renewals in a row took
+    /// longer than the 7/8 of a lease its partitions' tasks trust their lease for. A single
+    /// `bench_nats --backlog` collector lost each of its 16 leases one to three times in
+    /// 25 s, and replayed each from its checkpoint.
     async fn renew_all(&mut self) {
         let lease = self.sh.cfg.lease;
+        let asked = Instant::now();
+        let (owners, me) = (&self.owners, self.me.as_str());
+        let renewals = self.owned.iter().map(|(&p, t)| {
+            let rev = t.lease_rev;
+            async move { (p, lease::renew(owners, p, me, rev, lease, wall_ms()).await) }
+        });
+        let renewed = futures_util::future::join_all(renewals).await;
         let mut lost = Vec::new();
-        for (&p, t) in self.owned.iter_mut() {
-            let asked = Instant::now();
-            match lease::renew(&self.owners, p, &self.me, t.lease_rev, lease, wall_ms()).await {
+        for (p, rev) in renewed {
+            let Some(t) = self.owned.get_mut(&p) else {
+                continue;
+            };
+            match rev {
                 Some(rev) => {
                     t.lease_rev = rev;
-                    // Counted from before the request: the others' view of the lease starts
+                    // Counted from before the requests: the others' view of the lease starts
                     // later.
                     t.lease.extend(asked + lease * 7 / 8);
                 }
@@ -352,6 +382,12 @@ impl Instance {
             if self.owned.contains_key(&p) {
                 continue;
             }
+            // A round over many partitions outlasts a renewal interval: the leases taken at
+            // its start ran out before it ended (64 partitions under a 1 s lease).
+            if self.renewed.elapsed() >= cfg.lease / 4 {
+                self.renew_all().await;
+                self.renewed = Instant::now();
+            }
             let asked = Instant::now();
             let want = (self.owned.len() as u32) < share;
             let acquired = if want {
@@ -371,17 +407,13 @@ impl Instance {
             };
             match acquired {
                 Ok(Some(rev)) => {
+                    // Taken on the partition's own task: a take reads the checkpoint, the
+                    // held events and the published findings back, seconds on a busy
+                    // collector, while this loop goes on renewing the other leases.
                     let clock = LeaseClock::new(asked + cfg.lease * 7 / 8);
-                    match take(&self.sh, p, rev, clock).await {
-                        Ok(o) => {
-                            self.takeovers += 1;
-                            tracing::info!(
-                                partition = p,
-                                from_seq = o.source.seq,
-                                "took partition"
-                            );
-                            self.owned
-                                .insert(p, Tended::start(self.sh.clone(), p, o, rev));
+                    match Tended::take(self.sh.clone(), p, rev, clock) {
+                        Ok(t) => {
+                            self.owned.insert(p, t);
                         }
                         Err(e) => {
                             tracing::warn!(partition = p, error = %e, "cannot take partition")
@@ -418,7 +450,7 @@ impl Instance {
             messages: get(&c.messages),
             checkpoints: get(&c.checkpoints),
             checkpoint_failures: get(&c.checkpoint_failures),
-            takeovers: self.takeovers,
+            takeovers: get(&c.takeovers),
             publish_failures: get(&c.publish_failures),
             checkpoint_lag: self
                 .owned

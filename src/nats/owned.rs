@@ -27,13 +27,64 @@ use crate::engine::{Core, IngestState, LiveSource, Restored, ShardedIngest, Sink
 use crate::sink::metrics::Metrics;
 use retryscope_core::reorder::HoldSnapshot;
 
-/// How long a partition's fetch may wait for its next delivery before the batch is left. The
-/// fetch is no-wait (a live server answers at once, with messages or with none; an expiry
-/// would make 2.9 hold an empty fetch until it ends), so only a request lost in a server
-/// restart waits this long, and the partition is kept: a delivery that went astray shows as
-/// a gap in the consumer sequence of the next one.
+/// How often a partition's fetch waiting for its next delivery looks whether it should still
+/// wait. The fetch is no-wait (a live server answers at once, with messages or with none; an
+/// expiry would make 2.9 hold an empty fetch until it ends), so its answer is lost only with
+/// the connection that carried the request (a server restart); see [`FetchWatch`].
 fn fetch_wait(lease: Duration) -> Duration {
     (lease / 8).min(Duration::from_millis(500))
+}
+
+/// The most bytes one fetch of a partition asks for: a few messages of a busy partition's
+/// batches (up to 512 KiB each), and never less than the largest message the server takes
+/// (a message over a fetch's bytes would be refused with an error, every time).
+pub(super) fn fetch_bytes(max_payload: usize) -> usize {
+    (max_payload + 64 * 1024).max(2 * 1024 * 1024)
+}
+
+/// The description of the status (409) a server ends a fetch with when its next message
+/// would pass the fetch's bytes.
+const MAX_BYTES_STATUS: &str = "Message Size Exceeds MaxBytes";
+
+/// How many fetches of [`fetch_bytes`] an instance has in flight at once: 32 MiB together,
+/// half the 64 MiB the server lets wait for one client before it closes the connection as a
+/// slow consumer. Unbounded (200 messages a fetch, of batches up to 512 KiB), a collector
+/// catching up a backlog with 16 partitions asked for hundreds of MiB at once; its connection
+/// was closed whenever it read slower than the server sent, every request in flight timed
+/// out, and every partition was taken again from its checkpoint.
+pub(super) fn fetches_in_flight(max_payload: usize) -> usize {
+    ((32 * 1024 * 1024) / fetch_bytes(max_payload)).max(1)
+}
+
+/// Whether a fetch whose next delivery is late should still wait for it: while the
+/// connection that carried its request is up and the lease holds, for at most a lease in all
+/// (a live server that never answered would otherwise hold the partition as long as its
+/// leases are renewed). The answer of a live server
+/// is then on its way, behind the other partitions' deliveries on the one connection. Leaving
+/// the fetch after a fixed wait instead left deliveries in flight (a gap in the consumer
+/// sequence, so the partition was taken again from its checkpoint and its work since redone):
+/// a collector catching up a backlog with 16 partitions did that for each of them every few
+/// seconds. A request lost in a restart is left as soon as the connection is down or has been
+/// made again; a delivery that went astray shows as a gap in the next fetch.
+struct FetchWatch {
+    connects: u64,
+    until: Instant,
+}
+
+impl FetchWatch {
+    fn start(client: &async_nats::Client, lease: Duration) -> Self {
+        FetchWatch {
+            connects: client.statistics().connects.load(Ordering::Relaxed),
+            until: Instant::now() + lease,
+        }
+    }
+
+    fn still_wait(&self, client: &async_nats::Client, o: &Owned) -> bool {
+        Instant::now() < self.until
+            && client.connection_state() == async_nats::connection::State::Connected
+            && client.statistics().connects.load(Ordering::Relaxed) == self.connects
+            && o.lease_held().is_ok()
+    }
 }
 
 pub(super) struct Owned {
@@ -82,18 +133,16 @@ impl Owned {
 
 /// Restore partition `p` from its checkpoint, fence the previous owner off, read which of its
 /// findings are already published past the checkpoint, and start a consumer of this lease
-/// epoch right after the checkpoint.
+/// epoch right after the checkpoint. The partition counts into `metrics`, new and empty.
 pub(super) async fn take(
     sh: &Shared,
     p: u32,
     lease_rev: u64,
     lease: LeaseClock,
+    metrics: Arc<Metrics>,
 ) -> Result<Owned, NatsError> {
+    lease.held()?;
     let loaded = state::load(&sh.states, p).await?;
-    let metrics = Arc::new(
-        Metrics::new(Default::default())
-            .map_err(|e| NatsError::new("registering partition metrics", e))?,
-    );
     let mut held = loaded.state.as_ref().and_then(|s| s.held.clone());
     if let Some(h) = &mut held {
         read_back_held(sh, p, h).await?;
@@ -165,6 +214,9 @@ pub(super) async fn take(
     let max_payload = super::max_payload(&sh.client);
     let stored_state = state::fence(&sh.states, p, &loaded, &empty, max_payload).await?;
     let (published, last_published) = published_since(&sh.findings_stream, p, findings_seq).await?;
+    // The take may have waited for CPU past its lease: then the partition is no longer
+    // certainly this instance's (the fence above would have failed had another taken it).
+    lease.held()?;
     let consumer_name = format!("retryscope-p{p}-e{lease_rev}");
     remove_partition_consumers(&sh.events, p).await;
     let consumer: PullConsumer = sh
@@ -237,8 +289,26 @@ async fn read_back_held(sh: &Shared, p: u32, held: &mut HoldSnapshot) -> Result<
         seq < last
     })
     .await?;
+    // A message not read back is gone only if the stream no longer starts before it (its
+    // max age, a purge). One still there was missed by the read: the take fails and is
+    // tried again, rather than correlating its turns without it.
+    if let Some(&missed) = msgs.iter().rev().find(|s| !payloads.contains_key(s)) {
+        let first = sh
+            .events
+            .get_info()
+            .await
+            .map_err(|e| NatsError::new("reading held events back", e))?
+            .state
+            .first_sequence;
+        if missed >= first {
+            return Err(NatsError::new(
+                "reading held events back",
+                format!("message {missed} is in the stream but was not read"),
+            ));
+        }
+    }
     let refs = held.ref_count();
-    let lost = cpu(|| {
+    let lost = cpu(&sh.cpu, || {
         let lines: HashMap<u64, Vec<&[u8]>> = payloads
             .iter()
             .map(|(seq, (payload, batched))| (*seq, lines(payload, *batched).collect()))
@@ -248,7 +318,8 @@ async fn read_back_held(sh: &Shared, p: u32, held: &mut HoldSnapshot) -> Result<
                 .get(&place.msg)
                 .and_then(|l| l.get(place.line as usize).copied())
         })
-    });
+    })
+    .await;
     tracing::debug!(
         partition = p,
         events = refs,
@@ -330,19 +401,37 @@ pub(super) async fn poll(sh: &Shared, p: u32, o: &mut Owned) -> Result<usize, Na
     // orders and its checkpoint time between polls.
     const BATCH: usize = 200;
     o.lease_held()?;
+    // Until the batch is in: the instance's fetches in flight are bounded in bytes.
+    let in_flight = sh.fetches.acquire().await;
+    let watch = FetchWatch::start(&sh.client, sh.cfg.lease);
     let mut batch = o
         .consumer
         .fetch()
         .max_messages(BATCH)
+        .max_bytes(fetch_bytes(super::max_payload(&sh.client)))
         .messages()
         .await
         .map_err(|e| NatsError::new("fetching", e))?;
     // Only the wait for a delivery is bounded: a batch taken is correlated and delivered
     // whole, so the partition's state never holds half a message.
     let wait = fetch_wait(sh.cfg.lease);
-    while let Ok(next) = tokio::time::timeout(wait, batch.next()).await {
+    let mut got = 0usize;
+    loop {
+        let next = match tokio::time::timeout(wait, batch.next()).await {
+            Ok(next) => next,
+            Err(_) if watch.still_wait(&sh.client, o) => continue,
+            Err(_) => break,
+        };
         let Some(m) = next else { break };
-        let m = m.map_err(|e| NatsError::new("fetching", e))?;
+        let m = match m {
+            Ok(m) => m,
+            // The server ends a fetch whose next message would pass its bytes with this
+            // status (the client passes it on as an error): the batch is in. Before any
+            // message it would mean one message over the bytes, which `fetch_bytes` rules out.
+            Err(e) if got > 0 && e.to_string().contains(MAX_BYTES_STATUS) => break,
+            Err(e) => return Err(NatsError::new("fetching", e)),
+        };
+        got += 1;
         let Ok(info) = m.info() else { continue };
         if info.consumer_sequence != o.consumer_seq + 1 {
             return Err(NatsError::new(
@@ -378,8 +467,9 @@ pub(super) async fn poll(sh: &Shared, p: u32, o: &mut Owned) -> Result<usize, Na
             msg: m,
         });
     }
+    drop(in_flight);
     let fetched = o.source.fetched.len();
-    let polled = cpu(|| o.source.poll(&mut o.core, 0));
+    let polled = cpu(&sh.cpu, || o.source.poll(&mut o.core, 0)).await;
     sh.counters
         .messages
         .fetch_add(polled.lines, Ordering::Relaxed);
@@ -536,7 +626,8 @@ pub(super) async fn checkpoint(sh: &Shared, p: u32, o: &mut Owned) -> Result<(),
     // Everything correlated is delivered (one ingest path on this thread: the barrier
     // produces nothing new, but whatever it produced would be published first).
     let batch = format!("p{p}-{}-c", o.source.seq);
-    let state = cpu(|| o.core.checkpoint(Some(&batch)))
+    let state = cpu(&sh.cpu, || o.core.checkpoint(Some(&batch)))
+        .await
         .map_err(|e| NatsError::new("reading the partition's state", e))?;
     publish(sh, p, o).await?;
     await_acks(sh, o).await?;
@@ -557,7 +648,7 @@ pub(super) async fn checkpoint(sh: &Shared, p: u32, o: &mut Owned) -> Result<(),
         findings_seq,
     );
     let max_payload = super::max_payload(&sh.client);
-    o.stored_state = state::save(&sh.states, p, &s, &o.stored_state, max_payload).await?;
+    o.stored_state = state::save(&sh.states, p, &s, &o.stored_state, max_payload, &sh.cpu).await?;
     o.stored = o.source.seq;
     sh.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
     if let Some(m) = o.source.last_msg.take()

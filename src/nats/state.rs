@@ -310,13 +310,15 @@ pub async fn save(
     state: &PartitionState,
     prev: &Stored,
     max_payload: usize,
+    permits: &tokio::sync::Semaphore,
 ) -> Result<Stored, NatsError> {
-    store_bytes(store, p, encode(state)?, prev, max_payload).await
+    let bytes = super::cpu(permits, || encode(state)).await?;
+    store_bytes(store, p, bytes, prev, max_payload).await
 }
 
 fn encode(state: &PartitionState) -> Result<Bytes, NatsError> {
-    let bytes = super::cpu(|| serde_json::to_vec(state))
-        .map_err(|e| NatsError::new("encoding a checkpoint", e))?;
+    let bytes =
+        serde_json::to_vec(state).map_err(|e| NatsError::new("encoding a checkpoint", e))?;
     Ok(Bytes::from(bytes))
 }
 

@@ -452,53 +452,89 @@ fn a_poll_longer_than_a_lease_keeps_its_partition() {
 fn one_collector_publishes_every_finding_taking_once(
     turns: usize,
     backlog: bool,
-    lease_secs: &str,
-    checkpoint_ms: &str,
+    lease_secs: &'static str,
+    checkpoint_ms: &'static str,
 ) {
-    one_collector_publishes_every_finding_taking_each_once(
+    OneCollector {
         turns,
         backlog,
         lease_secs,
         checkpoint_ms,
-        "1",
-    );
+        ..OneCollector::default()
+    }
+    .publishes_every_finding_taking_each_once();
 }
 
-/// [`one_collector_publishes_every_finding_taking_once`] over `partitions` partitions.
-fn one_collector_publishes_every_finding_taking_each_once(
+/// One collector reading `turns` refund turns (ten lines, two findings each, their text `pad`
+/// bytes) shipped to `partitions` partitions, `backlog`: all of them before the collector
+/// starts; the server run with the configuration `server_conf` when given.
+struct OneCollector {
     turns: usize,
     backlog: bool,
-    lease_secs: &str,
-    checkpoint_ms: &str,
-    partitions: &str,
-) {
-    if !have_nats_server() {
-        return;
+    lease_secs: &'static str,
+    checkpoint_ms: &'static str,
+    partitions: &'static str,
+    pad: usize,
+    server_conf: Option<&'static str>,
+}
+
+impl Default for OneCollector {
+    fn default() -> Self {
+        OneCollector {
+            turns: 1_000,
+            backlog: false,
+            lease_secs: "5",
+            checkpoint_ms: "1000",
+            partitions: "1",
+            pad: 4,
+            server_conf: None,
+        }
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let d = dir.path();
-    let (server, url) = server_in(d);
-    let log = d.join("agent.jsonl");
-    let (first, second) = refund_log("many", turns, 4);
-    append(&log, &first);
-    append(&log, &second);
-    let expected = check(&log, Path::new("/dev/null")).0;
-    assert!(expected.len() >= 2 * turns, "{} findings", expected.len());
-    let ship = shipper(d, &url, &log, partitions);
-    if backlog {
-        wait_shipped(&log, &d.join("ship-data"));
-    }
-    let (c1, m1) = collector(d, &url, "c1", lease_secs, checkpoint_ms);
-    assert_findings(&url, &expected, Duration::from_secs(120));
-    let c1_log = log_text(d, "c1");
-    assert_eq!(
-        c1_log.matches("took partition").count(),
-        partitions.parse::<usize>().unwrap_or(1),
-        "the partition was taken once and never lost: {c1_log}"
-    );
-    assert!(scrape(m1).is_some(), "c1 still serves /metrics");
-    for p in [ship, c1, server] {
-        p.terminate();
+}
+
+impl OneCollector {
+    /// The collector publishes every finding `check` finds, once, having taken each
+    /// partition once (no lease lost, no partition given up and taken again).
+    fn publishes_every_finding_taking_each_once(self) {
+        if !have_nats_server() {
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let conf = d.join("nats.conf");
+        let (server, url) = match self.server_conf {
+            Some(text) => {
+                std::fs::write(&conf, text).expect("write the server configuration");
+                server_in_with(d, &["-c", &conf.display().to_string()])
+            }
+            None => server_in(d),
+        };
+        let log = d.join("agent.jsonl");
+        let (first, second) = refund_log("many", self.turns, self.pad);
+        append(&log, &first);
+        append(&log, &second);
+        let expected = check(&log, Path::new("/dev/null")).0;
+        assert!(
+            expected.len() >= 2 * self.turns,
+            "{} findings",
+            expected.len()
+        );
+        let ship = shipper(d, &url, &log, self.partitions);
+        if self.backlog {
+            wait_shipped(&log, &d.join("ship-data"));
+        }
+        let (c1, m1) = collector(d, &url, "c1", self.lease_secs, self.checkpoint_ms);
+        assert_findings(&url, &expected, Duration::from_secs(120));
+        let c1_log = log_text(d, "c1");
+        assert_eq!(
+            c1_log.matches("took partition").count(),
+            self.partitions.parse::<usize>().unwrap_or(1),
+            "each partition was taken once and never lost: {c1_log}"
+        );
+        assert!(scrape(m1).is_some(), "c1 still serves /metrics");
+        for p in [ship, c1, server] {
+            p.terminate();
+        }
     }
 }
 
@@ -509,7 +545,53 @@ fn one_collector_publishes_every_finding_taking_each_once(
 /// partition (nor the lease renewals) moved again.
 #[test]
 fn more_findings_than_acks_in_flight_over_many_partitions_do_not_block() {
-    one_collector_publishes_every_finding_taking_each_once(3_500, false, "5", "600000", "16");
+    OneCollector {
+        turns: 3_500,
+        checkpoint_ms: "600000",
+        partitions: "16",
+        ..OneCollector::default()
+    }
+    .publishes_every_finding_taking_each_once();
+}
+
+/// A collector catching up a backlog over 64 partitions under a 1 s lease keeps every lease:
+/// each partition is taken once. Before, the instance's loop took the partitions one after
+/// the other (a take reads the checkpoint and the findings back, several round trips) and
+/// renewed the leases one after the other, while the partitions already taken kept the cores
+/// busy: the first leases ran out before the loop came round to renew them, and each retake
+/// replayed from a checkpoint (a `bench_nats --backlog` collector lost each of its 16 leases
+/// one to three times in 25 s).
+#[test]
+fn a_backlog_over_many_partitions_under_a_short_lease_keeps_every_lease() {
+    OneCollector {
+        turns: 3_000,
+        backlog: true,
+        lease_secs: "1",
+        partitions: "64",
+        ..OneCollector::default()
+    }
+    .publishes_every_finding_taking_each_once();
+}
+
+/// A backlog of large batches (text of 200 KB a line, so the shipper's messages near its
+/// 512 KiB) is read in fetches bounded in bytes (`fetch_bytes` in src/nats/owned.rs, 2 MiB),
+/// from a server that lets 4 MB wait for a client before it closes the connection as a slow
+/// consumer (the default is 64 MiB; 16 partitions asked for 16 times what one does here).
+/// Unbounded, a fetch asked for 200 such messages at once and the connection was closed
+/// whenever the collector read slower than the server sent: every request in flight timed out
+/// and the partition was taken again. Bounded, the server ends each fetch where its next
+/// message would pass the bound, with a status the client passes on as an error, and the
+/// partition goes on from there, taken once.
+#[test]
+fn fetches_bounded_in_bytes_read_a_backlog_of_large_batches() {
+    OneCollector {
+        turns: 40,
+        backlog: true,
+        pad: 200_000,
+        server_conf: Some("max_pending: 4MB\n"),
+        ..OneCollector::default()
+    }
+    .publishes_every_finding_taking_each_once();
 }
 
 /// Issue 26: a new owner that replays past the findings stream's duplicate window (set to 1 s

@@ -383,9 +383,14 @@ pub fn log_text(d: &Path, name: &str) -> String {
 /// test asks the kernel for ports at once); then what answers on it is not this server, which
 /// has exited: it is started again on another port.
 pub fn server_in(d: &Path) -> (Proc, String) {
+    server_in_with(d, &[])
+}
+
+/// [`server_in`] with `extra` flags (`-c FILE`).
+pub fn server_in_with(d: &Path, extra: &[&str]) -> (Proc, String) {
     for _ in 0..5 {
         let port = free_port();
-        let mut server = nats_server(port, &d.join("js"), &d.join("nats.log"));
+        let mut server = nats_server_with(port, &d.join("js"), &d.join("nats.log"), extra);
         if server.child.try_wait().ok().flatten().is_none() && greets_as_nats(port) {
             return (server, format!("nats://127.0.0.1:{port}"));
         }
