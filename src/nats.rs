@@ -12,6 +12,7 @@
 
 pub mod collect;
 pub mod deploy;
+mod fault;
 pub mod lease;
 mod membership;
 mod owned;

@@ -622,6 +622,9 @@ pub(super) async fn checkpoint(sh: &Shared, p: u32, o: &mut Owned) -> Result<(),
     if o.source.seq == o.stored {
         return Ok(());
     }
+    if let Some(slow) = super::fault::slow_checkpoint() {
+        tokio::time::sleep(slow).await;
+    }
     o.lease_held()?;
     // Everything correlated is delivered (one ingest path on this thread: the barrier
     // produces nothing new, but whatever it produced would be published first).
