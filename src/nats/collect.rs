@@ -251,6 +251,7 @@ pub async fn collect(
         me,
         observer: Observer::default(),
         owned: BTreeMap::new(),
+        leaving: BTreeMap::new(),
         renewed: Instant::now(),
         partitions,
     };
@@ -270,7 +271,7 @@ pub async fn collect(
             inst.renewed = Instant::now();
             let members = heartbeat(&inst.owners, &mut inst.observer, &cfg, &inst.me).await;
             let share = fair_share(partitions, &members, &cfg.instance);
-            inst.hand_over_excess(share).await;
+            inst.hand_over_excess(share);
             // Peers that start together see each other before anyone takes partitions.
             if started.elapsed() >= cfg.lease / 2 {
                 inst.take_up_to(share).await;
@@ -285,7 +286,8 @@ pub async fn collect(
     }
     // Orderly stop: checkpoint everything, then free the leases for the others at once.
     let owned = std::mem::take(&mut inst.owned);
-    let ends = owned.into_iter().map(|(p, t)| async move {
+    let leaving = std::mem::take(&mut inst.leaving);
+    let ends = owned.into_iter().chain(leaving).map(|(p, t)| async move {
         let rev = t.lease_rev;
         (p, rev, t.end(Order::Checkpoint).await)
     });
@@ -308,6 +310,9 @@ struct Instance {
     /// The revisions of others' leases and memberships, as this instance saw them.
     observer: Observer,
     owned: BTreeMap<u32, Tended>,
+    /// Partitions being handed over: their tasks checkpoint them, their leases are renewed
+    /// until the checkpoint is stored, and released then ([`Instance::reap`]).
+    leaving: BTreeMap<u32, Tended>,
     /// When the leases were last renewed (a round of takes renews them when due).
     renewed: Instant,
     partitions: u32,
@@ -326,14 +331,14 @@ impl Instance {
         let lease = self.sh.cfg.lease;
         let asked = Instant::now();
         let (owners, me) = (&self.owners, self.me.as_str());
-        let renewals = self.owned.iter().map(|(&p, t)| {
+        let renewals = self.owned.iter().chain(&self.leaving).map(|(&p, t)| {
             let rev = t.lease_rev;
             async move { (p, lease::renew(owners, p, me, rev, lease, wall_ms()).await) }
         });
         let renewed = futures_util::future::join_all(renewals).await;
         let mut lost = Vec::new();
         for (p, rev) in renewed {
-            let Some(t) = self.owned.get_mut(&p) else {
+            let Some(t) = self.owned.get_mut(&p).or(self.leaving.get_mut(&p)) else {
                 continue;
             };
             match rev {
@@ -348,25 +353,24 @@ impl Instance {
         }
         for p in lost {
             tracing::warn!(partition = p, "lease lost; partition given up");
-            if let Some(t) = self.owned.remove(&p) {
+            if let Some(t) = self.owned.remove(&p).or(self.leaving.remove(&p)) {
                 t.end(Order::Drop).await;
             }
         }
     }
 
-    /// More than a fair share (a peer joined): hand the excess over, checkpointed.
-    async fn hand_over_excess(&mut self, share: u32) {
+    /// More than a fair share (a peer joined): hand the excess over, checkpointed on the
+    /// partitions' own tasks ([`Instance::reap`] releases each lease once its checkpoint is
+    /// stored). Not waited for here: a partition still being taken checkpoints once its take
+    /// is done, seconds on a busy collector, and a checkpoint may take up to a lease; this
+    /// loop meanwhile renews the leases of the partitions it keeps and of those it hands over.
+    fn hand_over_excess(&mut self, share: u32) {
         while self.owned.len() as u32 > share {
             let Some((p, t)) = self.owned.pop_last() else {
                 break;
             };
-            let rev = t.lease_rev;
-            if t.end(Order::Checkpoint).await == Ended::Checkpointed {
-                tracing::info!(partition = p, "handed partition over");
-            }
-            // Released either way: the partition is no longer read here (a failed last
-            // checkpoint is logged; the next owner replays from the stored one).
-            let _ = lease::renew(&self.owners, p, &self.me, rev, Duration::ZERO, wall_ms()).await;
+            t.order(Order::Checkpoint);
+            self.leaving.insert(p, t);
         }
     }
 
@@ -379,7 +383,7 @@ impl Instance {
             % u64::from(self.partitions)) as u32;
         for i in 0..self.partitions {
             let p = (first + i) % self.partitions;
-            if self.owned.contains_key(&p) {
+            if self.owned.contains_key(&p) || self.leaving.contains_key(&p) {
                 continue;
             }
             // A round over many partitions outlasts a renewal interval: the leases taken at
@@ -426,10 +430,29 @@ impl Instance {
         }
     }
 
-    /// Forget the partitions whose task ended by itself (a read or a checkpoint failed): the
-    /// lease is kept, so this instance (or, once it lapses, another) takes the partition
-    /// again from its stored checkpoint.
+    /// Release the leases of the partitions handed over whose tasks have ended, and forget
+    /// the partitions whose task ended by itself (a read or a checkpoint failed): their lease
+    /// is kept, so this instance (or, once it lapses, another) takes the partition again from
+    /// its stored checkpoint.
     async fn reap(&mut self) {
+        let left: Vec<u32> = self
+            .leaving
+            .iter()
+            .filter(|(_, t)| t.ended())
+            .map(|(&p, _)| p)
+            .collect();
+        for p in left {
+            let Some(t) = self.leaving.remove(&p) else {
+                continue;
+            };
+            let rev = t.lease_rev;
+            if t.finish().await == Ended::Checkpointed {
+                tracing::info!(partition = p, "handed partition over");
+            }
+            // Released either way: the partition is no longer read here (a failed last
+            // checkpoint is logged; the next owner replays from the stored one).
+            let _ = lease::renew(&self.owners, p, &self.me, rev, Duration::ZERO, wall_ms()).await;
+        }
         let ended: Vec<u32> = self
             .owned
             .iter()
@@ -455,6 +478,7 @@ impl Instance {
             checkpoint_lag: self
                 .owned
                 .values()
+                .chain(self.leaving.values())
                 .map(|t| t.lag.load(Ordering::Relaxed))
                 .sum(),
             dead_letters: get(&c.dead_letters),
@@ -469,6 +493,7 @@ fn publish_metrics(served: &Metrics, receiver: Option<&Metrics>, inst: &Instance
     let snaps: Vec<_> = inst
         .owned
         .values()
+        .chain(inst.leaving.values())
         .map(|t| t.metrics.snapshot())
         .chain(receiver.map(Metrics::snapshot))
         .collect();
@@ -479,7 +504,7 @@ fn publish_metrics(served: &Metrics, receiver: Option<&Metrics>, inst: &Instance
     let s = inst.summary();
     served.set_cluster(&ClusterStats {
         partitions: inst.partitions,
-        owned: inst.owned.len() as u32,
+        owned: (inst.owned.len() + inst.leaving.len()) as u32,
         takeovers: s.takeovers,
         checkpoint_lag: s.checkpoint_lag,
         publish_failures: s.publish_failures,

@@ -139,10 +139,21 @@ impl Tended {
         self.task.is_finished()
     }
 
+    /// Tell the task to end as `order` says, without waiting: [`Tended::ended`] says when it
+    /// has, and [`Tended::finish`] how.
+    pub(super) fn order(&self, order: Order) {
+        let _ = self.order.send(order);
+    }
+
+    /// Wait until the task has ended; how it ended.
+    pub(super) async fn finish(self) -> Ended {
+        self.task.await.unwrap_or(Ended::Lost)
+    }
+
     /// Tell the task to end as `order` says, and wait until it has.
     pub(super) async fn end(self, order: Order) -> Ended {
-        let _ = self.order.send(order);
-        self.task.await.unwrap_or(Ended::Lost)
+        self.order(order);
+        self.finish().await
     }
 }
 

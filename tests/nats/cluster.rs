@@ -594,6 +594,64 @@ fn fetches_bounded_in_bytes_read_a_backlog_of_large_batches() {
     .publishes_every_finding_taking_each_once();
 }
 
+/// A collector whose checkpoints are slow (half a second each, as a large state or a busy
+/// JetStream makes them) hands half of its 8 partitions over when a peer joins, and keeps
+/// every other lease (2 s): each handover's last checkpoint is made on the partition's task
+/// while the instance's loop goes on renewing. Before, the loop waited for each handed-over
+/// partition's checkpoint in turn, renewing nothing: four in a row outlasted the lease of the
+/// partitions it kept, which it lost and took again from their checkpoints. (A take is as
+/// slow on a collector busy with a backlog: a handover of a partition still being taken held
+/// the loop the same way.) Every finding is then published once.
+#[test]
+fn a_slow_handover_keeps_the_other_leases() {
+    if !have_nats_server() {
+        return;
+    }
+    const TURNS: usize = 400;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let (server, url) = server_in(d);
+    let log = d.join("agent.jsonl");
+    let (first, second) = refund_log("handover", TURNS, 40);
+    append(&log, &first);
+    let ship = shipper(d, &url, &log, "8");
+    wait_shipped(&log, &d.join("ship-data"));
+    let slow = [("RETRYSCOPE_FAULT_SLOW_CHECKPOINT_MS", "500")];
+    let start = |name: &str| collector_logged(d, &url, name, name, "2", "300", &[], &slow);
+    let (c1, m1) = start("c1");
+    let gauge = |port: u16, name: &str| scrape(port).and_then(|m| m.get(name).copied());
+    wait_for(
+        "c1 to hold every open turn",
+        Duration::from_secs(60),
+        || gauge(m1, "retryscope_open_turns") == Some(TURNS as f64),
+    );
+    let (c2, m2) = start("c2");
+    wait_for(
+        "c1 to hand half over to c2",
+        Duration::from_secs(60),
+        || {
+            gauge(m2, "retryscope_nats_partitions_owned") == Some(4.0)
+                && gauge(m1, "retryscope_nats_partitions_owned") == Some(4.0)
+        },
+    );
+    append(&log, &second);
+    let expected = check(&log, Path::new("/dev/null")).0;
+    assert_findings(&url, &expected, Duration::from_secs(120));
+    let (c1_log, c2_log) = (log_text(d, "c1"), log_text(d, "c2"));
+    assert_eq!(
+        (
+            c1_log.matches("took partition").count(),
+            c1_log.matches("handed partition over").count(),
+            c2_log.matches("took partition").count(),
+        ),
+        (8, 4, 4),
+        "c1 took each partition once and handed four over, c2 took those: {c1_log}\n{c2_log}"
+    );
+    for p in [ship, c1, c2, server] {
+        p.terminate();
+    }
+}
+
 /// Issue 26: a new owner that replays past the findings stream's duplicate window (set to 1 s
 /// here) still publishes nothing twice: it reads which findings the dead owner published, and
 /// checkpoints taken mid-replay keep that knowledge.
