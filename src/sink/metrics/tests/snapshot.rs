@@ -175,3 +175,23 @@ fn a_snapshot_leaves_out_the_zero_series_a_restore_creates_and_keeps_the_others(
     assert_eq!(text(&restored), text(&m));
     assert_eq!(restored.snapshot(), snap);
 }
+
+#[test]
+fn a_restore_keeps_the_serving_builds_info_whatever_the_snapshot_says() {
+    let me = env!("CARGO_PKG_VERSION");
+    // A sum of eight partitions' snapshots (a NATS collector), and one an older build wrote.
+    let eight = super::super::sum_snapshots(&vec![metrics().snapshot(); 8]);
+    let mut older = metrics().snapshot();
+    for v in &mut older.values {
+        if v.name == "retryscope_build_info" {
+            v.labels = vec!["0.0.1".into()];
+        }
+    }
+    for snap in [eight, older] {
+        let m = metrics();
+        m.restore(&snap).unwrap();
+        assert_eq!(m.value("retryscope_build_info", &[me]), Some(1.0));
+        assert_eq!(m.value("retryscope_build_info", &["0.0.1"]), None);
+        assert_eq!(text(&m).matches("retryscope_build_info{").count(), 1);
+    }
+}
