@@ -642,6 +642,9 @@ fn a_slow_handover_keeps_the_other_leases() {
     append(&log, &second);
     let expected = check(&log, Path::new("/dev/null")).0;
     assert_findings(&url, &expected, Duration::from_secs(120));
+    // One build serves the four partitions' summed metrics.
+    let served = scrape(m1).unwrap_or_default();
+    assert_eq!(sum(&served, "retryscope_build_info"), 1.0);
     let (c1_log, c2_log) = (log_text(d, "c1"), log_text(d, "c2"));
     assert_eq!(
         (
