@@ -564,7 +564,7 @@ fn more_findings_than_acks_in_flight_over_many_partitions_do_not_block() {
 #[test]
 fn a_backlog_over_many_partitions_under_a_short_lease_keeps_every_lease() {
     OneCollector {
-        turns: 3_000,
+        turns: 2_000,
         backlog: true,
         lease_secs: "1",
         partitions: "64",
