@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 /// The variable's name.
+#[cfg_attr(not(debug_assertions), allow(dead_code))]
 pub(super) const SLOW_CHECKPOINT_ENV: &str = "RETRYSCOPE_FAULT_SLOW_CHECKPOINT_MS";
 
 /// How long each checkpoint waits before it stores, as [`SLOW_CHECKPOINT_ENV`] asks; always
