@@ -435,13 +435,7 @@ impl Instance {
     /// is kept, so this instance (or, once it lapses, another) takes the partition again from
     /// its stored checkpoint.
     async fn reap(&mut self) {
-        let left: Vec<u32> = self
-            .leaving
-            .iter()
-            .filter(|(_, t)| t.ended())
-            .map(|(&p, _)| p)
-            .collect();
-        for p in left {
+        for p in ended(&self.leaving) {
             let Some(t) = self.leaving.remove(&p) else {
                 continue;
             };
@@ -453,13 +447,7 @@ impl Instance {
             // checkpoint is logged; the next owner replays from the stored one).
             let _ = lease::renew(&self.owners, p, &self.me, rev, Duration::ZERO, wall_ms()).await;
         }
-        let ended: Vec<u32> = self
-            .owned
-            .iter()
-            .filter(|(_, t)| t.ended())
-            .map(|(&p, _)| p)
-            .collect();
-        for p in ended {
+        for p in ended(&self.owned) {
             if let Some(t) = self.owned.remove(&p) {
                 t.end(Order::Drop).await;
             }
@@ -486,6 +474,15 @@ impl Instance {
             held_lost: get(&c.held_lost),
         }
     }
+}
+
+/// The partitions of `tended` whose task has ended.
+fn ended(tended: &BTreeMap<u32, Tended>) -> Vec<u32> {
+    tended
+        .iter()
+        .filter(|(_, t)| t.ended())
+        .map(|(&p, _)| p)
+        .collect()
 }
 
 /// Serve the sum of the owned partitions' metrics, and this instance's cluster series.
