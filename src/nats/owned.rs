@@ -289,24 +289,12 @@ async fn read_back_held(sh: &Shared, p: u32, held: &mut HoldSnapshot) -> Result<
         seq < last
     })
     .await?;
-    // A message not read back is gone only if the stream no longer starts before it (its
-    // max age, a purge). One still there was missed by the read: the take fails and is
-    // tried again, rather than correlating its turns without it.
-    if let Some(&missed) = msgs.iter().rev().find(|s| !payloads.contains_key(s)) {
-        let first = sh
-            .events
-            .get_info()
-            .await
-            .map_err(|e| NatsError::new("reading held events back", e))?
-            .state
-            .first_sequence;
-        if missed >= first {
-            return Err(NatsError::new(
-                "reading held events back",
-                format!("message {missed} is in the stream but was not read"),
-            ));
-        }
-    }
+    let missed: Vec<u64> = msgs
+        .iter()
+        .copied()
+        .filter(|s| !payloads.contains_key(s))
+        .collect();
+    gone_for_good(sh, &missed).await?;
     let refs = held.ref_count();
     let lost = cpu(&sh.cpu, || {
         let lines: HashMap<u64, Vec<&[u8]>> = payloads
@@ -335,6 +323,39 @@ async fn read_back_held(sh: &Shared, p: u32, held: &mut HoldSnapshot) -> Result<
             "held events could not be read back from the events stream (their messages are \
              gone: its max age or a purge); their turns correlate without them"
         );
+    }
+    Ok(())
+}
+
+/// Fails unless every message of `missed` (stream sequences a read of held events did not
+/// return) is gone from the events stream: before its first sequence (its max age, a purge),
+/// or deleted on its own (a purge of one partition's subject, `nats stream rmm`). One still
+/// there was missed by the read: the take fails and is tried again, rather than correlating
+/// its turns without it. Asking the stream's first sequence alone made a take that met a
+/// message deleted on its own fail for ever, its partition leased and never read.
+async fn gone_for_good(sh: &Shared, missed: &[u64]) -> Result<(), NatsError> {
+    let what = "reading held events back";
+    if missed.is_empty() {
+        return Ok(());
+    }
+    let first = sh
+        .events
+        .get_info()
+        .await
+        .map_err(|e| NatsError::new(what, e))?
+        .state
+        .first_sequence;
+    for &seq in missed.iter().filter(|&&s| s >= first) {
+        match sh.events.get_raw_message(seq).await {
+            Ok(_) => {
+                return Err(NatsError::new(
+                    what,
+                    format!("message {seq} is in the stream but was not read"),
+                ));
+            }
+            Err(e) if e.kind() == jetstream::stream::RawMessageErrorKind::NoMessageFound => {}
+            Err(e) => return Err(NatsError::new(what, e)),
+        }
     }
     Ok(())
 }
