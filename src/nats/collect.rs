@@ -44,7 +44,8 @@
 //! allows 5,000 in flight on the connection and makes a publish wait for a free one, so an
 //! instance whose partitions held more between them blocked every partition and its own lease
 //! renewals (16 partitions and a checkpoint interval of 15 s: no partition moved again).
-//! Every fetch has an expiry. A finding larger than the server's largest message is a dead
+//! A fetch is no-wait; a late delivery is waited for only while the connection that asked is
+//! up and the lease holds, at most a lease ([`super::owned`]). A finding larger than the server's largest message is a dead
 //! letter: written locally, counted, logged, and the partition moves on.
 //!
 //! Metrics: each partition counts into its own [`Metrics`] whose snapshot travels in the
@@ -487,10 +488,15 @@ fn ended(tended: &BTreeMap<u32, Tended>) -> Vec<u32> {
 
 /// Serve the sum of the owned partitions' metrics, and this instance's cluster series.
 fn publish_metrics(served: &Metrics, receiver: Option<&Metrics>, inst: &Instance) {
-    let snaps: Vec<_> = inst
-        .owned
-        .values()
-        .chain(inst.leaving.values())
+    // The partitions taken: one still being taken has no metrics yet (its checkpoint's are
+    // restored by the take), and one whose take keeps failing is not owned in any useful sense.
+    let taken = || {
+        inst.owned
+            .values()
+            .chain(inst.leaving.values())
+            .filter(|t| t.taken())
+    };
+    let snaps: Vec<_> = taken()
         .map(|t| t.metrics.snapshot())
         .chain(receiver.map(Metrics::snapshot))
         .collect();
@@ -501,7 +507,7 @@ fn publish_metrics(served: &Metrics, receiver: Option<&Metrics>, inst: &Instance
     let s = inst.summary();
     served.set_cluster(&ClusterStats {
         partitions: inst.partitions,
-        owned: (inst.owned.len() + inst.leaving.len()) as u32,
+        owned: taken().count() as u32,
         takeovers: s.takeovers,
         checkpoint_lag: s.checkpoint_lag,
         publish_failures: s.publish_failures,

@@ -10,7 +10,7 @@
 //! task's own work is never timed against the lease (a collector short of CPU is not dead);
 //! the loop's `Drop` order (the lease lost) ends it wherever it waits.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -83,6 +83,8 @@ pub(super) struct Tended {
     pub(super) metrics: Arc<Metrics>,
     /// Messages correlated and not yet covered by a stored checkpoint.
     pub(super) lag: Arc<AtomicU64>,
+    /// Set once the take succeeded: until then the partition is leased here but not read.
+    taken: Arc<AtomicBool>,
     order: watch::Sender<Order>,
     task: JoinHandle<Ended>,
 }
@@ -107,8 +109,10 @@ impl Tended {
                 .map_err(|e| NatsError::new("registering partition metrics", e))?,
         );
         let lag = Arc::new(AtomicU64::new(0));
+        let taken = Arc::new(AtomicBool::new(false));
         let task = {
             let (lease, metrics, lag) = (lease.clone(), metrics.clone(), lag.clone());
+            let is_taken = taken.clone();
             tokio::spawn(async move {
                 let taken = take(&sh, p, lease_rev, lease, metrics);
                 let o = match unless_dropped(&mut orders, taken).await {
@@ -120,6 +124,7 @@ impl Tended {
                     Some(Ok(o)) => o,
                 };
                 sh.counters.takeovers.fetch_add(1, Ordering::Relaxed);
+                is_taken.store(true, Ordering::Relaxed);
                 tracing::info!(partition = p, from_seq = o.source.seq, "took partition");
                 tend(sh, p, o, orders, lag).await
             })
@@ -129,12 +134,18 @@ impl Tended {
             lease,
             metrics,
             lag,
+            taken,
             order,
             task,
         })
     }
 
-    /// Whether the task ended by itself (the partition failed).
+    /// Whether the take succeeded: the partition is being read here.
+    pub(super) fn taken(&self) -> bool {
+        self.taken.load(Ordering::Relaxed)
+    }
+
+    /// Whether the task has ended: as ordered, or by itself (the partition failed).
     pub(super) fn ended(&self) -> bool {
         self.task.is_finished()
     }
@@ -174,10 +185,19 @@ async fn tend(
         match order {
             Order::Run => {}
             Order::Checkpoint => {
-                // The instance waits for it, renewing nothing meanwhile: bounded by a lease,
-                // past which the partition may be another's (and this write fenced off).
+                // Bounded by a lease, past which the partition may be another's (and this
+                // write fenced off); a handover's is not waited for by the instance, which
+                // renews the lease meanwhile, but its stop is. A lease lost meanwhile ends it
+                // at once: the instance waits for that.
                 let why = "last checkpoint failed; the next owner replays from the stored one";
-                return checkpoint_or_give_up(&sh, p, &mut o, why, Some(cfg.lease)).await;
+                let last = checkpoint_or_give_up(&sh, p, &mut o, why, Some(cfg.lease));
+                return match unless_dropped(&mut orders, last).await {
+                    Some(ended) => ended,
+                    None => {
+                        settle_acks(&sh, p, &mut o).await;
+                        Ended::Lost
+                    }
+                };
             }
             Order::Drop => {
                 settle_acks(&sh, p, &mut o).await;

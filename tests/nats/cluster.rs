@@ -660,6 +660,55 @@ fn a_slow_handover_keeps_the_other_leases() {
     }
 }
 
+/// A partition whose take keeps failing (its checkpoint cannot be decoded: damaged, or a
+/// newer build's) is not counted owned: `retryscope_nats_partitions_owned` says one of two,
+/// so the unowned-partition alert can fire, and the log says why. Before, a partition counted
+/// from its lease's acquisition, and one whose take failed every round counted as owned
+/// whenever a scrape came between the acquisition and the failure.
+#[test]
+fn a_partition_that_cannot_be_taken_is_not_counted_owned() {
+    if !have_nats_server() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let (server, url) = server_in(d);
+    let log = d.join("agent.jsonl");
+    let (first, second) = refund_log("untakeable", 20, 4);
+    append(&log, &first);
+    append(&log, &second);
+    let ship = shipper(d, &url, &log, "2");
+    let owned =
+        |port: u16| scrape(port).and_then(|m| m.get("retryscope_nats_partitions_owned").copied());
+    let (c1, m1) = collector(d, &url, "c1", "2", "300");
+    wait_for("c1 to own both partitions", Duration::from_secs(30), || {
+        owned(m1) == Some(2.0)
+    });
+    drop(c1); // SIGKILL
+    put_state_key(&url, "p1", b"{\"not a checkpoint");
+    let (c2, m2) = collector(d, &url, "c2", "2", "300");
+    wait_for(
+        "c2 to fail to take partition 1",
+        Duration::from_secs(30),
+        || log_text(d, "c2").contains("cannot take partition"),
+    );
+    wait_for("c2 to own partition 0", Duration::from_secs(30), || {
+        owned(m2) == Some(1.0)
+    });
+    // Its takes of partition 1 keep failing, a round (half a second) apart: scraped between
+    // them and during them, it is never counted.
+    let seen: Vec<Option<f64>> = (0..12)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(150));
+            owned(m2)
+        })
+        .collect();
+    assert!(seen.iter().all(|o| *o == Some(1.0)), "owned: {seen:?}");
+    for p in [ship, c2, server] {
+        p.terminate();
+    }
+}
+
 /// Issue 26: a new owner that replays past the findings stream's duplicate window (set to 1 s
 /// here) still publishes nothing twice: it reads which findings the dead owner published, and
 /// checkpoints taken mid-replay keep that knowledge.
