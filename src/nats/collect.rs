@@ -45,8 +45,9 @@
 //! instance whose partitions held more between them blocked every partition and its own lease
 //! renewals (16 partitions and a checkpoint interval of 15 s: no partition moved again).
 //! A fetch is no-wait; a late delivery is waited for only while the connection that asked is
-//! up and the lease holds, at most a lease ([`super::owned`]). A finding larger than the server's largest message is a dead
-//! letter: written locally, counted, logged, and the partition moves on.
+//! up and the lease holds, at most a lease (`owned.rs`). A finding larger than the server's
+//! largest message is a dead letter: written locally, counted, logged, and the partition
+//! moves on.
 //!
 //! Metrics: each partition counts into its own [`Metrics`] whose snapshot travels in the
 //! partition's checkpoint; the instance serves the sum of the partitions it owns, so the sum
